@@ -1,0 +1,222 @@
+//! The `ComputeBackend` trait: the only seam in vkllm that knows about devices.
+//!
+//! Buffers are opaque handles owned by the backend. Ops are recorded between
+//! [`ComputeBackend::begin_pass`] and [`ComputeBackend::end_pass`] and run in
+//! recording order: the CPU backend executes each op as it is recorded, the
+//! Vulkan backend records one command buffer and submits it once at
+//! `end_pass`. Reads of results (`download`) happen only after `end_pass`.
+//!
+//! Conventions shared by every op:
+//! - activations are row-major `f32`; token ids and positions are `u32`;
+//! - a matrix of `m` rows and `k` columns is `m * k` contiguous elements;
+//! - weights are `[n, k]` row-major in their storage dtype (GGUF layout), so
+//!   `matmul` computes `y[m, n] = x[m, k] · Wᵀ (+ bias[n])`;
+//! - values that change per token (token ids, positions, and through them the
+//!   attention length) are read from buffers, never baked into a pass, so a
+//!   recorded decode pass can be replayed.
+
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// Handle to a device buffer. Cheap to copy; the memory belongs to the
+/// backend that made it and lives until [`ComputeBackend::free`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Buffer {
+    pub(crate) id: u32,
+    /// Size in bytes.
+    pub bytes: usize,
+}
+
+impl Buffer {
+    pub fn new(id: u32, bytes: usize) -> Self {
+        Buffer { id, bytes }
+    }
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// A weight matrix `[rows, cols]` in its storage dtype (`cols` is the
+/// reduction dimension of `matmul`; `rows` the output features).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weight {
+    pub buf: Buffer,
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Rotary embedding pair layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i+1)`: GGUF llama after llama.cpp's q/k permutation.
+    Interleaved,
+    /// Pairs `(i, i + rot_dim/2)`: Hugging Face `rotate_half`, GGUF qwen2/phi3/gemma.
+    Neox,
+}
+
+/// Rotary embedding of `rows * n_heads` vectors of `head_dim` values, in place.
+/// Row `r` uses position `positions[r]`; only the first `rot_dim` values of
+/// each head rotate (partial rotary); frequency `i` is `base^(-2i/rot_dim)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub rows: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub rot_dim: usize,
+    pub base: f32,
+    pub style: RopeStyle,
+}
+
+/// Causal multi-head attention of `rows` query rows against a KV cache.
+///
+/// `q` is `[rows, n_heads * head_dim]`; the caches are `[capacity, n_kv_heads *
+/// head_dim]` and already hold the keys/values of every position the rows can
+/// see. Row `r` at position `p = positions[r]` attends to cache positions
+/// `j <= p` with `p - j < window` when `window > 0` (sliding window). Query head
+/// `h` uses kv head `h / (n_heads / n_kv_heads)` (GQA). Scores are multiplied
+/// by `scale` before the softmax.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub rows: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Cache capacity in positions (rows of the cache buffers).
+    pub capacity: usize,
+    pub scale: f32,
+    pub window: usize,
+}
+
+/// Activation applied by [`ComputeBackend::glu`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// Devices implement this trait; the model runner talks to nothing else.
+pub trait ComputeBackend {
+    /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
+    fn name(&self) -> String;
+
+    /// A zero-initialised buffer of `bytes` bytes.
+    fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
+    /// Copy `data` into `buf` at byte `offset`. Not allowed inside a pass.
+    fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()>;
+    /// Copy `out.len()` bytes from `buf` at byte `offset`. Not allowed inside a pass.
+    fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Release a buffer. Freeing an unknown handle is a no-op.
+    fn free(&mut self, buf: Buffer);
+
+    /// Upload a `[rows, cols]` weight stored as `dtype` (GGUF block bytes).
+    /// Backends may repack the data for their kernels.
+    fn upload_weight(&mut self, dtype: DType, rows: usize, cols: usize, data: &[u8])
+        -> Result<Weight>;
+    /// Release a weight.
+    fn free_weight(&mut self, w: Weight) {
+        self.free(w.buf)
+    }
+
+    /// Start recording a forward pass.
+    fn begin_pass(&mut self) -> Result<()>;
+    /// Run everything recorded since `begin_pass` and wait for it.
+    fn end_pass(&mut self) -> Result<()>;
+
+    /// `out[r] = dequant(table[ids[r]])` for `rows` ids; `out` is `[rows, table.cols]`.
+    fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize)
+        -> Result<()>;
+    /// `y[m, w.rows] = x[m, w.cols] · Wᵀ + bias`.
+    fn matmul(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+    ) -> Result<()>;
+    /// Per row of `dim`: `out = x / sqrt(mean(x²) + eps) * w`. `w` has `dim` values.
+    fn rms_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// Per row of `dim`: `out = (x - mean) / sqrt(var + eps) * w + b`.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// Rotary embedding in place on `x`, positions from `positions` (`u32` per row).
+    fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()>;
+    /// Attention (see [`AttentionParams`]); writes `out` `[rows, n_heads * head_dim]`.
+    fn attention(
+        &mut self,
+        q: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        positions: &Buffer,
+        out: &Buffer,
+        p: &AttentionParams,
+    ) -> Result<()>;
+    /// `out[i] = act(gate[i]) * up[i]`, or `act(gate[i])` without `up`; `n` values.
+    fn glu(
+        &mut self,
+        act: Activation,
+        gate: &Buffer,
+        up: Option<&Buffer>,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()>;
+    /// `out[i] = a[i] + b[i]` for `n` values (`out` may alias `a`).
+    fn add(&mut self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<()>;
+    /// `out[i] = x[i] * s` for `n` values (`out` may alias `x`).
+    fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()>;
+    /// Copy `bytes` bytes from `src` at `src_offset` to `dst` at `dst_offset`
+    /// (the KV-cache append); offsets and size are multiples of 4.
+    fn copy(
+        &mut self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()>;
+    /// Index of the largest value of each row (`u32`; the first on ties).
+    fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()>;
+}
+
+/// Checks shared by every backend's op entry points, so shape errors read the
+/// same whichever device runs.
+pub mod check {
+    use super::Buffer;
+    use crate::error::{Error, Result};
+
+    /// `buf` must hold at least `elems` 4-byte values.
+    pub fn fits(op: &'static str, what: &str, buf: &Buffer, elems: usize) -> Result<()> {
+        let need = elems
+            .checked_mul(4)
+            .ok_or_else(|| Error::op(op, format!("{what}: {elems} elements overflow")))?;
+        if buf.bytes < need {
+            return Err(Error::op(
+                op,
+                format!(
+                    "{what} holds {} bytes but {elems} values ({need} bytes) are needed",
+                    buf.bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Model files, tokenizers, chat templates, sampling and the transformer runner.

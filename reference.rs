@@ -1,0 +1,1 @@
+//! Plain scalar versions of every op: the yardstick for tests.

@@ -1,0 +1,105 @@
+//! Shared test helpers: the backends every op test runs on, and the real
+//! default model (fetched on first use).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use vkllm::backend::ComputeBackend;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/reference` beside the checkout.
+pub fn reference_dir() -> PathBuf {
+    root().join("..").join("shared").join("reference")
+}
+
+/// Path of SmolLM2-135M-Instruct Q4_1, fetched with scripts/fetch-model.sh if absent.
+pub fn smollm2() -> PathBuf {
+    static FETCH: Once = Once::new();
+    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    FETCH.call_once(|| {
+        if !path.exists() {
+            let status = std::process::Command::new("bash")
+                .arg(root().join("scripts/fetch-model.sh"))
+                .status()
+                .expect("run scripts/fetch-model.sh");
+            assert!(status.success(), "scripts/fetch-model.sh failed");
+        }
+    });
+    assert!(Path::new(&path).exists(), "default model missing after fetch");
+    path
+}
+
+pub fn cpu() -> Box<dyn ComputeBackend> {
+    Box::new(vkllm::cpu::CpuBackend::new(None))
+}
+
+/// The Vulkan backend, or `None` (with the reason printed) only when the
+/// machine has no Vulkan device at all. With `VKLLM_REQUIRE_VULKAN=1` (set by
+/// CI) a missing device is a failure instead.
+pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
+    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() == Ok("1") {
+                panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}");
+            }
+            eprintln!("skipping Vulkan: {e}");
+            None
+        }
+    }
+}
+
+/// Every backend available here: the CPU always, Vulkan when a device exists.
+pub fn backends() -> Vec<(&'static str, Box<dyn ComputeBackend>)> {
+    let mut v: Vec<(&'static str, Box<dyn ComputeBackend>)> = vec![("cpu", cpu())];
+    if let Some(vk) = vulkan() {
+        v.push(("vulkan", vk));
+    }
+    v
+}
+
+/// Deterministic pseudo-random f32s in [-1, 1) (xorshift; tests need no rand state).
+pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+pub fn upload_f32(b: &mut dyn ComputeBackend, data: &[f32]) -> vkllm::backend::Buffer {
+    let buf = b.alloc(data.len() * 4).unwrap();
+    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
+    buf
+}
+
+pub fn upload_u32(b: &mut dyn ComputeBackend, data: &[u32]) -> vkllm::backend::Buffer {
+    let buf = b.alloc(data.len() * 4).unwrap();
+    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
+    buf
+}
+
+pub fn download_f32(b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+    out
+}
+
+pub fn download_u32(b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer, n: usize) -> Vec<u32> {
+    let mut out = vec![0u32; n];
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+    out
+}
+
+/// Largest |a - b|, with a readable panic when lengths differ.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
