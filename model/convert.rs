@@ -1,0 +1,119 @@
+//! Hugging Face checkpoint → GGUF, in llama.cpp's conventions (metadata keys,
+//! tensor names, llama's q/k row permutation for interleaved rope, Gemma's
+//! `1 + w` norms), so files we write load in llama.cpp and through our own
+//! GGUF path.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::gguf::GgufValue;
+use crate::model::gguf_write::GgufWriter;
+use crate::model::hf::HfCheckpoint;
+use crate::model::source::TensorSource;
+use std::path::Path;
+
+/// Convert the model directory `dir` to a GGUF file at `out`. Float matrices
+/// are quantized to `quantize` when given (and their width allows).
+pub fn hf_to_gguf(dir: &Path, out: &Path, quantize: Option<DType>) -> Result<()> {
+    gguf_from_hf(dir, quantize)?.write(out)
+}
+
+/// The GGUF writer for `dir`, ready to write.
+pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
+    let hf = HfCheckpoint::open(dir)?;
+    let c = &hf.config;
+    let mut w = GgufWriter::new();
+    metadata(&mut w, c, &dir.display().to_string());
+    for name in hf.names() {
+        let t = hf.tensor(&name)?.ok_or_else(|| Error::Tensor { name: name.clone(), msg: "vanished".into() })?;
+        let is_norm = name.contains("norm");
+        let mut data = t.data.to_vec();
+        let mut dtype = t.dtype;
+        if is_norm && c.norm_weight_offset != 0.0 && name.ends_with(".weight") {
+            let v: Vec<f32> = t.to_f32(&name)?.iter().map(|x| x + c.norm_weight_offset).collect();
+            data = bytemuck::cast_slice(&v).to_vec();
+            dtype = DType::F32;
+        }
+        if c.arch == Arch::Llama && t.rows > 1 {
+            if name.ends_with("attn_q.weight") {
+                data = permute_rows(&data, t.rows, c.n_head)?;
+            } else if name.ends_with("attn_k.weight") {
+                data = permute_rows(&data, t.rows, c.n_head_kv)?;
+            }
+        }
+        if let Some(q) = quantize {
+            let matrix = t.rows > 1 && !is_norm && !name.starts_with("position_embd");
+            if matrix && !dtype.is_quantized() && t.cols % q.block_elems() == 0 {
+                let src = crate::model::source::RawTensor { dtype, rows: t.rows, cols: t.cols, data: data.into() };
+                let vals = src.to_f32(&name)?;
+                let rb = q.row_bytes(t.cols)?;
+                let mut qd = vec![0u8; rb * t.rows];
+                for (s, d) in vals.chunks(t.cols).zip(qd.chunks_mut(rb)) {
+                    crate::cpu::quant::quantize_row(q, s, d)?;
+                }
+                data = qd;
+                dtype = q;
+            }
+        }
+        let dims: Vec<u64> = if t.rows == 1 { vec![t.cols as u64] } else { vec![t.cols as u64, t.rows as u64] };
+        w.add_tensor(&name, &dims, dtype, data)?;
+    }
+    Ok(w)
+}
+
+/// llama.cpp's `permute` for llama q/k: within each head, rows of the two rope
+/// halves are interleaved so rotary pairs become adjacent.
+fn permute_rows(data: &[u8], rows: usize, n_head: usize) -> Result<Vec<u8>> {
+    if n_head == 0 || rows % (2 * n_head) != 0 {
+        return Err(Error::Shape(format!("cannot permute {rows} rows into {n_head} rope heads")));
+    }
+    let rb = data.len() / rows;
+    let hd = rows / n_head;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..n_head {
+        for i in 0..hd / 2 {
+            for j in 0..2 {
+                let dst = h * hd + i * 2 + j;
+                let src = h * hd + j * (hd / 2) + i;
+                out[dst * rb..(dst + 1) * rb].copy_from_slice(&data[src * rb..(src + 1) * rb]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
+    let a = c.arch.gguf_name();
+    let u = |v: usize| GgufValue::U32(v as u32);
+    w.add("general.architecture", GgufValue::String(a.into()));
+    w.add("general.name", GgufValue::String(origin.into()));
+    w.add(&format!("{a}.block_count"), u(c.n_layer));
+    w.add(&format!("{a}.context_length"), u(c.n_ctx));
+    w.add(&format!("{a}.embedding_length"), u(c.n_embd));
+    w.add(&format!("{a}.feed_forward_length"), u(c.n_ff));
+    w.add(&format!("{a}.attention.head_count"), u(c.n_head));
+    w.add(&format!("{a}.attention.head_count_kv"), u(c.n_head_kv));
+    w.add(&format!("{a}.attention.key_length"), u(c.head_dim));
+    w.add(&format!("{a}.attention.value_length"), u(c.head_dim));
+    w.add(&format!("{a}.vocab_size"), u(c.vocab));
+    let eps_key = match c.norm {
+        crate::model::config::NormKind::Layer => "attention.layer_norm_epsilon",
+        crate::model::config::NormKind::Rms => "attention.layer_norm_rms_epsilon",
+    };
+    w.add(&format!("{a}.{eps_key}"), GgufValue::F32(c.norm_eps));
+    if let Some(r) = c.rope {
+        w.add(&format!("{a}.rope.dimension_count"), u(r.rot_dim));
+        let global = c.layers.iter().find(|l| l.window == 0).unwrap_or(&c.layers[0]);
+        w.add(&format!("{a}.rope.freq_base"), GgufValue::F32(global.rope_base));
+    }
+    if c.arch == Arch::Gemma3 {
+        let window = c.layers.iter().map(|l| l.window).max().unwrap_or(0);
+        w.add(&format!("{a}.attention.sliding_window"), u(window));
+        let pattern = c.layers.iter().map(|l| GgufValue::Bool(l.window > 0)).collect();
+        w.add(&format!("{a}.attention.sliding_window_pattern"), GgufValue::Array(pattern));
+        if let Some(local) = c.layers.iter().find(|l| l.window > 0) {
+            w.add(&format!("{a}.rope.freq_base_swa"), GgufValue::F32(local.rope_base));
+        }
+        w.add(&format!("{a}.attention.scale"), GgufValue::F32(c.attn_scale));
+    }
+}

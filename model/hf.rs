@@ -1,0 +1,213 @@
+//! Hugging Face checkpoints: `config.json` + one or more `*.safetensors`
+//! shards, memory-mapped, with tensor names mapped to GGUF names.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::source::{RawTensor, TensorSource};
+use memmap2::Mmap;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+struct Shard {
+    path: PathBuf,
+    map: Mmap,
+    /// Start of the data section (8-byte length + JSON header).
+    data_start: usize,
+}
+
+struct Entry {
+    shard: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    range: (usize, usize),
+    /// GPT-2 `Conv1D` stores `[in, out]`; matmul wants `[out, in]`.
+    transpose: bool,
+}
+
+/// A Hugging Face model directory.
+pub struct HfCheckpoint {
+    dir: PathBuf,
+    pub config: ModelConfig,
+    shards: Vec<Shard>,
+    tensors: HashMap<String, Entry>,
+}
+
+impl HfCheckpoint {
+    pub fn open(dir: &Path) -> Result<HfCheckpoint> {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        let config = ModelConfig::from_hf_json(&text, &cfg_path.display().to_string())?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::Safetensors {
+                path: dir.to_path_buf(),
+                msg: "no *.safetensors files in the directory".into(),
+            });
+        }
+        let mut shards = Vec::new();
+        let mut tensors = HashMap::new();
+        for path in files {
+            let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            // SAFETY: the map is read-only; a file truncated underneath us is the
+            // same hazard every mmap-based loader accepts.
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+            let bad = |msg: String| Error::Safetensors { path: path.clone(), msg };
+            let (header_len, meta) =
+                safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
+            let data_start = 8 + header_len;
+            for (name, info) in meta.tensors() {
+                let dtype = match info.dtype {
+                    safetensors::Dtype::F32 => DType::F32,
+                    safetensors::Dtype::F16 => DType::F16,
+                    safetensors::Dtype::BF16 => DType::BF16,
+                    other => return Err(bad(format!("tensor '{name}' has unsupported dtype {other:?}"))),
+                };
+                let Some((gguf_name, transpose)) = gguf_name(config.arch, &name) else {
+                    continue;
+                };
+                if info.shape.len() > 2 || (transpose && info.shape.len() != 2) {
+                    return Err(bad(format!("tensor '{name}' has unexpected shape {:?}", info.shape)));
+                }
+                tensors.insert(
+                    gguf_name,
+                    Entry { shard: shards.len(), dtype, shape: info.shape.clone(), range: info.data_offsets, transpose },
+                );
+            }
+            shards.push(Shard { path, map, data_start });
+        }
+        Ok(HfCheckpoint { dir: dir.to_path_buf(), config, shards, tensors })
+    }
+}
+
+impl TensorSource for HfCheckpoint {
+    fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+        let Some(e) = self.tensors.get(name) else { return Ok(None) };
+        let shard = &self.shards[e.shard];
+        let bytes = shard
+            .map
+            .get(shard.data_start + e.range.0..shard.data_start + e.range.1)
+            .ok_or_else(|| Error::Safetensors {
+                path: shard.path.clone(),
+                msg: format!("tensor for '{name}' lies outside the file"),
+            })?;
+        let (rows, cols) = match e.shape.as_slice() {
+            [] => (1, 1),
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            _ => unreachable!("shapes were checked at open"),
+        };
+        if !e.transpose {
+            return Ok(Some(RawTensor { dtype: e.dtype, rows, cols, data: Cow::Borrowed(bytes) }));
+        }
+        let es = e.dtype.block_bytes();
+        let mut out = vec![0u8; bytes.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                let src = (r * cols + c) * es;
+                let dst = (c * rows + r) * es;
+                out[dst..dst + es].copy_from_slice(&bytes[src..src + es]);
+            }
+        }
+        Ok(Some(RawTensor { dtype: e.dtype, rows: cols, cols: rows, data: Cow::Owned(out) }))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.tensors.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    fn origin(&self) -> String {
+        self.dir.display().to_string()
+    }
+}
+
+/// Map a Hugging Face tensor name to its GGUF name, and whether it must be
+/// transposed. `None` for tensors vkllm does not use (rotary caches, ...).
+pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
+    if arch == Arch::Gpt2 {
+        // Conv1D weights (every 2-D layer weight except norms) are stored transposed.
+        return gpt2_name(hf.strip_prefix("transformer.").unwrap_or(hf)).map(|n| {
+            let conv1d = n.starts_with("blk.") && n.ends_with(".weight") && !n.contains("norm");
+            (n, conv1d)
+        });
+    }
+    let hf = hf.strip_prefix("language_model.").unwrap_or(hf);
+    let simple = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(s) = simple {
+        return Some((s.to_string(), false));
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, leaf) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let gemma = arch == Arch::Gemma3;
+    let name = match leaf {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" if gemma => "attn_post_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+        "post_feedforward_layernorm.weight" => "ffn_post_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "self_attn.qkv_proj.weight" => "attn_qkv.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.gate_up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return None,
+    };
+    Some((format!("blk.{layer}.{name}"), false))
+}
+
+fn gpt2_name(hf: &str) -> Option<String> {
+    let simple = match hf {
+        "wte.weight" => Some("token_embd.weight"),
+        "wpe.weight" => Some("position_embd.weight"),
+        "ln_f.weight" => Some("output_norm.weight"),
+        "ln_f.bias" => Some("output_norm.bias"),
+        _ => None,
+    };
+    if let Some(s) = simple {
+        return Some(s.to_string());
+    }
+    let rest = hf.strip_prefix("h.")?;
+    let (layer, leaf) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let name = match leaf {
+        "ln_1.weight" => "attn_norm.weight",
+        "ln_1.bias" => "attn_norm.bias",
+        "attn.c_attn.weight" => "attn_qkv.weight",
+        "attn.c_attn.bias" => "attn_qkv.bias",
+        "attn.c_proj.weight" => "attn_output.weight",
+        "attn.c_proj.bias" => "attn_output.bias",
+        "ln_2.weight" => "ffn_norm.weight",
+        "ln_2.bias" => "ffn_norm.bias",
+        "mlp.c_fc.weight" => "ffn_up.weight",
+        "mlp.c_fc.bias" => "ffn_up.bias",
+        "mlp.c_proj.weight" => "ffn_down.weight",
+        "mlp.c_proj.bias" => "ffn_down.bias",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{name}"))
+}

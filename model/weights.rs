@@ -1,0 +1,271 @@
+//! Uploads a model's tensors to a backend in the shape the runner wants:
+//! fused projections split, norm weights as f32 (with Gemma's `1 + w`),
+//! optional load-time quantization of float weights.
+
+use crate::backend::{Buffer, ComputeBackend, Weight};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::config::{ModelConfig, NormKind};
+use crate::model::source::{RawTensor, TensorSource};
+use std::borrow::Cow;
+
+/// A norm: weight and, for LayerNorm, bias (f32 vectors on the device).
+#[derive(Clone, Copy, Debug)]
+pub struct Norm {
+    pub w: Buffer,
+    pub b: Option<Buffer>,
+}
+
+/// A projection and its optional bias.
+#[derive(Clone, Copy, Debug)]
+pub struct Linear {
+    pub w: Weight,
+    pub b: Option<Buffer>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: Norm,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub q_norm: Option<Norm>,
+    pub k_norm: Option<Norm>,
+    pub attn_post_norm: Option<Norm>,
+    pub ffn_norm: Norm,
+    pub gate: Option<Linear>,
+    pub up: Linear,
+    pub down: Linear,
+    pub ffn_post_norm: Option<Norm>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelWeights {
+    pub tok_embd: Weight,
+    pub pos_embd: Option<Weight>,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Norm,
+    /// The LM head; the token embedding itself when tied.
+    pub output: Weight,
+    /// Total bytes of every uploaded weight (for roofline figures).
+    pub bytes: usize,
+}
+
+/// Load options that change what ends up on the device.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WeightOptions {
+    /// Quantize float matrices (F32/F16/BF16) to this type at load.
+    pub quantize: Option<DType>,
+}
+
+struct Loader<'a> {
+    src: &'a dyn TensorSource,
+    be: &'a mut dyn ComputeBackend,
+    cfg: &'a ModelConfig,
+    opts: WeightOptions,
+    bytes: usize,
+}
+
+impl<'a> Loader<'a> {
+    fn missing(&self, name: &str) -> Error {
+        Error::Tensor {
+            name: name.to_string(),
+            msg: format!("missing from {} (needed by {:?})", self.src.origin(), self.cfg.arch),
+        }
+    }
+
+    fn raw(&self, name: &str) -> Result<Option<RawTensor<'a>>> {
+        self.src.tensor(name)
+    }
+
+    fn expect_shape(name: &str, t: &RawTensor, rows: usize, cols: usize) -> Result<()> {
+        if t.rows != rows || t.cols != cols {
+            return Err(Error::Tensor {
+                name: name.to_string(),
+                msg: format!("shape [{}, {}], expected [{rows}, {cols}]", t.rows, t.cols),
+            });
+        }
+        Ok(())
+    }
+
+    fn upload_vec(&mut self, v: &[f32]) -> Result<Buffer> {
+        let buf = self.be.alloc(v.len() * 4)?;
+        self.be.upload(&buf, 0, bytemuck::cast_slice(v))?;
+        self.bytes += v.len() * 4;
+        Ok(buf)
+    }
+
+    /// An f32 vector of `n` values; `offset` is added (Gemma's `1 + w`).
+    fn vector(&mut self, name: &str, n: usize, offset: f32) -> Result<Option<Buffer>> {
+        let Some(t) = self.raw(name)? else { return Ok(None) };
+        if t.rows * t.cols != n {
+            return Err(Error::Tensor { name: name.into(), msg: format!("{} values, expected {n}", t.rows * t.cols) });
+        }
+        let mut v = t.to_f32(name)?;
+        v.iter_mut().for_each(|x| *x += offset);
+        self.upload_vec(&v).map(Some)
+    }
+
+    fn norm(&mut self, prefix: &str, n: usize) -> Result<Option<Norm>> {
+        let offset = self.cfg.norm_weight_offset;
+        let Some(w) = self.vector(&format!("{prefix}.weight"), n, offset)? else { return Ok(None) };
+        let b = match self.cfg.norm {
+            NormKind::Layer => Some(
+                self.vector(&format!("{prefix}.bias"), n, 0.0)?
+                    .ok_or_else(|| self.missing(&format!("{prefix}.bias")))?,
+            ),
+            NormKind::Rms => None,
+        };
+        Ok(Some(Norm { w, b }))
+    }
+
+    fn need_norm(&mut self, prefix: &str, n: usize) -> Result<Norm> {
+        self.norm(prefix, n)?.ok_or_else(|| self.missing(&format!("{prefix}.weight")))
+    }
+
+    fn matrix(&mut self, name: &str, t: RawTensor) -> Result<Weight> {
+        let (dtype, data): (DType, Cow<[u8]>) = match self.opts.quantize {
+            Some(q) if !t.dtype.is_quantized() && t.cols % q.block_elems() == 0 => {
+                let vals = t.to_f32(name)?;
+                let row_bytes = q.row_bytes(t.cols)?;
+                let mut out = vec![0u8; row_bytes * t.rows];
+                for (src, dst) in vals.chunks(t.cols).zip(out.chunks_mut(row_bytes)) {
+                    crate::cpu::quant::quantize_row(q, src, dst)?;
+                }
+                (q, Cow::Owned(out))
+            }
+            _ => (t.dtype, t.data),
+        };
+        self.bytes += data.len();
+        self.be.upload_weight(dtype, t.rows, t.cols, &data).map_err(|e| Error::Tensor {
+            name: name.to_string(),
+            msg: format!("upload failed: {e}"),
+        })
+    }
+
+    fn linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Option<Linear>> {
+        let wname = format!("{prefix}.weight");
+        let Some(t) = self.raw(&wname)? else { return Ok(None) };
+        Self::expect_shape(&wname, &t, rows, cols)?;
+        let w = self.matrix(&wname, t)?;
+        let b = self.vector(&format!("{prefix}.bias"), rows, 0.0)?;
+        Ok(Some(Linear { w, b }))
+    }
+
+    fn need_linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Linear> {
+        self.linear(prefix, rows, cols)?.ok_or_else(|| self.missing(&format!("{prefix}.weight")))
+    }
+
+    /// Split a fused `[sum(parts), cols]` projection (Phi-3 qkv / gate_up, GPT-2
+    /// c_attn) into consecutive row blocks; row bytes are contiguous for every dtype.
+    fn split(&mut self, prefix: &str, parts: &[usize], cols: usize) -> Result<Option<Vec<Linear>>> {
+        let wname = format!("{prefix}.weight");
+        let Some(t) = self.raw(&wname)? else { return Ok(None) };
+        let total: usize = parts.iter().sum();
+        Self::expect_shape(&wname, &t, total, cols)?;
+        let bias = match self.raw(&format!("{prefix}.bias"))? {
+            Some(b) => Some(b.to_f32(&format!("{prefix}.bias"))?),
+            None => None,
+        };
+        if bias.as_ref().is_some_and(|b| b.len() != total) {
+            return Err(Error::Tensor { name: format!("{prefix}.bias"), msg: format!("expected {total} values") });
+        }
+        let row_bytes = t.dtype.row_bytes(cols)?;
+        let mut out = Vec::new();
+        let mut start = 0;
+        for &rows in parts {
+            let part = RawTensor {
+                dtype: t.dtype,
+                rows,
+                cols,
+                data: Cow::Owned(t.data[start * row_bytes..(start + rows) * row_bytes].to_vec()),
+            };
+            let w = self.matrix(&wname, part)?;
+            let b = match &bias {
+                Some(b) => Some(self.upload_vec(&b[start..start + rows])?),
+                None => None,
+            };
+            out.push(Linear { w, b });
+            start += rows;
+        }
+        Ok(Some(out))
+    }
+
+    fn layer(&mut self, i: usize) -> Result<LayerWeights> {
+        let c = self.cfg;
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (e, qd, kvd, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
+        let attn_norm = self.need_norm(&p("attn_norm"), e)?;
+        let (q, k, v) = match self.split(&p("attn_qkv"), &[qd, kvd, kvd], e)? {
+            Some(qkv) => (qkv[0], qkv[1], qkv[2]),
+            None => (
+                self.need_linear(&p("attn_q"), qd, e)?,
+                self.need_linear(&p("attn_k"), kvd, e)?,
+                self.need_linear(&p("attn_v"), kvd, e)?,
+            ),
+        };
+        let o = self.need_linear(&p("attn_output"), e, qd)?;
+        let (q_norm, k_norm) = if c.qk_norm {
+            (Some(self.need_norm(&p("attn_q_norm"), c.head_dim)?), Some(self.need_norm(&p("attn_k_norm"), c.head_dim)?))
+        } else {
+            (None, None)
+        };
+        let attn_post_norm = if c.post_norms { Some(self.need_norm(&p("attn_post_norm"), e)?) } else { None };
+        let ffn_norm = self.need_norm(&p("ffn_norm"), e)?;
+        let (gate, up) = if !c.gated_ffn {
+            (None, self.need_linear(&p("ffn_up"), ff, e)?)
+        } else if let Some(g) = self.linear(&p("ffn_gate"), ff, e)? {
+            (Some(g), self.need_linear(&p("ffn_up"), ff, e)?)
+        } else {
+            let gu = self.split(&p("ffn_up"), &[ff, ff], e)?.ok_or_else(|| self.missing(&p("ffn_gate.weight")))?;
+            (Some(gu[0]), gu[1])
+        };
+        let down = self.need_linear(&p("ffn_down"), e, ff)?;
+        let ffn_post_norm = if c.post_norms { Some(self.need_norm(&p("ffn_post_norm"), e)?) } else { None };
+        Ok(LayerWeights { attn_norm, q, k, v, o, q_norm, k_norm, attn_post_norm, ffn_norm, gate, up, down, ffn_post_norm })
+    }
+}
+
+impl ModelWeights {
+    /// Upload every weight `cfg` needs from `src`; `progress(done, total)` after each layer.
+    pub fn load(
+        cfg: &ModelConfig,
+        src: &dyn TensorSource,
+        be: &mut dyn ComputeBackend,
+        opts: WeightOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<ModelWeights> {
+        let mut l = Loader { src, be, cfg, opts, bytes: 0 };
+        let total = cfg.n_layer + 2;
+        let embd = l.raw("token_embd.weight")?.ok_or_else(|| l.missing("token_embd.weight"))?;
+        Loader::expect_shape("token_embd.weight", &embd, cfg.vocab, cfg.n_embd)?;
+        // Embeddings stay in their stored type: the gather dequantizes rows.
+        l.bytes += embd.data.len();
+        let tok_embd = l.be.upload_weight(embd.dtype, embd.rows, embd.cols, &embd.data)?;
+        let pos_embd = match l.raw("position_embd.weight")? {
+            Some(t) if cfg.learned_pos => {
+                if t.cols != cfg.n_embd {
+                    return Err(Error::Tensor { name: "position_embd.weight".into(), msg: format!("{} columns, expected {}", t.cols, cfg.n_embd) });
+                }
+                l.bytes += t.data.len();
+                Some(l.be.upload_weight(t.dtype, t.rows, t.cols, &t.data)?)
+            }
+            None if cfg.learned_pos => return Err(l.missing("position_embd.weight")),
+            _ => None,
+        };
+        progress(1, total);
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            layers.push(l.layer(i)?);
+            progress(i + 2, total);
+        }
+        let output_norm = l.need_norm("output_norm", cfg.n_embd)?;
+        let output = match l.linear("output", cfg.vocab, cfg.n_embd)? {
+            Some(lin) => lin.w,
+            None => tok_embd,
+        };
+        progress(total, total);
+        Ok(ModelWeights { tok_embd, pos_embd, layers, output_norm, output, bytes: l.bytes })
+    }
+}

@@ -1,0 +1,66 @@
+//! End to end on the real SmolLM2-135M-Instruct Q4_1: Hugging Face's float32
+//! greedy tokens and top-10 logits, on every backend.
+
+mod common;
+
+use serde_json::Value;
+use vkllm::model::{LoadOptions, Model};
+
+struct Ref {
+    prompt_ids: Vec<u32>,
+    greedy: Vec<u32>,
+    top10_ids: Vec<u32>,
+    top10_logits: Vec<f32>,
+}
+
+fn refs() -> Vec<Ref> {
+    let path = common::reference_dir().join("smollm2_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let ids = |x: &Value| -> Vec<u32> { x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+    v["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| Ref {
+            prompt_ids: ids(&r["prompt_ids"]),
+            greedy: ids(&r["greedy_32"]),
+            top10_ids: ids(&r["last_top10_ids"]),
+            top10_logits: r["last_top10_logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect(),
+        })
+        .collect()
+}
+
+fn top10(logits: &[f32]) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    idx.truncate(10);
+    idx
+}
+
+#[test]
+fn smollm2_matches_transformers_on_every_backend() {
+    let path = common::smollm2();
+    let refs = refs();
+    assert_eq!(refs.len(), 4);
+    for (name, be) in common::backends() {
+        let opts = LoadOptions { context: Some(256), ..Default::default() };
+        let mut model = Model::load(be, &path, &opts, &mut |_, _| {}).unwrap();
+        for (i, r) in refs.iter().enumerate() {
+            model.reset();
+            let logits = model.logits(&r.prompt_ids).unwrap();
+            assert_eq!(top10(&logits), r.top10_ids, "{name}: prompt {i} top-10 ids");
+            for (id, want) in r.top10_ids.iter().zip(&r.top10_logits) {
+                let got = logits[*id as usize];
+                // Quantized weights are exact; f32 summation order differs from PyTorch.
+                assert!((got - want).abs() < 1e-2, "{name}: prompt {i} logit {id}: {got} vs {want}");
+            }
+            let mut tokens = vec![top10(&logits)[0]];
+            while tokens.len() < r.greedy.len() {
+                let next = model.next_token(&tokens[tokens.len() - 1..]).unwrap();
+                tokens.push(next);
+            }
+            assert_eq!(tokens, r.greedy, "{name}: prompt {i} greedy_32");
+        }
+    }
+}
