@@ -1,1 +1,3 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
+
+pub mod gguf;
