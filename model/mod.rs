@@ -2,6 +2,8 @@
 
 pub mod config;
 pub mod convert;
+pub mod gguf;
+pub mod gguf_write;
 pub mod hf;
 pub mod runner;
 pub mod source;
