@@ -1,3 +1,4 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
 
 pub mod gguf;
+pub mod gguf_write;
