@@ -571,12 +571,14 @@ impl Parsed {
             tensors.push(info);
         }
 
-        let data_offset = align_up(c.pos as u64, alignment as u64).ok_or_else(|| {
-            format!(
-                "data section offset overflows aligning {} to {alignment}",
-                c.pos
-            )
-        })?;
+        let data_offset = (c.pos as u64)
+            .checked_next_multiple_of(alignment as u64)
+            .ok_or_else(|| {
+                format!(
+                    "data section offset overflows aligning {} to {alignment}",
+                    c.pos
+                )
+            })?;
         let file_len = buf.len() as u64;
         for t in &mut tensors {
             let start = data_offset.checked_add(t.offset);
@@ -621,10 +623,6 @@ fn parse_alignment(v: &GgufValue) -> ParseResult<usize> {
         ));
     }
     usize::try_from(a).map_err(|_| format!("general.alignment {a} does not fit in memory"))
-}
-
-fn align_up(x: u64, align: u64) -> Option<u64> {
-    x.checked_next_multiple_of(align)
 }
 
 /// Tensors must not share bytes (a corrupt file could alias one tensor's data as another's).
