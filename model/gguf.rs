@@ -42,6 +42,10 @@ pub(crate) const TYPE_F64: u32 = 12;
 const MIN_KV_BYTES: usize = 13;
 /// A tensor info: name length (8) + n_dims (4) + one dim (8) + type (4) + offset (8).
 const MIN_TENSOR_INFO_BYTES: usize = 32;
+/// Most items reserved up front for a counted list. Counts are already bounded
+/// by the bytes left, but a parsed item can be larger in memory than in the
+/// file, so a lying count must not reserve more than this; real lists grow.
+const MAX_PREALLOC: usize = 1 << 16;
 
 /// One metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -499,7 +503,10 @@ impl Parsed {
         let mut c = Cursor { buf, pos: 0 };
         let magic: [u8; 4] = c.array().map_err(|e| format!("magic: {e}"))?;
         if magic != GGUF_MAGIC {
-            return Err(format!("bad magic {magic:02x?}, expected \"GGUF\""));
+            return Err(format!(
+                "bad magic \"{}\", expected \"GGUF\"",
+                magic.escape_ascii()
+            ));
         }
         let version = c.u32().map_err(|e| format!("version: {e}"))?;
         if version != 2 && version != 3 {
@@ -510,12 +517,20 @@ impl Parsed {
             };
             return Err(format!("unsupported GGUF version {version}{hint}"));
         }
+        let n_tensors_at = c.pos;
         let n_tensors = c.u64().map_err(|e| format!("tensor count: {e}"))?;
+        let n_kv_at = c.pos;
         let n_kv = c.u64().map_err(|e| format!("metadata count: {e}"))?;
 
-        let n_kv = c.bounded_count(n_kv, MIN_KV_BYTES, "metadata count", "metadata entries")?;
-        let mut metadata = Vec::with_capacity(n_kv);
-        let mut key_index = HashMap::with_capacity(n_kv);
+        let n_kv = c.bounded_count(
+            n_kv,
+            n_kv_at,
+            MIN_KV_BYTES,
+            "metadata count",
+            "metadata entries",
+        )?;
+        let mut metadata = Vec::with_capacity(n_kv.min(MAX_PREALLOC));
+        let mut key_index = HashMap::with_capacity(n_kv.min(MAX_PREALLOC));
         for i in 0..n_kv {
             let key = c
                 .string()
@@ -536,12 +551,13 @@ impl Parsed {
 
         let n_tensors = c.bounded_count(
             n_tensors,
+            n_tensors_at,
             MIN_TENSOR_INFO_BYTES,
             "tensor count",
             "tensor infos",
         )?;
-        let mut tensors = Vec::with_capacity(n_tensors);
-        let mut tensor_index = HashMap::with_capacity(n_tensors);
+        let mut tensors = Vec::with_capacity(n_tensors.min(MAX_PREALLOC));
+        let mut tensor_index = HashMap::with_capacity(n_tensors.min(MAX_PREALLOC));
         for i in 0..n_tensors {
             let name = c
                 .string()
@@ -555,12 +571,14 @@ impl Parsed {
             tensors.push(info);
         }
 
-        let data_offset = align_up(c.pos as u64, alignment as u64).ok_or_else(|| {
-            format!(
-                "data section offset overflows aligning {} to {alignment}",
-                c.pos
-            )
-        })?;
+        let data_offset = (c.pos as u64)
+            .checked_next_multiple_of(alignment as u64)
+            .ok_or_else(|| {
+                format!(
+                    "data section offset overflows aligning {} to {alignment}",
+                    c.pos
+                )
+            })?;
         let file_len = buf.len() as u64;
         for t in &mut tensors {
             let start = data_offset.checked_add(t.offset);
@@ -605,10 +623,6 @@ fn parse_alignment(v: &GgufValue) -> ParseResult<usize> {
         ));
     }
     usize::try_from(a).map_err(|_| format!("general.alignment {a} does not fit in memory"))
-}
-
-fn align_up(x: u64, align: u64) -> Option<u64> {
-    x.checked_next_multiple_of(align)
 }
 
 /// Tensors must not share bytes (a corrupt file could alias one tensor's data as another's).
@@ -676,10 +690,12 @@ impl<'a> Cursor<'a> {
         self.array().map(u64::from_le_bytes)
     }
 
-    /// `count` items of at least `min_bytes` each must fit in what remains.
+    /// `count` (read at byte `at`) items of at least `min_bytes` each must
+    /// fit in what remains.
     fn bounded_count(
         &self,
         count: u64,
+        at: usize,
         min_bytes: usize,
         what: &str,
         items: &str,
@@ -688,8 +704,7 @@ impl<'a> Cursor<'a> {
         match usize::try_from(count) {
             Ok(n) if n <= max => Ok(n),
             _ => Err(format!(
-                "{what} {count} at byte {} is impossible: the {} remaining bytes hold at most {max} {items}",
-                self.pos,
+                "{what} {count} at byte {at} is impossible: the {} remaining bytes hold at most {max} {items}",
                 self.remaining()
             )),
         }
@@ -744,9 +759,10 @@ impl<'a> Cursor<'a> {
         let ty = self.u32()?;
         let min = min_value_bytes(ty)
             .ok_or_else(|| format!("array at byte {at} has unknown value type {ty}"))?;
+        let count_at = self.pos;
         let count = self.u64()?;
-        let n = self.bounded_count(count, min, "array length", "elements")?;
-        let mut items = Vec::with_capacity(n);
+        let n = self.bounded_count(count, count_at, min, "array length", "elements")?;
+        let mut items = Vec::with_capacity(n.min(MAX_PREALLOC));
         for _ in 0..n {
             items.push(self.value(ty, depth)?);
         }
