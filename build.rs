@@ -50,7 +50,10 @@ fn main() {
     for path in &sources {
         println!("cargo:rerun-if-changed={}", path.display());
     }
-    for path in sources.iter().filter(|p| p.extension().is_some_and(|e| e == "comp")) {
+    for path in sources
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "comp"))
+    {
         let src = fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         if (src.contains("#extension GL_KHR_cooperative_matrix") && !coopmat)
@@ -86,7 +89,12 @@ fn main() {
     writeln!(rs, "/// `(name, SPIR-V bytes)` of every compiled shader.").unwrap();
     writeln!(rs, "pub const SHADERS: &[(&str, &[u8])] = &[").unwrap();
     for (name, spv) in &entries {
-        writeln!(rs, "    ({name:?}, include_bytes!({:?})),", spv.display().to_string()).unwrap();
+        writeln!(
+            rs,
+            "    ({name:?}, include_bytes!({:?})),",
+            spv.display().to_string()
+        )
+        .unwrap();
     }
     writeln!(rs, "];").unwrap();
     fs::write(out_dir.join("shaders.rs"), rs).unwrap();

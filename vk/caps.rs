@@ -52,7 +52,9 @@ impl Caps {
             subgroup_arithmetic: subgroup
                 .supported_operations
                 .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC)
-                && subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE),
+                && subgroup
+                    .supported_stages
+                    .contains(vk::ShaderStageFlags::COMPUTE),
             fp16: f12.shader_float16 == vk::TRUE,
             int8: f12.shader_int8 == vk::TRUE,
             storage16: f11.storage_buffer16_bit_access == vk::TRUE,

@@ -45,14 +45,15 @@ impl Device {
         require(&info)?;
         let physical = pds[chosen];
         // SAFETY: valid physical device.
-        let families =
-            unsafe { inst.instance.get_physical_device_queue_family_properties(physical) };
+        let families = unsafe {
+            inst.instance
+                .get_physical_device_queue_family_properties(physical)
+        };
         let queue_family = families
             .iter()
             .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
-            .ok_or_else(|| {
-                Error::Vulkan(format!("device {} has no compute queue", info.name))
-            })? as u32;
+            .ok_or_else(|| Error::Vulkan(format!("device {} has no compute queue", info.name)))?
+            as u32;
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)

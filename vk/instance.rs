@@ -56,8 +56,8 @@ impl Instance {
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
         // SAFETY: `info` and everything it points to outlive the call.
-        let instance =
-            unsafe { entry.create_instance(&info, None) }.map_err(vk_err("creating the instance"))?;
+        let instance = unsafe { entry.create_instance(&info, None) }
+            .map_err(vk_err("creating the instance"))?;
         let mut inst = Instance {
             entry,
             instance,
@@ -104,7 +104,9 @@ impl Instance {
             return Ok(());
         }
         let all = std::mem::take(&mut *guard).join("; ");
-        Err(Error::Vulkan(format!("the validation layer reported: {all}")))
+        Err(Error::Vulkan(format!(
+            "the validation layer reported: {all}"
+        )))
     }
 }
 

@@ -15,7 +15,13 @@ struct Repack {
 }
 
 fn repack_of(dtype: DType) -> Option<Repack> {
-    let r = |split, shift, padded| Some(Repack { split, shift, padded });
+    let r = |split, shift, padded| {
+        Some(Repack {
+            split,
+            shift,
+            padded,
+        })
+    };
     match dtype {
         DType::Q8_0 => r(2, 2, 36),
         DType::Q4_0 => r(2, 2, 20),

@@ -151,20 +151,30 @@ impl Memory {
     }
 
     pub fn get(&self, id: u32) -> Result<&DeviceBuffer> {
-        self.buffers
-            .get(&id)
-            .ok_or_else(|| Error::Vulkan(format!("buffer {id} does not exist (freed, or from another backend)")))
+        self.buffers.get(&id).ok_or_else(|| {
+            Error::Vulkan(format!(
+                "buffer {id} does not exist (freed, or from another backend)"
+            ))
+        })
     }
 
     /// The upload (`download == false`) or download staging buffer, holding
     /// at least `min(want, STAGING_CAP)` bytes.
     pub fn staging(&mut self, want: u64, download: bool) -> Result<&mut DeviceBuffer> {
         let want = want.clamp(4, STAGING_CAP);
-        let slot_size = if download { &self.download } else { &self.upload }
-            .as_ref()
-            .map(|b| b.size);
+        let slot_size = if download {
+            &self.download
+        } else {
+            &self.upload
+        }
+        .as_ref()
+        .map(|b| b.size);
         if !matches!(slot_size, Some(s) if s >= want) {
-            let old = if download { self.download.take() } else { self.upload.take() };
+            let old = if download {
+                self.download.take()
+            } else {
+                self.upload.take()
+            };
             if let Some(old) = old {
                 self.destroy(old);
             }
@@ -174,9 +184,17 @@ impl Memory {
                 (MemoryLocation::CpuToGpu, "the upload staging buffer")
             };
             let fresh = self.create(want, location, what)?;
-            *if download { &mut self.download } else { &mut self.upload } = Some(fresh);
+            *if download {
+                &mut self.download
+            } else {
+                &mut self.upload
+            } = Some(fresh);
         }
-        let slot = if download { &mut self.download } else { &mut self.upload };
+        let slot = if download {
+            &mut self.download
+        } else {
+            &mut self.upload
+        };
         slot.as_mut()
             .ok_or_else(|| Error::Vulkan("staging buffer missing".into()))
     }
@@ -187,7 +205,10 @@ impl Memory {
         for id in ids {
             self.free(id);
         }
-        for b in [self.upload.take(), self.download.take()].into_iter().flatten() {
+        for b in [self.upload.take(), self.download.take()]
+            .into_iter()
+            .flatten()
+        {
             self.destroy(b);
         }
         self.allocator = None;

@@ -22,9 +22,7 @@ pub use caps::{list_devices, Caps, DeviceInfo};
 pub use pipeline::{GLSLC_COOPMAT, GLSLC_INT_DOT};
 pub use recorder::PassStats;
 
-use crate::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight,
-};
+use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
@@ -63,9 +61,9 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
         Error::Vulkan(match r {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => format!("out of device memory while {what}"),
             vk::Result::ERROR_OUT_OF_HOST_MEMORY => format!("out of host memory while {what}"),
-            vk::Result::ERROR_DEVICE_LOST => format!(
-                "the device was lost while {what}; the backend must be reopened"
-            ),
+            vk::Result::ERROR_DEVICE_LOST => {
+                format!("the device was lost while {what}; the backend must be reopened")
+            }
             vk::Result::ERROR_INITIALIZATION_FAILED => {
                 format!("driver initialisation failed while {what}")
             }
@@ -201,23 +199,43 @@ impl VulkanBackend {
         }
     }
 
-    fn transfer(&mut self, buf: &Buffer, offset: usize, len: usize, op: &'static str) -> Result<()> {
+    fn transfer(
+        &mut self,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        op: &'static str,
+    ) -> Result<()> {
         if self.in_pass {
-            return Err(Error::op(op, "not allowed inside a pass (after begin_pass, before end_pass)"));
+            return Err(Error::op(
+                op,
+                "not allowed inside a pass (after begin_pass, before end_pass)",
+            ));
         }
         Self::check_range(op, buf, offset, len)?;
         self.mem.get(buf.id)?;
         Ok(())
     }
 
-    fn copy_chunk(&mut self, src: vk::Buffer, src_off: u64, dst: vk::Buffer, dst_off: u64, n: u64) -> Result<()> {
+    fn copy_chunk(
+        &mut self,
+        src: vk::Buffer,
+        src_off: u64,
+        dst: vk::Buffer,
+        dst_off: u64,
+        n: u64,
+    ) -> Result<()> {
         self.begin_recording()?;
         let region = [vk::BufferCopy::default()
             .src_offset(src_off)
             .dst_offset(dst_off)
             .size(n)];
         // SAFETY: recording command buffer; both ranges were bounds-checked.
-        unsafe { self.dev.device.cmd_copy_buffer(self.rec.cmd, src, dst, &region) };
+        unsafe {
+            self.dev
+                .device
+                .cmd_copy_buffer(self.rec.cmd, src, dst, &region)
+        };
         self.finish_recording()
     }
 }
@@ -246,7 +264,11 @@ impl ComputeBackend for VulkanBackend {
         if self.rec.is_recording() {
             self.rec.access(&[], &[id]);
             // SAFETY: recording command buffer, live buffer.
-            unsafe { self.dev.device.cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0) };
+            unsafe {
+                self.dev
+                    .device
+                    .cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0)
+            };
         } else {
             self.pending_fills.push(id);
         }
@@ -311,7 +333,15 @@ impl ComputeBackend for VulkanBackend {
 
     fn begin_pass(&mut self) -> Result<()> {
         if self.in_pass {
-            return Err(Error::Vulkan("begin_pass called twice without end_pass".into()));
+            return Err(Error::Vulkan(
+                "begin_pass called twice without end_pass".into(),
+            ));
+        }
+        if !self.pending_fills.is_empty() {
+            // Zero new buffers in a submit of their own, so the pass (and its
+            // stats) holds only the work recorded into it.
+            self.begin_recording()?;
+            self.finish_recording()?;
         }
         self.begin_recording()?;
         self.in_pass = true;

@@ -49,10 +49,9 @@ fn spirv(name: &str) -> Result<Vec<u32>> {
 impl Pipelines {
     pub fn new(device: &ash::Device) -> Result<Pipelines> {
         // SAFETY: valid device; an empty cache.
-        let cache = unsafe {
-            device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
-        }
-        .map_err(vk_err("creating the pipeline cache"))?;
+        let cache =
+            unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                .map_err(vk_err("creating the pipeline cache"))?;
         Ok(Pipelines {
             device: device.clone(),
             cache,
@@ -168,7 +167,8 @@ impl Pipelines {
                 if l.layout != vk::PipelineLayout::null() {
                     self.device.destroy_pipeline_layout(l.layout, None);
                 }
-                self.device.destroy_descriptor_set_layout(l.set_layout, None);
+                self.device
+                    .destroy_descriptor_set_layout(l.set_layout, None);
             }
             self.device.destroy_pipeline_cache(self.cache, None);
         }

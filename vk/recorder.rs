@@ -84,7 +84,9 @@ impl Recorder {
     /// so the command and descriptor pools can be reset.
     pub fn begin(&mut self) -> Result<()> {
         if self.recording {
-            return Err(Error::Vulkan("a command buffer is already being recorded".into()));
+            return Err(Error::Vulkan(
+                "a command buffer is already being recorded".into(),
+            ));
         }
         // SAFETY: nothing recorded from these pools is pending on the GPU.
         unsafe {

@@ -14,12 +14,20 @@ struct Push {
 }
 
 impl VulkanBackend {
-    pub(in crate::vk) fn encode_argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
+    pub(in crate::vk) fn encode_argmax(
+        &mut self,
+        x: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        n: usize,
+    ) -> Result<()> {
         const OP: &str = "argmax";
         if n == 0 {
             return Err(Error::op(OP, "rows must have at least one value"));
         }
-        let total = rows.checked_mul(n).ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
+        let total = rows
+            .checked_mul(n)
+            .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
         check::fits(OP, "x", x, total)?;
         check::fits(OP, "out", out, rows)?;
         if rows == 0 {
@@ -30,6 +38,13 @@ impl VulkanBackend {
             n: u32_of(OP, "n", n)?,
         };
         let groups = self.split_groups(OP, push.rows)?;
-        self.dispatch(OP, "argmax", 0, &[read(x), write(out)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "argmax",
+            0,
+            &[read(x), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 }

@@ -33,17 +33,29 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "attention";
         if p.n_heads == 0 || p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
-            return Err(Error::op(OP, format!(
-                "n_heads {} must be a positive multiple of n_kv_heads {}",
-                p.n_heads, p.n_kv_heads
-            )));
+            return Err(Error::op(
+                OP,
+                format!(
+                    "n_heads {} must be a positive multiple of n_kv_heads {}",
+                    p.n_heads, p.n_kv_heads
+                ),
+            ));
         }
         if p.head_dim == 0 || p.head_dim > MAX_HEAD_DIM {
-            return Err(Error::op(OP, format!("head_dim {} must be in 1..={MAX_HEAD_DIM}", p.head_dim)));
+            return Err(Error::op(
+                OP,
+                format!("head_dim {} must be in 1..={MAX_HEAD_DIM}", p.head_dim),
+            ));
         }
         let overflow = || Error::op(OP, "shape overflows");
-        let q_elems = p.rows.checked_mul(p.n_heads * p.head_dim).ok_or_else(overflow)?;
-        let kv_elems = p.capacity.checked_mul(p.n_kv_heads * p.head_dim).ok_or_else(overflow)?;
+        let q_elems = p
+            .rows
+            .checked_mul(p.n_heads * p.head_dim)
+            .ok_or_else(overflow)?;
+        let kv_elems = p
+            .capacity
+            .checked_mul(p.n_kv_heads * p.head_dim)
+            .ok_or_else(overflow)?;
         check::fits(OP, "q", q, q_elems)?;
         check::fits(OP, "out", out, q_elems)?;
         check::fits(OP, "k_cache", k_cache, kv_elems)?;
@@ -63,13 +75,22 @@ impl VulkanBackend {
         };
         let max = self.caps().max_workgroup_count;
         if push.n_heads > max[0] || push.rows > max[1] {
-            return Err(Error::op(OP, "rows or heads exceed the device's workgroup limits"));
+            return Err(Error::op(
+                OP,
+                "rows or heads exceed the device's workgroup limits",
+            ));
         }
         self.dispatch(
             OP,
             "attention",
             0,
-            &[read(q), read(k_cache), read(v_cache), read(positions), write(out)],
+            &[
+                read(q),
+                read(k_cache),
+                read(v_cache),
+                read(positions),
+                write(out),
+            ],
             bytemuck::bytes_of(&push),
             [push.n_heads, push.rows, 1],
         )

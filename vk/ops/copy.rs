@@ -16,9 +16,12 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "copy";
         if src_offset % 4 != 0 || dst_offset % 4 != 0 || bytes % 4 != 0 {
-            return Err(Error::op(OP, format!(
+            return Err(Error::op(
+                OP,
+                format!(
                 "offsets and size must be multiples of 4 (got {src_offset}, {dst_offset}, {bytes})"
-            )));
+            ),
+            ));
         }
         Self::check_range(OP, src, src_offset, bytes)?;
         Self::check_range(OP, dst, dst_offset, bytes)?;

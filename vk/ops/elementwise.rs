@@ -59,7 +59,13 @@ impl VulkanBackend {
         self.dispatch(OP, "glu", 0, &binds, bytemuck::bytes_of(&push), groups)
     }
 
-    pub(in crate::vk) fn encode_add(&mut self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<()> {
+    pub(in crate::vk) fn encode_add(
+        &mut self,
+        a: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()> {
         const OP: &str = "add";
         check::fits(OP, "a", a, n)?;
         check::fits(OP, "b", b, n)?;
@@ -67,20 +73,45 @@ impl VulkanBackend {
         if n == 0 {
             return Ok(());
         }
-        let push = AddPush { n: u32_of(OP, "n", n)? };
+        let push = AddPush {
+            n: u32_of(OP, "n", n)?,
+        };
         let groups = self.stride_groups(n, WG);
-        self.dispatch(OP, "add", 0, &[read(a), read(b), write(out)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "add",
+            0,
+            &[read(a), read(b), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 
-    pub(in crate::vk) fn encode_scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
+    pub(in crate::vk) fn encode_scale(
+        &mut self,
+        x: &Buffer,
+        s: f32,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()> {
         const OP: &str = "scale";
         check::fits(OP, "x", x, n)?;
         check::fits(OP, "out", out, n)?;
         if n == 0 {
             return Ok(());
         }
-        let push = ScalePush { n: u32_of(OP, "n", n)?, s };
+        let push = ScalePush {
+            n: u32_of(OP, "n", n)?,
+            s,
+        };
         let groups = self.stride_groups(n, WG);
-        self.dispatch(OP, "scale", 0, &[read(x), write(out)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "scale",
+            0,
+            &[read(x), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 }

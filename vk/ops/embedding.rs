@@ -25,7 +25,9 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "embedding";
         check::fits(OP, "ids", ids, rows)?;
-        let n = rows.checked_mul(table.cols).ok_or_else(|| Error::op(OP, "rows * cols overflows"))?;
+        let n = rows
+            .checked_mul(table.cols)
+            .ok_or_else(|| Error::op(OP, "rows * cols overflows"))?;
         check::fits(OP, "out", out, n)?;
         u32_of(OP, "table elements", table.rows.saturating_mul(table.cols))?;
         if rows == 0 || table.cols == 0 {
@@ -38,6 +40,13 @@ impl VulkanBackend {
         };
         let groups = self.split_groups(OP, push.rows)?;
         let kernel = format!("embedding.{}", table.dtype.name());
-        self.dispatch(OP, &kernel, 0, &[read(&table.buf), read(ids), write(out)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            &kernel,
+            0,
+            &[read(&table.buf), read(ids), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 }

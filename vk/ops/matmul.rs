@@ -39,8 +39,12 @@ impl VulkanBackend {
             return Ok(());
         }
         u32_of(OP, "weight elements", n.saturating_mul(k))?;
-        let mk = m.checked_mul(k).ok_or_else(|| Error::op(OP, "m * k overflows"))?;
-        let mn = m.checked_mul(n).ok_or_else(|| Error::op(OP, "m * n overflows"))?;
+        let mk = m
+            .checked_mul(k)
+            .ok_or_else(|| Error::op(OP, "m * k overflows"))?;
+        let mn = m
+            .checked_mul(n)
+            .ok_or_else(|| Error::op(OP, "m * n overflows"))?;
         check::fits(OP, "x", x, mk)?;
         check::fits(OP, "y", y, mn)?;
         if let Some(b) = bias {
@@ -68,7 +72,10 @@ impl VulkanBackend {
             ];
             let max = self.caps().max_workgroup_count;
             if groups[0] > max[0] || groups[1] > max[1] {
-                return Err(Error::op(OP, format!("{m} x {n} output exceeds the device's workgroup limits")));
+                return Err(Error::op(
+                    OP,
+                    format!("{m} x {n} output exceeds the device's workgroup limits"),
+                ));
             }
             let kernel = format!("mul_mat.{}", w.dtype.name());
             self.dispatch(OP, &kernel, 0, &binds, bytemuck::bytes_of(&push), groups)

@@ -33,7 +33,12 @@ pub(super) fn write(buf: &Buffer) -> Bind<'_> {
 
 /// `v` as a u32 shader parameter, or an error naming the op.
 pub(super) fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::op(op, format!("{what} = {v} exceeds the u32 range of the shaders")))
+    u32::try_from(v).map_err(|_| {
+        Error::op(
+            op,
+            format!("{what} = {v} exceeds the u32 range of the shaders"),
+        )
+    })
 }
 
 impl VulkanBackend {
@@ -44,7 +49,10 @@ impl VulkanBackend {
         let x = groups.clamp(1, max[0]);
         let y = groups.div_ceil(x).max(1);
         if y > max[1] {
-            return Err(Error::op(op, format!("{groups} workgroups exceed the device limits")));
+            return Err(Error::op(
+                op,
+                format!("{groups} workgroups exceed the device limits"),
+            ));
         }
         Ok([x, y, 1])
     }
@@ -52,7 +60,11 @@ impl VulkanBackend {
     /// Workgroups for a grid-stride loop over `n` items with `wg` invocations each.
     pub(super) fn stride_groups(&self, n: usize, wg: u32) -> [u32; 3] {
         let want = n.div_ceil(wg as usize).max(1);
-        [want.min(self.caps().max_workgroup_count[0] as usize) as u32, 1, 1]
+        [
+            want.min(self.caps().max_workgroup_count[0] as usize) as u32,
+            1,
+            1,
+        ]
     }
 
     /// Record one dispatch of `kernel` over `groups` with `binds` at bindings
@@ -79,7 +91,12 @@ impl VulkanBackend {
                     ),
                 ));
             }
-            infos.push(vk::DescriptorBufferInfo::default().buffer(db.buffer).offset(0).range(vk::WHOLE_SIZE));
+            infos.push(
+                vk::DescriptorBufferInfo::default()
+                    .buffer(db.buffer)
+                    .offset(0)
+                    .range(vk::WHOLE_SIZE),
+            );
         }
         if push.len() > PUSH_BYTES as usize {
             return Err(Error::op(op, "push constants too large"));
@@ -101,7 +118,11 @@ impl VulkanBackend {
                     .buffer_info(std::slice::from_ref(info))
             })
             .collect();
-        let reads: Vec<u32> = binds.iter().filter(|b| !b.write).map(|b| b.buf.id).collect();
+        let reads: Vec<u32> = binds
+            .iter()
+            .filter(|b| !b.write)
+            .map(|b| b.buf.id)
+            .collect();
         let written: Vec<u32> = binds.iter().filter(|b| b.write).map(|b| b.buf.id).collect();
         self.rec.access(&reads, &written);
         let d = &self.dev.device;

@@ -16,11 +16,20 @@ struct Push {
 }
 
 impl VulkanBackend {
-    fn norm_push(op: &'static str, x: &Buffer, out: &Buffer, rows: usize, dim: usize, eps: f32) -> Result<Push> {
+    fn norm_push(
+        op: &'static str,
+        x: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<Push> {
         if dim == 0 {
             return Err(Error::op(op, "dim must be positive"));
         }
-        let n = rows.checked_mul(dim).ok_or_else(|| Error::op(op, "rows * dim overflows"))?;
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op(op, "rows * dim overflows"))?;
         check::fits(op, "x", x, n)?;
         check::fits(op, "out", out, n)?;
         Ok(Push {
@@ -46,7 +55,14 @@ impl VulkanBackend {
             return Ok(());
         }
         let groups = self.split_groups(OP, push.rows)?;
-        self.dispatch(OP, "rms_norm", 0, &[read(x), read(w), write(out)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "rms_norm",
+            0,
+            &[read(x), read(w), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]

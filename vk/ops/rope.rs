@@ -18,13 +18,21 @@ struct Push {
 }
 
 impl VulkanBackend {
-    pub(in crate::vk) fn encode_rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
+    pub(in crate::vk) fn encode_rope(
+        &mut self,
+        x: &Buffer,
+        positions: &Buffer,
+        p: &RopeParams,
+    ) -> Result<()> {
         const OP: &str = "rope";
         if p.rot_dim % 2 != 0 || p.rot_dim > p.head_dim {
-            return Err(Error::op(OP, format!(
-                "rot_dim {} must be even and at most head_dim {}",
-                p.rot_dim, p.head_dim
-            )));
+            return Err(Error::op(
+                OP,
+                format!(
+                    "rot_dim {} must be even and at most head_dim {}",
+                    p.rot_dim, p.head_dim
+                ),
+            ));
         }
         let n = p
             .rows
@@ -47,6 +55,13 @@ impl VulkanBackend {
             neox: (p.style == RopeStyle::Neox) as u32,
         };
         let groups = self.stride_groups(pairs, 256);
-        self.dispatch(OP, "rope", 0, &[write(x), read(positions)], bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "rope",
+            0,
+            &[write(x), read(positions)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 }
