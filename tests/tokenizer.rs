@@ -349,3 +349,141 @@ fn bad_tokenizer_metadata_is_an_error() {
     let g = GgufFile::from_bytes(GgufWriter::new().to_bytes().unwrap(), "empty.gguf").unwrap();
     assert!(Tokenizer::from_gguf(&g).is_err());
 }
+
+/// GPT-2's byte → char table, rebuilt here so the test's vocabulary covers
+/// every byte.
+fn byte_level_chars() -> Vec<char> {
+    let mut next = 256u32;
+    (0..=255u8)
+        .map(|b| {
+            if matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF) {
+                char::from(b)
+            } else {
+                next += 1;
+                char::from_u32(next - 1).unwrap()
+            }
+        })
+        .collect()
+}
+
+/// A Hugging Face directory with a small byte-level BPE `tokenizer.json`
+/// (Llama 3 style: a post-processor that prepends BOS) and, optionally,
+/// `tokenizer_config.json` and `generation_config.json`.
+fn hf_dir(
+    config: Option<serde_json::Value>,
+    generation: Option<serde_json::Value>,
+) -> tempfile::TempDir {
+    use serde_json::json;
+    let mut vocab = serde_json::Map::new();
+    for (i, c) in byte_level_chars().into_iter().enumerate() {
+        vocab.insert(c.to_string(), json!(i));
+    }
+    for (i, piece) in [
+        "he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld",
+    ]
+    .iter()
+    .enumerate()
+    {
+        vocab.insert(piece.to_string(), json!(256 + i));
+    }
+    let specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"];
+    for (i, s) in specials.iter().enumerate() {
+        vocab.insert(s.to_string(), json!(265 + i));
+    }
+    let added: Vec<_> = specials
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"id": 265 + i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    let tokenizer = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [265], "tokens": ["<|begin_of_text|>"]}}
+        },
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": vocab,
+            "merges": ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"]
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    if let Some(c) = config {
+        std::fs::write(dir.path().join("tokenizer_config.json"), c.to_string()).unwrap();
+    }
+    if let Some(g) = generation {
+        std::fs::write(dir.path().join("generation_config.json"), g.to_string()).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn hf_dir_with_config() {
+    use serde_json::json;
+    let config = json!({
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": {"content": "<|end_of_text|>", "special": true},
+        "add_bos_token": false,
+        "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    });
+    let generation = json!({"eos_token_id": [266, 267]});
+    let dir = hf_dir(Some(config), Some(generation));
+    let t = Tokenizer::from_hf_dir(dir.path()).unwrap();
+    assert_eq!(t.bos_id(), Some(265));
+    assert_eq!(t.eos_id(), Some(266));
+    assert!(!t.add_bos_by_default());
+    assert_eq!(t.stop_ids(), &[266, 267]);
+    assert_eq!(
+        t.chat_template(),
+        Some("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}")
+    );
+    assert_eq!(t.vocab_size(), 268);
+    let text = "<|begin_of_text|>hello world!<|eot_id|>";
+    let ids = t.encode(text, false).unwrap();
+    assert_eq!(ids, vec![265, 259, 264, 33, 267]);
+    assert_eq!(t.decode(&ids).unwrap(), text);
+    assert_eq!(t.encode("hello", true).unwrap(), vec![265, 259]);
+    // Streaming goes through the byte-level mapping the decoder implies.
+    let ids = t.encode("hé ☃", false).unwrap();
+    let mut dec = t.stream_decoder();
+    let chunks: Vec<String> = ids.iter().map(|&i| dec.push(i)).collect();
+    assert_eq!(chunks.concat() + &dec.finish(), "hé ☃");
+    assert!(chunks.iter().all(|c| !c.contains('\u{FFFD}')));
+}
+
+#[test]
+fn hf_dir_without_config_trusts_the_post_processor() {
+    let dir = hf_dir(
+        None,
+        Some(serde_json::json!({"bos_token_id": 265, "eos_token_id": 267})),
+    );
+    let t = Tokenizer::from_hf_dir(dir.path()).unwrap();
+    assert_eq!(t.bos_id(), Some(265));
+    assert_eq!(t.eos_id(), Some(267));
+    // The post-processor puts BOS first, so the model expects it.
+    assert!(t.add_bos_by_default());
+    assert_eq!(t.chat_template(), None);
+    // <|eot_id|> and <|end_of_text|> end a turn even when no config says so.
+    assert_eq!(t.stop_ids(), &[267, 266]);
+}
+
+#[test]
+fn hf_dir_errors() {
+    let empty = tempfile::tempdir().unwrap();
+    assert!(Tokenizer::from_hf_dir(empty.path()).is_err());
+    std::fs::write(empty.path().join("tokenizer.json"), "{ not json").unwrap();
+    assert!(Tokenizer::from_hf_dir(empty.path()).is_err());
+    let dir = hf_dir(None, None);
+    std::fs::write(dir.path().join("tokenizer_config.json"), "[1, 2").unwrap();
+    assert!(Tokenizer::from_hf_dir(dir.path()).is_err());
+}
