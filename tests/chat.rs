@@ -150,3 +150,29 @@ fn syntax_errors_are_template_errors() {
     let err = render_chat("{% for m in messages %}", &[], false, "", "").unwrap_err();
     assert!(matches!(err, Error::Template(_)), "{err:?}");
 }
+
+#[test]
+fn loop_controls_and_dict_items() {
+    // transformers enables jinja2.ext.loopcontrols; `.items()` is Python's.
+    let tmpl = "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% for k, v in m.items() %}{% if k == 'role' %}{% continue %}{% endif %}[{{ k }}={{ v }}]{% endfor %}{% endfor %}";
+    let messages = [msg("user", "a"), msg("assistant", "b"), msg("user", "c")];
+    assert_eq!(
+        render_chat(tmpl, &messages, false, "", "").unwrap(),
+        "[content=a][content=b]"
+    );
+}
+
+#[test]
+fn raise_exception_message_reaches_the_error_text() {
+    let err = render_chat(
+        "{{ raise_exception('Conversation roles must alternate') }}",
+        &[],
+        false,
+        "",
+        "",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("chat template: "), "{text}");
+    assert!(text.contains("Conversation roles must alternate"), "{text}");
+}

@@ -487,3 +487,68 @@ fn hf_dir_errors() {
     std::fs::write(dir.path().join("tokenizer_config.json"), "[1, 2").unwrap();
     assert!(Tokenizer::from_hf_dir(dir.path()).is_err());
 }
+
+/// A byte-level GGUF vocabulary whose merges would build "12345" whole, with
+/// `tokenizer.ggml.pre` set to `pre` (absent when `None`).
+fn digits_gguf(pre: Option<&str>) -> Tokenizer {
+    let mut tokens: Vec<String> = byte_level_chars().iter().map(|c| c.to_string()).collect();
+    tokens.extend(["12", "123", "1234", "12345", "45"].map(String::from));
+    let merges = ["1 2", "12 3", "123 4", "1234 5", "4 5"];
+    let strs = |v: Vec<String>| GgufValue::Array(v.into_iter().map(GgufValue::String).collect());
+    let mut w = GgufWriter::new();
+    w.add("tokenizer.ggml.model", GgufValue::String("gpt2".into()))
+        .add("tokenizer.ggml.tokens", strs(tokens))
+        .add(
+            "tokenizer.ggml.merges",
+            strs(merges.iter().map(|m| m.to_string()).collect()),
+        );
+    // Any id will do for BOS; only whether it is added by default matters.
+    w.add("tokenizer.ggml.bos_token_id", GgufValue::U32(0));
+    if let Some(pre) = pre {
+        w.add("tokenizer.ggml.pre", GgufValue::String(pre.into()));
+    }
+    let g = GgufFile::from_bytes(w.to_bytes().unwrap(), "digits.gguf").unwrap();
+    Tokenizer::from_gguf(&g).unwrap()
+}
+
+#[test]
+fn pre_tokenizer_types_split_digits_like_llama_cpp() {
+    let pieces = |t: &Tokenizer, text: &str| -> Vec<String> {
+        let ids = t.encode(text, false).unwrap();
+        assert_eq!(t.decode(&ids).unwrap(), text);
+        ids.iter().map(|&i| t.id_to_piece(i).unwrap()).collect()
+    };
+    // GPT-2: digits stay one word, so the merges build the whole number.
+    for pre in [None, Some("gpt-2"), Some("default")] {
+        let t = digits_gguf(pre);
+        assert_eq!(pieces(&t, "12345"), ["12345"], "pre {pre:?}");
+        assert!(!t.add_bos_by_default());
+    }
+    // Llama 3: numbers are cut into groups of up to three digits.
+    let t = digits_gguf(Some("llama-bpe"));
+    assert_eq!(pieces(&t, "12345"), ["123", "45"]);
+    assert!(
+        t.add_bos_by_default(),
+        "llama-bpe adds BOS when the key is absent"
+    );
+    // Qwen2 and SmolLM: every digit alone.
+    for pre in ["qwen2", "smollm"] {
+        let t = digits_gguf(Some(pre));
+        assert_eq!(pieces(&t, "12345"), ["1", "2", "3", "4", "5"], "pre {pre}");
+    }
+    // An unknown pre-tokenizer is refused rather than guessed.
+    let mut w = GgufWriter::new();
+    w.add("tokenizer.ggml.model", GgufValue::String("gpt2".into()))
+        .add(
+            "tokenizer.ggml.tokens",
+            GgufValue::Array(vec![GgufValue::String("a".into())]),
+        )
+        .add("tokenizer.ggml.merges", GgufValue::Array(vec![]))
+        .add(
+            "tokenizer.ggml.pre",
+            GgufValue::String("no-such-pre".into()),
+        );
+    let g = GgufFile::from_bytes(w.to_bytes().unwrap(), "pre.gguf").unwrap();
+    let err = Tokenizer::from_gguf(&g).err().unwrap();
+    assert!(err.to_string().contains("no-such-pre"), "{err}");
+}
