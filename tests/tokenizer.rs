@@ -552,3 +552,28 @@ fn pre_tokenizer_types_split_digits_like_llama_cpp() {
     let err = Tokenizer::from_gguf(&g).err().unwrap();
     assert!(err.to_string().contains("no-such-pre"), "{err}");
 }
+
+#[test]
+fn hf_dir_metaspace_tokenizer_streams_like_it_decodes() {
+    use serde_json::json;
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+        "post_processor": null,
+        "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+        "model": {"type": "WordLevel", "vocab": {"▁hello": 0, "▁world": 1, "<unk>": 2}, "unk_token": "<unk>"}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let t = Tokenizer::from_hf_dir(dir.path()).unwrap();
+    let ids = t.encode("hello world hello", false).unwrap();
+    assert_eq!(ids, vec![0, 1, 0]);
+    assert_eq!(t.decode(&ids).unwrap(), "hello world hello");
+    let mut dec = t.stream_decoder();
+    let chunks: Vec<String> = ids.iter().map(|&i| dec.push(i)).collect();
+    assert_eq!(chunks, ["hello", " world", " hello"]);
+    assert_eq!(dec.finish(), "");
+    assert_eq!(t.bos_id(), None);
+    assert!(!t.add_bos_by_default());
+}
