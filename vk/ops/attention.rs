@@ -32,7 +32,7 @@ impl VulkanBackend {
         p: &AttentionParams,
     ) -> Result<()> {
         const OP: &str = "attention";
-        if p.n_heads == 0 || p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
+        if p.n_heads == 0 || p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(Error::op(
                 OP,
                 format!(

@@ -25,7 +25,7 @@ impl VulkanBackend {
         p: &RopeParams,
     ) -> Result<()> {
         const OP: &str = "rope";
-        if p.rot_dim % 2 != 0 || p.rot_dim > p.head_dim {
+        if !p.rot_dim.is_multiple_of(2) || p.rot_dim > p.head_dim {
             return Err(Error::op(
                 OP,
                 format!(
