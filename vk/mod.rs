@@ -31,6 +31,7 @@ use instance::Instance;
 use memory::{Memory, STAGING_CAP};
 use pipeline::Pipelines;
 use recorder::Recorder;
+use std::collections::HashMap;
 
 /// How to open the Vulkan backend.
 #[derive(Clone, Debug, Default)]
@@ -95,6 +96,8 @@ pub struct VulkanBackend {
     /// Buffers freed while recorded commands may use them, destroyed after submit.
     pending_frees: Vec<u32>,
     last_pass: PassStats,
+    /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
+    rope_tables: HashMap<(u32, u32), Buffer>,
 }
 
 impl VulkanBackend {
@@ -125,6 +128,7 @@ impl VulkanBackend {
             pending_fills: Vec::new(),
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
+            rope_tables: HashMap::new(),
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -164,11 +168,23 @@ impl VulkanBackend {
     /// Submit, wait, release deferred frees and surface validation messages.
     fn finish_recording(&mut self) -> Result<()> {
         let result = self.rec.submit();
+        if result.is_err() {
+            self.forget_tables();
+        }
         for id in std::mem::take(&mut self.pending_frees) {
             self.mem.free(id);
         }
         result?;
         self.inst.check_messages()
+    }
+
+    /// Drop cached tables whose contents were written by a command buffer
+    /// that may never have run; they are rebuilt on next use.
+    fn forget_tables(&mut self) {
+        let tables: Vec<Buffer> = self.rope_tables.drain().map(|(_, b)| b).collect();
+        for t in tables {
+            self.free(t);
+        }
     }
 
     /// Run `record` inside the current pass, or in a pass of its own.
@@ -180,6 +196,7 @@ impl VulkanBackend {
         let out = f(self);
         if out.is_err() {
             self.rec.abandon();
+            self.forget_tables();
             return out;
         }
         self.finish_recording()?;
