@@ -529,6 +529,10 @@ fn out_of_range_shapes_are_errors() {
         "download inside a pass"
     );
     b.end_pass().unwrap();
+    match b.alloc(1 << 50) {
+        Err(Error::Vulkan(msg)) => assert!(msg.contains("memory"), "{msg}"),
+        other => panic!("a 1 PiB buffer should be out of memory, got {other:?}"),
+    }
     let gone = b.alloc(4).unwrap();
     b.free(gone);
     assert!(b.scale(&gone, 1.0, &gone, 1).is_err(), "freed buffer");

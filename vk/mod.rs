@@ -465,3 +465,39 @@ impl ComputeBackend for VulkanBackend {
         self.record(|b| b.encode_argmax(x, out, rows, n))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
+    #[test]
+    fn validation_messages_become_errors() {
+        let opts = Options {
+            validate: true,
+            ..Options::from_env()
+        };
+        let b = match VulkanBackend::new(&opts) {
+            Ok(b) => b,
+            Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
+                eprintln!("skipping Vulkan: {e}");
+                return;
+            }
+            Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
+        };
+        // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
+        let info = vk::BufferCreateInfo::default().size(16);
+        // SAFETY: deliberately invalid create info on a live device; the
+        // buffer, if the driver makes one, is destroyed at once.
+        unsafe {
+            if let Ok(buf) = b.dev.device.create_buffer(&info, None) {
+                b.dev.device.destroy_buffer(buf, None);
+            }
+        }
+        match b.inst.check_messages() {
+            Err(Error::Vulkan(msg)) => assert!(msg.contains("usage"), "{msg}"),
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+        assert!(b.inst.check_messages().is_ok(), "messages are drained");
+    }
+}

@@ -7,7 +7,7 @@ use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
-/// Up to this many rows, re-reading the weight per row (GEMV) beats tiling.
+/// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
@@ -60,8 +60,7 @@ impl VulkanBackend {
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
         if m <= GEMV_MAX_ROWS {
             let wg = self.caps().gemv_workgroup();
-            let mut groups = self.split_groups(OP, push.n)?;
-            groups[2] = push.m;
+            let groups = self.split_groups(OP, push.n)?;
             let kernel = format!("mul_mat_vec.{}", w.dtype.name());
             self.dispatch(OP, &kernel, wg, &binds, bytemuck::bytes_of(&push), groups)
         } else {
