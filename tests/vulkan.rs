@@ -114,6 +114,12 @@ fn abs_dot(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize
 }
 
 #[test]
+fn backend_is_send() {
+    fn is_send<T: Send>() {}
+    is_send::<VulkanBackend>();
+}
+
+#[test]
 fn create_and_destroy_repeatedly_with_validation() {
     if vulkan().is_none() {
         return;
@@ -429,6 +435,32 @@ fn barriers_only_between_dependent_ops() {
     let s = b.stats();
     eprintln!("projections + dependent chain: {s:?}");
     assert_eq!((s.dispatches, s.barriers, s.submits), (6, 3, 1));
+
+    // KV-cache append then attention over the cache: the copy's write is
+    // read by attention (one barrier); the second copy, into the other
+    // cache, is independent of the first.
+    let cache = b.alloc(2 * n * 4).unwrap();
+    let vcache = b.alloc(2 * n * 4).unwrap();
+    let pos = up_u32(&mut b, &[1]);
+    let att_out = b.alloc(n * 4).unwrap();
+    let att = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: n,
+        capacity: 2,
+        scale: 0.125,
+        window: 0,
+    };
+    b.begin_pass().unwrap();
+    b.copy(&outs[1], 0, &cache, n * 4, n * 4).unwrap();
+    b.copy(&outs[2], 0, &vcache, n * 4, n * 4).unwrap();
+    b.attention(&outs[0], &cache, &vcache, &pos, &att_out, &att)
+        .unwrap();
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("kv append + attention: {s:?}");
+    assert_eq!((s.copies, s.dispatches, s.barriers), (2, 1, 1));
 
     let q = reference::matmul(DType::F32, &wq, n, dim, None, &x, 1).unwrap();
     let k = reference::matmul(DType::F32, &wk, n, dim, None, &x, 1).unwrap();

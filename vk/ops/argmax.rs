@@ -41,6 +41,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "argmax",
+            None,
             0,
             &[read(x), write(out)],
             bytemuck::bytes_of(&push),

@@ -83,6 +83,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "attention",
+            None,
             0,
             &[
                 read(q),

@@ -56,7 +56,15 @@ impl VulkanBackend {
         let groups = self.stride_groups(n, WG);
         // Without `up`, gate stands in at binding 1 (never read).
         let binds = [read(gate), read(up.unwrap_or(gate)), write(out)];
-        self.dispatch(OP, "glu", 0, &binds, bytemuck::bytes_of(&push), groups)
+        self.dispatch(
+            OP,
+            "glu",
+            None,
+            0,
+            &binds,
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 
     pub(in crate::vk) fn encode_add(
@@ -80,6 +88,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "add",
+            None,
             0,
             &[read(a), read(b), write(out)],
             bytemuck::bytes_of(&push),
@@ -108,6 +117,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "scale",
+            None,
             0,
             &[read(x), write(out)],
             bytemuck::bytes_of(&push),

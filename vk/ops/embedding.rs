@@ -39,10 +39,10 @@ impl VulkanBackend {
             table_rows: u32_of(OP, "table rows", table.rows)?,
         };
         let groups = self.split_groups(OP, push.rows)?;
-        let kernel = format!("embedding.{}", table.dtype.name());
         self.dispatch(
             OP,
-            &kernel,
+            "embedding",
+            Some(table.dtype),
             0,
             &[read(&table.buf), read(ids), write(out)],
             bytemuck::bytes_of(&push),

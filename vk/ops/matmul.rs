@@ -61,8 +61,15 @@ impl VulkanBackend {
         if m <= GEMV_MAX_ROWS {
             let wg = self.caps().gemv_workgroup();
             let groups = self.split_groups(OP, push.n)?;
-            let kernel = format!("mul_mat_vec.{}", w.dtype.name());
-            self.dispatch(OP, &kernel, wg, &binds, bytemuck::bytes_of(&push), groups)
+            self.dispatch(
+                OP,
+                "mul_mat_vec",
+                Some(w.dtype),
+                wg,
+                &binds,
+                bytemuck::bytes_of(&push),
+                groups,
+            )
         } else {
             let groups = [
                 u32_of(OP, "n tiles", n.div_ceil(TILE))?,
@@ -76,8 +83,15 @@ impl VulkanBackend {
                     format!("{m} x {n} output exceeds the device's workgroup limits"),
                 ));
             }
-            let kernel = format!("mul_mat.{}", w.dtype.name());
-            self.dispatch(OP, &kernel, 0, &binds, bytemuck::bytes_of(&push), groups)
+            self.dispatch(
+                OP,
+                "mul_mat",
+                Some(w.dtype),
+                0,
+                &binds,
+                bytemuck::bytes_of(&push),
+                groups,
+            )
         }
     }
 }

@@ -14,6 +14,7 @@ mod rope;
 use super::pipeline::PUSH_BYTES;
 use super::VulkanBackend;
 use crate::backend::Buffer;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 
@@ -67,12 +68,13 @@ impl VulkanBackend {
         ]
     }
 
-    /// Record one dispatch of `kernel` over `groups` with `binds` at bindings
+    /// Record one dispatch of `kernel` (its `dtype` variant, if any) over `groups` with `binds` at bindings
     /// 0.. and `push` as push constants.
     pub(super) fn dispatch(
         &mut self,
         op: &'static str,
-        kernel: &str,
+        kernel: &'static str,
+        dtype: Option<DType>,
         spec: u32,
         binds: &[Bind<'_>],
         push: &[u8],
@@ -104,7 +106,7 @@ impl VulkanBackend {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
-        let kernel = self.pipes.get(kernel, binds.len() as u32, spec)?;
+        let kernel = self.pipes.get(kernel, dtype, binds.len() as u32, spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
         let set = self.rec.descriptor_set(set_layout)?;
         let writes: Vec<_> = infos

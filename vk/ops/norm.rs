@@ -58,6 +58,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "rms_norm",
+            None,
             0,
             &[read(x), read(w), write(out)],
             bytemuck::bytes_of(&push),
@@ -87,6 +88,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "layer_norm",
+            None,
             0,
             &[read(x), read(w), read(b), write(out)],
             bytemuck::bytes_of(&push),

@@ -60,6 +60,7 @@ impl VulkanBackend {
         self.dispatch(
             OP,
             "rope",
+            None,
             0,
             &[write(x), read(positions), read(&table)],
             bytemuck::bytes_of(&push),
