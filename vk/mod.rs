@@ -96,6 +96,8 @@ pub struct VulkanBackend {
     /// Buffers freed while recorded commands may use them, destroyed after submit.
     pending_frees: Vec<u32>,
     last_pass: PassStats,
+    /// Host-readable status word shaders flag input errors in (bad token ids).
+    status: Buffer,
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     rope_tables: HashMap<(u32, u32), Buffer>,
 }
@@ -118,6 +120,19 @@ impl VulkanBackend {
                 return Err(e);
             }
         };
+        let mut mem = mem;
+        let status = match mem.alloc_host_readable(4) {
+            Ok(id) => Buffer::new(id, 4),
+            Err(e) => {
+                mem.destroy_all();
+                let (mut pipes, mut rec) = (pipes, rec);
+                pipes.destroy();
+                rec.destroy();
+                // SAFETY: every child of the device was destroyed above.
+                unsafe { dev.device.destroy_device(None) };
+                return Err(e);
+            }
+        };
         let backend = VulkanBackend {
             rec,
             pipes,
@@ -129,6 +144,7 @@ impl VulkanBackend {
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
+            status,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -150,6 +166,8 @@ impl VulkanBackend {
     /// Begin a command buffer, zeroing buffers allocated since the last one.
     fn begin_recording(&mut self) -> Result<()> {
         self.rec.begin()?;
+        // The previous submission has completed, so the host may reset it.
+        self.mem.get_mut(self.status.id)?.mapped()?[..4].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
             if let Ok(b) = self.mem.get(id) {
                 let buffer = b.buffer;
@@ -175,7 +193,19 @@ impl VulkanBackend {
             self.mem.free(id);
         }
         result?;
-        self.inst.check_messages()
+        self.inst.check_messages()?;
+        let status = self.mem.get_mut(self.status.id)?.mapped()?;
+        let bad = u32::from_le_bytes([status[0], status[1], status[2], status[3]]);
+        if bad != 0 {
+            return Err(Error::op(
+                "embedding",
+                format!(
+                    "token id {} is past the end of the embedding table",
+                    bad - 1
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Drop cached tables whose contents were written by a command buffer
@@ -187,20 +217,13 @@ impl VulkanBackend {
         }
     }
 
-    /// Run `record` inside the current pass, or in a pass of its own.
-    fn record<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        if self.in_pass {
-            return f(self);
+    /// Record an op into the current pass; ops outside a pass are errors,
+    /// as on every backend.
+    fn record(&mut self, op: &'static str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if !self.in_pass {
+            return Err(Error::op(op, "recorded outside begin_pass/end_pass"));
         }
-        self.begin_recording()?;
-        let out = f(self);
-        if out.is_err() {
-            self.rec.abandon();
-            self.forget_tables();
-            return out;
-        }
-        self.finish_recording()?;
-        out
+        f(self)
     }
 
     fn check_range(op: &'static str, buf: &Buffer, offset: usize, len: usize) -> Result<()> {
@@ -376,7 +399,7 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()> {
-        self.record(|b| b.encode_embedding(table, ids, out, rows))
+        self.record("embedding", |b| b.encode_embedding(table, ids, out, rows))
     }
 
     fn matmul(
@@ -387,7 +410,7 @@ impl ComputeBackend for VulkanBackend {
         y: &Buffer,
         m: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_matmul(w, bias, x, y, m))
+        self.record("matmul", |b| b.encode_matmul(w, bias, x, y, m))
     }
 
     fn rms_norm(
@@ -399,7 +422,7 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record(|b| b.encode_rms_norm(x, w, out, rows, dim, eps))
+        self.record("rms_norm", |b| b.encode_rms_norm(x, w, out, rows, dim, eps))
     }
 
     fn layer_norm(
@@ -412,11 +435,13 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record(|b| b.encode_layer_norm(x, w, bias, out, rows, dim, eps))
+        self.record("layer_norm", |b| {
+            b.encode_layer_norm(x, w, bias, out, rows, dim, eps)
+        })
     }
 
     fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
-        self.record(|b| b.encode_rope(x, positions, p))
+        self.record("rope", |b| b.encode_rope(x, positions, p))
     }
 
     fn attention(
@@ -428,7 +453,9 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         p: &AttentionParams,
     ) -> Result<()> {
-        self.record(|b| b.encode_attention(q, k_cache, v_cache, positions, out, p))
+        self.record("attention", |b| {
+            b.encode_attention(q, k_cache, v_cache, positions, out, p)
+        })
     }
 
     fn glu(
@@ -439,15 +466,15 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         n: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_glu(act, gate, up, out, n))
+        self.record("glu", |b| b.encode_glu(act, gate, up, out, n))
     }
 
     fn add(&mut self, a: &Buffer, bv: &Buffer, out: &Buffer, n: usize) -> Result<()> {
-        self.record(|b| b.encode_add(a, bv, out, n))
+        self.record("add", |b| b.encode_add(a, bv, out, n))
     }
 
     fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
-        self.record(|b| b.encode_scale(x, s, out, n))
+        self.record("scale", |b| b.encode_scale(x, s, out, n))
     }
 
     fn copy(
@@ -458,11 +485,13 @@ impl ComputeBackend for VulkanBackend {
         dst_offset: usize,
         bytes: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_copy(src, src_offset, dst, dst_offset, bytes))
+        self.record("copy", |b| {
+            b.encode_copy(src, src_offset, dst, dst_offset, bytes)
+        })
     }
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
-        self.record(|b| b.encode_argmax(x, out, rows, n))
+        self.record("argmax", |b| b.encode_argmax(x, out, rows, n))
     }
 }
 

@@ -2,7 +2,7 @@
 //! (glsl/scale.comp), each a grid-stride loop of 256-wide workgroups.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{read, read_in_place, u32_of, write};
 use crate::backend::{check, Activation, Buffer};
 use crate::error::Result;
 use bytemuck::{Pod, Zeroable};
@@ -90,7 +90,7 @@ impl VulkanBackend {
             "add",
             None,
             0,
-            &[read(a), read(b), write(out)],
+            &[read_in_place(a), read_in_place(b), write(out)],
             bytemuck::bytes_of(&push),
             groups,
         )
@@ -119,7 +119,7 @@ impl VulkanBackend {
             "scale",
             None,
             0,
-            &[read(x), write(out)],
+            &[read_in_place(x), write(out)],
             bytemuck::bytes_of(&push),
             groups,
         )

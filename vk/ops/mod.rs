@@ -22,14 +22,46 @@ use ash::vk;
 pub(super) struct Bind<'a> {
     buf: &'a Buffer,
     write: bool,
+    /// Left out of barrier tracking: only updated with atomics whose order
+    /// does not matter (the status word).
+    tracked: bool,
+    /// A read that may be the op's output buffer too (elementwise in place).
+    may_alias: bool,
 }
 
 pub(super) fn read(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: false }
+    Bind {
+        buf,
+        write: false,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+/// A read of an elementwise op whose output may be this same buffer.
+pub(super) fn read_in_place(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        may_alias: true,
+        ..read(buf)
+    }
 }
 
 pub(super) fn write(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: true }
+    Bind {
+        buf,
+        write: true,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+pub(super) fn atomic(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        buf,
+        write: true,
+        tracked: false,
+        may_alias: false,
+    }
 }
 
 /// `v` as a u32 shader parameter, or an error naming the op.
@@ -80,6 +112,16 @@ impl VulkanBackend {
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        // Workgroups read inputs while others write the output, so an output
+        // may only alias inputs that are read and written at the same index.
+        for w in binds.iter().filter(|b| b.write) {
+            if binds
+                .iter()
+                .any(|r| !r.write && !r.may_alias && r.buf.id == w.buf.id)
+            {
+                return Err(Error::op(op, "the output buffer aliases an input"));
+            }
+        }
         let max_range = self.caps().max_storage_buffer_range;
         let mut infos = Vec::with_capacity(binds.len());
         for b in binds {
