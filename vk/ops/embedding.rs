@@ -3,7 +3,7 @@
 //! are flagged in the status buffer and reported when the pass ends.
 
 use super::super::VulkanBackend;
-use super::{atomic, read, u32_of, write};
+use super::{atomic, read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -43,9 +43,7 @@ impl VulkanBackend {
         let status = self.status;
         self.dispatch(
             OP,
-            "embedding",
-            Some(table.dtype),
-            0,
+            typed("embedding", table.dtype),
             &[read(&table.buf), read(ids), write(out), atomic(&status)],
             bytemuck::bytes_of(&push),
             groups,

@@ -2,7 +2,7 @@
 //! rows, shared-memory tiled GEMM (glsl/mul_mat.comp) beyond that.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -63,9 +63,7 @@ impl VulkanBackend {
             let groups = self.split_groups(OP, push.n)?;
             self.dispatch(
                 OP,
-                "mul_mat_vec",
-                Some(w.dtype),
-                wg,
+                typed("mul_mat_vec", w.dtype).spec(wg),
                 &binds,
                 bytemuck::bytes_of(&push),
                 groups,
@@ -85,9 +83,7 @@ impl VulkanBackend {
             }
             self.dispatch(
                 OP,
-                "mul_mat",
-                Some(w.dtype),
-                0,
+                typed("mul_mat", w.dtype),
                 &binds,
                 bytemuck::bytes_of(&push),
                 groups,

@@ -64,6 +64,37 @@ pub(super) fn atomic(buf: &Buffer) -> Bind<'_> {
     }
 }
 
+/// Which pipeline a dispatch runs.
+pub(super) struct KernelRef {
+    name: &'static str,
+    /// The weight dtype variant, for shaders compiled per dtype.
+    dtype: Option<DType>,
+    /// Specialization constant 0 (workgroup size), 0 when the shader has none.
+    spec: u32,
+}
+
+pub(super) fn plain(name: &'static str) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: None,
+        spec: 0,
+    }
+}
+
+pub(super) fn typed(name: &'static str, dtype: DType) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: Some(dtype),
+        spec: 0,
+    }
+}
+
+impl KernelRef {
+    pub(super) fn spec(self, spec: u32) -> KernelRef {
+        KernelRef { spec, ..self }
+    }
+}
+
 /// `v` as a u32 shader parameter, or an error naming the op.
 pub(super) fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
@@ -100,14 +131,12 @@ impl VulkanBackend {
         ]
     }
 
-    /// Record one dispatch of `kernel` (its `dtype` variant, if any) over `groups` with `binds` at bindings
+    /// Record one dispatch of `kernel` over `groups` with `binds` at bindings
     /// 0.. and `push` as push constants.
     pub(super) fn dispatch(
         &mut self,
         op: &'static str,
-        kernel: &'static str,
-        dtype: Option<DType>,
-        spec: u32,
+        kernel: KernelRef,
         binds: &[Bind<'_>],
         push: &[u8],
         groups: [u32; 3],
@@ -148,7 +177,9 @@ impl VulkanBackend {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
-        let kernel = self.pipes.get(kernel, dtype, binds.len() as u32, spec)?;
+        let kernel = self
+            .pipes
+            .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
         let set = self.rec.descriptor_set(set_layout)?;
         let writes: Vec<_> = infos
@@ -162,12 +193,13 @@ impl VulkanBackend {
                     .buffer_info(std::slice::from_ref(info))
             })
             .collect();
-        let reads: Vec<u32> = binds
-            .iter()
+        let tracked = binds.iter().filter(|b| b.tracked);
+        let reads: Vec<u32> = tracked
+            .clone()
             .filter(|b| !b.write)
             .map(|b| b.buf.id)
             .collect();
-        let written: Vec<u32> = binds.iter().filter(|b| b.write).map(|b| b.buf.id).collect();
+        let written: Vec<u32> = tracked.filter(|b| b.write).map(|b| b.buf.id).collect();
         self.rec.access(&reads, &written);
         let d = &self.dev.device;
         let cmd = self.rec.cmd;

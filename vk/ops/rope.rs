@@ -4,7 +4,7 @@
 //! instead of inheriting the GPU's `pow` error.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -27,7 +27,7 @@ impl VulkanBackend {
         p: &RopeParams,
     ) -> Result<()> {
         const OP: &str = "rope";
-        if p.rot_dim % 2 != 0 || p.rot_dim > p.head_dim {
+        if !p.rot_dim.is_multiple_of(2) || p.rot_dim > p.head_dim {
             return Err(Error::op(
                 OP,
                 format!(
@@ -59,9 +59,7 @@ impl VulkanBackend {
         let groups = self.stride_groups(pairs, 256);
         self.dispatch(
             OP,
-            "rope",
-            None,
-            0,
+            plain("rope"),
             &[write(x), read(positions), read(&table)],
             bytemuck::bytes_of(&push),
             groups,
