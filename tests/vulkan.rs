@@ -453,6 +453,20 @@ fn barriers_only_between_dependent_ops() {
     eprintln!("kv append + attention: {s:?}");
     assert_eq!((s.copies, s.dispatches, s.barriers), (2, 1, 1));
 
+    // Embedding and attention flag bad inputs in a shared status word with
+    // atomics; that alone must not order them.
+    let table = b.upload_weight(DType::F32, n, dim, &wq).unwrap();
+    let ids = upload_u32(&mut b, &[3]);
+    b.begin_pass().unwrap();
+    b.embedding(&table, &ids, &outs[1], 1).unwrap();
+    b.attention(&outs[0], &cache, &vcache, &pos, &att_out, &att)
+        .unwrap();
+    b.embedding(&table, &ids, &outs[2], 1).unwrap();
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("two embeddings + attention: {s:?}");
+    assert_eq!((s.dispatches, s.barriers), (3, 0));
+
     let q = reference::matmul(DType::F32, &wq, n, dim, None, &x, 1).unwrap();
     let k = reference::matmul(DType::F32, &wk, n, dim, None, &x, 1).unwrap();
     let v = reference::matmul(DType::F32, &wv, n, dim, None, &x, 1).unwrap();
@@ -584,6 +598,29 @@ fn out_of_range_shapes_are_errors() {
             msg,
         }) => assert!(msg.contains('5'), "{msg}"),
         other => panic!("expected a bad token id error, got {other:?}"),
+    }
+
+    // So is a position past the KV cache.
+    let cache = b.alloc(2 * 4 * 4).unwrap();
+    let pos = upload_u32(&mut b, &[2]);
+    let one_head = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        capacity: 2,
+        scale: 1.0,
+        window: 0,
+    };
+    b.begin_pass().unwrap();
+    b.attention(&small, &cache, &cache, &pos, &big, &one_head)
+        .unwrap();
+    match b.end_pass() {
+        Err(Error::Op {
+            op: "attention",
+            msg,
+        }) => assert!(msg.contains('2'), "{msg}"),
+        other => panic!("expected a bad position error, got {other:?}"),
     }
 
     // The backend still works after all of that.

@@ -96,7 +96,8 @@ pub struct VulkanBackend {
     /// Buffers freed while recorded commands may use them, destroyed after submit.
     pending_frees: Vec<u32>,
     last_pass: PassStats,
-    /// Host-readable status word shaders flag input errors in (bad token ids).
+    /// Host-readable status words in which shaders flag input errors found
+    /// on the GPU: [bad token id + 1, bad position + 1], 0 when fine.
     status: Buffer,
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     rope_tables: HashMap<(u32, u32), Buffer>,
@@ -121,8 +122,8 @@ impl VulkanBackend {
             }
         };
         let mut mem = mem;
-        let status = match mem.alloc_host_readable(4) {
-            Ok(id) => Buffer::new(id, 4),
+        let status = match mem.alloc_host_readable(8) {
+            Ok(id) => Buffer::new(id, 8),
             Err(e) => {
                 mem.destroy_all();
                 let (mut pipes, mut rec) = (pipes, rec);
@@ -167,7 +168,7 @@ impl VulkanBackend {
     fn begin_recording(&mut self) -> Result<()> {
         self.rec.begin()?;
         // The previous submission has completed, so the host may reset it.
-        self.mem.get_mut(self.status.id)?.mapped()?[..4].fill(0);
+        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
             if let Ok(b) = self.mem.get(id) {
                 let buffer = b.buffer;
@@ -195,14 +196,22 @@ impl VulkanBackend {
         result?;
         self.inst.check_messages()?;
         let status = self.mem.get_mut(self.status.id)?.mapped()?;
-        let bad = u32::from_le_bytes([status[0], status[1], status[2], status[3]]);
-        if bad != 0 {
+        let word =
+            |i: usize| u32::from_le_bytes([status[i], status[i + 1], status[i + 2], status[i + 3]]);
+        let (bad_id, bad_pos) = (word(0), word(4));
+        if bad_id != 0 {
             return Err(Error::op(
                 "embedding",
                 format!(
                     "token id {} is past the end of the embedding table",
-                    bad - 1
+                    bad_id - 1
                 ),
+            ));
+        }
+        if bad_pos != 0 {
+            return Err(Error::op(
+                "attention",
+                format!("position {} is past the KV cache capacity", bad_pos - 1),
             ));
         }
         Ok(())
