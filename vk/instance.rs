@@ -65,6 +65,7 @@ impl Instance {
             }
             layers.push(VALIDATION_LAYER.as_ptr());
             extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+            extensions.push(ash::ext::validation_features::NAME.as_ptr());
         }
         let messages: Box<Messages> = Box::default();
         let mut chained = messenger_info(&messages);
@@ -72,9 +73,14 @@ impl Instance {
             .application_info(&app)
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
+        // Synchronization validation too: missing barriers are the bugs the
+        // recorder's automatic barriers could introduce.
+        let enabled = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled);
         if validate {
             // Chained so messages from instance creation itself are caught too.
-            info = info.push_next(&mut chained);
+            info = info.push_next(&mut chained).push_next(&mut features);
         }
         // SAFETY: `info` and everything it points to outlive the call.
         let instance = unsafe { entry.create_instance(&info, None) }

@@ -266,8 +266,14 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// One staging copy in a submit of its own. `device_buf` is the id of
+    /// the device buffer, read (`download`) or written, so the copy is
+    /// ordered after the zero fill that may precede it in the same buffer.
+    #[allow(clippy::too_many_arguments)]
     fn copy_chunk(
         &mut self,
+        device_buf: u32,
+        download: bool,
         src: vk::Buffer,
         src_off: u64,
         dst: vk::Buffer,
@@ -275,6 +281,11 @@ impl VulkanBackend {
         n: u64,
     ) -> Result<()> {
         self.begin_recording()?;
+        if download {
+            self.rec.access(&[device_buf], &[]);
+        } else {
+            self.rec.access(&[], &[device_buf]);
+        }
         let region = [vk::BufferCopy::default()
             .src_offset(src_off)
             .dst_offset(dst_off)
@@ -332,7 +343,7 @@ impl ComputeBackend for VulkanBackend {
             let src = staging.buffer;
             let dst = self.mem.get(buf.id)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
-            self.copy_chunk(src, 0, dst, at, chunk.len() as u64)?;
+            self.copy_chunk(buf.id, false, src, 0, dst, at, chunk.len() as u64)?;
         }
         Ok(())
     }
@@ -343,7 +354,7 @@ impl ComputeBackend for VulkanBackend {
             let src = self.mem.get(buf.id)?.buffer;
             let dst = self.mem.staging(chunk.len() as u64, true)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
-            self.copy_chunk(src, at, dst, 0, chunk.len() as u64)?;
+            self.copy_chunk(buf.id, true, src, at, dst, 0, chunk.len() as u64)?;
             let staging = self.mem.staging(chunk.len() as u64, true)?;
             chunk.copy_from_slice(&staging.mapped()?[..chunk.len()]);
         }
