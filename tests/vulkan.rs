@@ -581,6 +581,11 @@ fn out_of_range_shapes_are_errors() {
     b.end_pass().unwrap();
     assert!(b.end_pass().is_err(), "end without begin");
 
+    let forged = Buffer::new(small.id(), 1 << 20);
+    assert!(
+        b.upload(&forged, 0, &[0u8; 1024]).is_err(),
+        "handle larger than its buffer"
+    );
     let gone = b.alloc(4).unwrap();
     b.free(gone);
     b.begin_pass().unwrap();

@@ -156,6 +156,20 @@ impl Memory {
         out
     }
 
+    /// The device buffer behind handle `buf`, checking that the handle
+    /// claims no more bytes than the buffer has (handles are plain data, and
+    /// a GPU read past a buffer is undefined behaviour, not an error).
+    pub fn resolve(&self, buf: &crate::backend::Buffer) -> Result<&DeviceBuffer> {
+        let db = self.get(buf.id)?;
+        if buf.bytes as u64 > db.size {
+            return Err(Error::Vulkan(format!(
+                "buffer handle {} claims {} bytes but holds {}",
+                buf.id, buf.bytes, db.size
+            )));
+        }
+        Ok(db)
+    }
+
     pub fn get_mut(&mut self, id: u32) -> Result<&mut DeviceBuffer> {
         self.buffers
             .get_mut(&id)

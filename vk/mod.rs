@@ -262,7 +262,7 @@ impl VulkanBackend {
             ));
         }
         Self::check_range(op, buf, offset, len)?;
-        self.mem.get(buf.id)?;
+        self.mem.resolve(buf)?;
         Ok(())
     }
 
@@ -341,7 +341,7 @@ impl ComputeBackend for VulkanBackend {
             let staging = self.mem.staging(chunk.len() as u64, false)?;
             staging.mapped()?[..chunk.len()].copy_from_slice(chunk);
             let src = staging.buffer;
-            let dst = self.mem.get(buf.id)?.buffer;
+            let dst = self.mem.resolve(buf)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
             self.copy_chunk(buf.id, false, src, 0, dst, at, chunk.len() as u64)?;
         }
@@ -351,7 +351,7 @@ impl ComputeBackend for VulkanBackend {
     fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.transfer(buf, offset, out.len(), "download")?;
         for (i, chunk) in out.chunks_mut(STAGING_CAP as usize).enumerate() {
-            let src = self.mem.get(buf.id)?.buffer;
+            let src = self.mem.resolve(buf)?.buffer;
             let dst = self.mem.staging(chunk.len() as u64, true)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
             self.copy_chunk(buf.id, true, src, at, dst, 0, chunk.len() as u64)?;

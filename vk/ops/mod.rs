@@ -154,7 +154,7 @@ impl VulkanBackend {
         let max_range = self.caps().max_storage_buffer_range;
         let mut infos = Vec::with_capacity(binds.len());
         for b in binds {
-            let db = self.mem.get(b.buf.id)?;
+            let db = self.mem.resolve(b.buf)?;
             if db.size > max_range {
                 return Err(Error::op(
                     op,
