@@ -182,6 +182,32 @@ fn matmul_float_weights_with_odd_columns() {
 }
 
 #[test]
+fn matmul_more_rows_than_one_dispatch_dimension() {
+    let Some(mut b) = vulkan() else { return };
+    // 70000 output rows: more GEMV workgroups than maxComputeWorkGroupCount[0]
+    // allows on lavapipe and NVIDIA (65535), so the dispatch is split over y.
+    let (rows, cols) = (70_000, 32);
+    let wb = weight_bytes(DType::Q8_0, rows, cols, 61);
+    let w = b.upload_weight(DType::Q8_0, rows, cols, &wb).unwrap();
+    let x = rand_f32(cols, 62);
+    let xb = upload_f32(&mut b, &x);
+    let yb = b.alloc(rows * 4).unwrap();
+    let am = b.alloc(4).unwrap();
+    pass(&mut b, |b| {
+        b.matmul(&w, None, &xb, &yb, 1).unwrap();
+        b.argmax(&yb, &am, 1, rows).unwrap();
+    });
+    let got = download_f32(&mut b, &yb, rows);
+    let want = reference::matmul(DType::Q8_0, &wb, rows, cols, None, &x, 1).unwrap();
+    let scale = abs_dot(DType::Q8_0, &wb, rows, cols, &x, 1);
+    assert_close("matmul 70000 rows", &got, &want, &scale, TOL);
+    assert_eq!(
+        download_u32(&mut b, &am, 1),
+        reference::argmax(&got, rows).unwrap()
+    );
+}
+
+#[test]
 fn embedding_every_dtype() {
     let Some(mut b) = vulkan() else { return };
     let (rows, cols) = (20, 256);
