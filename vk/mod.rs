@@ -84,11 +84,12 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
 
 /// The Vulkan implementation of [`ComputeBackend`].
 pub struct VulkanBackend {
+    // Field order is drop order: children of the device first, then the
+    // device, then the instance.
     rec: Recorder,
     pipes: Pipelines,
     mem: Memory,
     dev: Device,
-    // Declared last: dropped after Drop::drop has destroyed the device.
     inst: Instance,
     in_pass: bool,
     /// Buffers allocated outside a command buffer, zeroed at the next recording.
@@ -107,33 +108,12 @@ impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::new(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
-        let parts = (|| {
-            let mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
-            let pipes = Pipelines::new(&dev.device)?;
-            let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
-            Ok::<_, Error>((mem, pipes, rec))
-        })();
-        let (mem, pipes, rec) = match parts {
-            Ok(p) => p,
-            Err(e) => {
-                // SAFETY: nothing else was made from the device that survived.
-                unsafe { dev.device.destroy_device(None) };
-                return Err(e);
-            }
-        };
-        let mut mem = mem;
-        let status = match mem.alloc_host_readable(8) {
-            Ok(id) => Buffer::new(id, 8),
-            Err(e) => {
-                mem.destroy_all();
-                let (mut pipes, mut rec) = (pipes, rec);
-                pipes.destroy();
-                rec.destroy();
-                // SAFETY: every child of the device was destroyed above.
-                unsafe { dev.device.destroy_device(None) };
-                return Err(e);
-            }
-        };
+        // On an error below, the parts made so far drop in reverse order,
+        // each destroying its Vulkan objects before the device goes.
+        let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
+        let pipes = Pipelines::new(&dev.device)?;
+        let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
+        let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
             rec,
             pipes,
@@ -301,16 +281,11 @@ impl VulkanBackend {
 }
 
 impl Drop for VulkanBackend {
+    /// Waits for the GPU; the fields then drop in declaration order:
+    /// recorder, pipelines, memory, device, and the instance last.
     fn drop(&mut self) {
-        // SAFETY: wait for all GPU work, then destroy children before the
-        // device; the instance (a field) is dropped after this body.
-        unsafe {
-            let _ = self.dev.device.device_wait_idle();
-            self.rec.destroy();
-            self.pipes.destroy();
-            self.mem.destroy_all();
-            self.dev.device.destroy_device(None);
-        }
+        // SAFETY: valid device; waiting has no preconditions.
+        let _ = unsafe { self.dev.device.device_wait_idle() };
     }
 }
 
@@ -519,21 +494,45 @@ impl ComputeBackend for VulkanBackend {
 mod tests {
     use super::*;
 
-    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
-    #[test]
-    fn validation_messages_become_errors() {
+    fn validated() -> Option<VulkanBackend> {
         let opts = Options {
             validate: true,
             ..Options::from_env()
         };
-        let b = match VulkanBackend::new(&opts) {
-            Ok(b) => b,
+        match VulkanBackend::new(&opts) {
+            Ok(b) => Some(b),
             Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
                 eprintln!("skipping Vulkan: {e}");
-                return;
+                None
             }
             Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
-        };
+        }
+    }
+
+    /// Destroying a backend that did work (and still holds buffers, weights,
+    /// pipelines, descriptor pools) leaves nothing for the validation layer
+    /// to report, e.g. objects outliving the device.
+    #[test]
+    fn teardown_is_validation_clean() {
+        let Some(mut b) = validated() else { return };
+        let messages = b.inst.messages().expect("validation is on");
+        let w = b.upload_weight(DType::F32, 4, 4, &[0u8; 64]).unwrap();
+        let x = b.alloc(16).unwrap();
+        let y = b.alloc(16).unwrap();
+        b.begin_pass().unwrap();
+        b.matmul(&w, None, &x, &y, 1).unwrap();
+        b.end_pass().unwrap();
+        let mut out = [0u8; 16];
+        b.download(&y, 0, &mut out).unwrap();
+        drop(b);
+        let left = messages.lock().unwrap();
+        assert!(left.is_empty(), "teardown reported: {left:?}");
+    }
+
+    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
+    #[test]
+    fn validation_messages_become_errors() {
+        let Some(b) = validated() else { return };
         // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
         let info = vk::BufferCreateInfo::default().size(16);
         // SAFETY: deliberately invalid create info on a live device; the

@@ -228,9 +228,11 @@ impl Recorder {
         }
         Ok(())
     }
+}
 
-    /// Destroy everything; the device must be idle.
-    pub fn destroy(&mut self) {
+impl Drop for Recorder {
+    /// The owner waits for the device to be idle before dropping.
+    fn drop(&mut self) {
         // SAFETY: the device is idle and these objects belong to it.
         unsafe {
             for p in self.desc_pools.drain(..) {
