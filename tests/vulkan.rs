@@ -502,6 +502,28 @@ fn barriers_only_between_dependent_ops() {
 }
 
 #[test]
+fn passes_longer_than_one_descriptor_pool() {
+    let Some(mut b) = vulkan() else { return };
+    // 1500 dispatches need more descriptor sets than one pool holds (1024);
+    // the second pass reuses the pools after their reset.
+    let x = upload_f32(&mut b, &[0.0; 8]);
+    let ones = upload_f32(&mut b, &[1.0; 8]);
+    for round in 1..=2 {
+        pass(&mut b, |b| {
+            for _ in 0..1500 {
+                b.add(&x, &ones, &x, 8).unwrap();
+            }
+        });
+        let s = b.stats();
+        assert_eq!(
+            (s.dispatches, s.descriptor_sets, s.barriers),
+            (1500, 1500, 1499)
+        );
+        assert_eq!(download_f32(&mut b, &x, 8), vec![1500.0 * round as f32; 8]);
+    }
+}
+
+#[test]
 fn large_upload_download_round_trip() {
     let Some(mut b) = vulkan() else { return };
     // Larger than the 64 MiB staging buffer, so transfers go in chunks.
