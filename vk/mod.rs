@@ -5,9 +5,15 @@
 //! - [`device`]: physical device choice and the compute queue;
 //! - [`caps`]: device capabilities, [`list_devices`];
 //! - [`memory`]: buffers and staging; [`layout`]: weight repacking;
-//! - [`pipeline`]: pipelines and layouts; [`recorder`]: command buffer,
+//! - [`pipeline`]: pipelines and layouts; [`recorder`]: command buffers,
 //!   automatic barriers, descriptor sets, per-pass [`PassStats`];
 //! - `ops/`: one encoder per op family.
+//!
+//! Per-token values (token ids, positions, and through them the attention
+//! length) are read by the shaders from buffers, so a recorded pass can be
+//! submitted again with [`VulkanBackend::replay_pass`] after uploading new
+//! values. `copy` offsets are baked into the pass, so a decode pass that
+//! appends to the KV cache with `copy` writes the same cache row on replay.
 
 mod caps;
 mod device;
@@ -30,7 +36,7 @@ use device::Device;
 use instance::Instance;
 use memory::{Memory, STAGING_CAP};
 use pipeline::Pipelines;
-use recorder::Recorder;
+use recorder::{Recorder, Slot};
 use std::collections::HashMap;
 
 /// How to open the Vulkan backend.
@@ -100,6 +106,8 @@ pub struct VulkanBackend {
     /// Host-readable status words in which shaders flag input errors found
     /// on the GPU: [bad token id + 1, bad position + 1], 0 when fine.
     status: Buffer,
+    /// The pass being recorded allocated (and zeroes) buffers: not replayable.
+    pass_allocs: bool,
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     rope_tables: HashMap<(u32, u32), Buffer>,
 }
@@ -126,6 +134,7 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             status,
+            pass_allocs: false,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -145,8 +154,8 @@ impl VulkanBackend {
     }
 
     /// Begin a command buffer, zeroing buffers allocated since the last one.
-    fn begin_recording(&mut self) -> Result<()> {
-        self.rec.begin()?;
+    fn begin_recording(&mut self, slot: Slot) -> Result<()> {
+        self.rec.begin(slot)?;
         // The previous submission has completed, so the host may reset it.
         self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
@@ -174,6 +183,11 @@ impl VulkanBackend {
             self.mem.free(id);
         }
         result?;
+        self.check_after_submit()
+    }
+
+    /// Validation messages and the status words of the submit just finished.
+    fn check_after_submit(&mut self) -> Result<()> {
         self.inst.check_messages()?;
         let status = self.mem.get_mut(self.status.id)?.mapped()?;
         let word =
@@ -195,6 +209,20 @@ impl VulkanBackend {
             ));
         }
         Ok(())
+    }
+
+    /// Submit the last pass again, unchanged, and wait: a decode step after
+    /// the per-token values (token ids, positions) were uploaded into the
+    /// buffers the pass reads. Fails inside a pass, before any pass, after a
+    /// buffer was freed, or when the pass allocated buffers (they would be
+    /// zeroed again).
+    pub fn replay_pass(&mut self) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Vulkan("replay_pass called inside a pass".into()));
+        }
+        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        self.rec.resubmit_pass()?;
+        self.check_after_submit()
     }
 
     /// Drop cached tables whose contents were written by a command buffer
@@ -260,7 +288,7 @@ impl VulkanBackend {
         dst_off: u64,
         n: u64,
     ) -> Result<()> {
-        self.begin_recording()?;
+        self.begin_recording(Slot::Transfer)?;
         if download {
             self.rec.access(&[device_buf], &[]);
         } else {
@@ -297,6 +325,7 @@ impl ComputeBackend for VulkanBackend {
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
+            self.pass_allocs = true;
             self.rec.access(&[], &[id]);
             // SAFETY: recording command buffer, live buffer.
             unsafe {
@@ -338,6 +367,7 @@ impl ComputeBackend for VulkanBackend {
 
     fn free(&mut self, buf: Buffer) {
         self.pending_fills.retain(|&id| id != buf.id);
+        self.rec.invalidate_pass();
         if self.rec.is_recording() {
             self.pending_frees.push(buf.id);
         } else {
@@ -375,10 +405,10 @@ impl ComputeBackend for VulkanBackend {
         if !self.pending_fills.is_empty() {
             // Zero new buffers in a submit of their own, so the pass (and its
             // stats) holds only the work recorded into it.
-            self.begin_recording()?;
+            self.begin_recording(Slot::Transfer)?;
             self.finish_recording()?;
         }
-        self.begin_recording()?;
+        self.begin_recording(Slot::Pass)?;
         self.in_pass = true;
         Ok(())
     }
@@ -389,6 +419,9 @@ impl ComputeBackend for VulkanBackend {
         }
         self.in_pass = false;
         let result = self.finish_recording();
+        if std::mem::take(&mut self.pass_allocs) {
+            self.rec.invalidate_pass();
+        }
         self.last_pass = self.rec.stats;
         result
     }
