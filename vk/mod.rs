@@ -1,11 +1,11 @@
 //! Vulkan backend: raw Vulkan through `ash`, memory through gpu-allocator,
 //! GLSL kernels from `glsl/` compiled to SPIR-V at build time.
 //!
-//! - [`instance`]: loader, instance, validation layer and messenger;
-//! - [`device`]: physical device choice and the compute queue;
-//! - [`caps`]: device capabilities, [`list_devices`];
-//! - [`memory`]: buffers and staging; [`layout`]: weight repacking;
-//! - [`pipeline`]: pipelines and layouts; [`recorder`]: command buffers,
+//! - `instance`: loader, instance, validation layer and messenger;
+//! - `device`: physical device choice and the compute queue;
+//! - `caps`: device capabilities, [`list_devices`];
+//! - `memory`: buffers and staging; `layout`: weight repacking;
+//! - `pipeline`: pipelines and layouts; `recorder`: command buffers,
 //!   automatic barriers, descriptor sets, per-pass [`PassStats`];
 //! - `ops/`: one encoder per op family.
 //!
