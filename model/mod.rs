@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod convert;
+pub mod generate;
 pub mod hf;
 pub mod runner;
 pub mod source;
