@@ -279,7 +279,7 @@ impl ModelConfig {
             )
         };
         let n_head_kv = uint("num_key_value_heads").unwrap_or(n_head);
-        let head_dim = uint("head_dim").unwrap_or(if n_head > 0 { n_embd / n_head } else { 0 });
+        let head_dim = uint("head_dim").unwrap_or(n_embd.checked_div(n_head).unwrap_or(0));
         let n_ff = match arch {
             Arch::Gpt2 => uint("n_inner").unwrap_or(4 * n_embd),
             _ => need("intermediate_size")?,

@@ -1,11 +1,16 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
 
+pub mod chat;
 pub mod config;
 pub mod convert;
 pub mod generate;
+pub mod gguf;
+pub mod gguf_write;
 pub mod hf;
 pub mod runner;
+pub mod sampling;
 pub mod source;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};

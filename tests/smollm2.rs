@@ -17,7 +17,13 @@ fn refs() -> Vec<Ref> {
     let path = common::reference_dir().join("smollm2_reference.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: Value = serde_json::from_str(&text).unwrap();
-    let ids = |x: &Value| -> Vec<u32> { x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+    let ids = |x: &Value| -> Vec<u32> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect()
+    };
     v["refs"]
         .as_array()
         .unwrap()
@@ -26,14 +32,23 @@ fn refs() -> Vec<Ref> {
             prompt_ids: ids(&r["prompt_ids"]),
             greedy: ids(&r["greedy_32"]),
             top10_ids: ids(&r["last_top10_ids"]),
-            top10_logits: r["last_top10_logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect(),
+            top10_logits: r["last_top10_logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect(),
         })
         .collect()
 }
 
 fn top10(logits: &[f32]) -> Vec<u32> {
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
     idx.truncate(10);
     idx
 }
@@ -44,7 +59,10 @@ fn smollm2_matches_transformers_on_every_backend() {
     let refs = refs();
     assert_eq!(refs.len(), 4);
     for (name, be) in common::backends() {
-        let opts = LoadOptions { context: Some(256), ..Default::default() };
+        let opts = LoadOptions {
+            context: Some(256),
+            ..Default::default()
+        };
         let mut model = Model::load(be, &path, &opts, &mut |_, _| {}).unwrap();
         for (i, r) in refs.iter().enumerate() {
             model.reset();
@@ -53,7 +71,10 @@ fn smollm2_matches_transformers_on_every_backend() {
             for (id, want) in r.top10_ids.iter().zip(&r.top10_logits) {
                 let got = logits[*id as usize];
                 // Quantized weights are exact; f32 summation order differs from PyTorch.
-                assert!((got - want).abs() < 1e-2, "{name}: prompt {i} logit {id}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() < 1e-2,
+                    "{name}: prompt {i} logit {id}: {got} vs {want}"
+                );
             }
             let mut tokens = vec![top10(&logits)[0]];
             while tokens.len() < r.greedy.len() {

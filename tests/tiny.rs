@@ -17,16 +17,30 @@ struct Ref {
 }
 
 fn reference(arch: &str) -> Ref {
-    let path = common::reference_dir().join("tiny").join(arch).join("reference.json");
+    let path = common::reference_dir()
+        .join("tiny")
+        .join(arch)
+        .join("reference.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ids = |x: &Value| -> Vec<u32> { x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect() };
+    let ids = |x: &Value| -> Vec<u32> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect()
+    };
     Ref {
         prompt: ids(&v["prompt_ids"]),
         logits: v["logits"]
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
             .collect(),
         greedy: ids(&v["greedy_16"]),
     }
@@ -43,18 +57,35 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Max |logit - reference| over the prompt, after checking greedy_16.
-fn check(arch: &str, backend: &str, path: &Path, r: &Ref, be: Box<dyn vkllm::ComputeBackend>) -> f32 {
+fn check(
+    arch: &str,
+    backend: &str,
+    path: &Path,
+    r: &Ref,
+    be: Box<dyn vkllm::ComputeBackend>,
+) -> f32 {
     let mut model = Model::load(be, path, &LoadOptions::default(), &mut |_, _| {})
         .unwrap_or_else(|e| panic!("{arch} on {backend} from {}: {e}", path.display()));
-    let Output::Logits(logits) = model.forward(&r.prompt, Want::AllLogits).unwrap() else { panic!("no logits") };
+    let Output::Logits(logits) = model.forward(&r.prompt, Want::AllLogits).unwrap() else {
+        panic!("no logits")
+    };
     let err = common::max_abs_diff(&logits, &r.logits);
-    assert!(err < 1e-4, "{arch} on {backend} from {}: max logit error {err}", path.display());
+    assert!(
+        err < 1e-4,
+        "{arch} on {backend} from {}: max logit error {err}",
+        path.display()
+    );
     let vocab = model.config().vocab;
     let mut tokens = vec![argmax(&logits[logits.len() - vocab..])];
     while tokens.len() < r.greedy.len() {
         tokens.push(model.next_token(&tokens[tokens.len() - 1..]).unwrap());
     }
-    assert_eq!(tokens, r.greedy, "{arch} on {backend} from {}: greedy_16", path.display());
+    assert_eq!(
+        tokens,
+        r.greedy,
+        "{arch} on {backend} from {}: greedy_16",
+        path.display()
+    );
     err
 }
 
@@ -79,7 +110,9 @@ fn tiny_models_match_transformers() {
                     _ => common::vulkan().unwrap(),
                 };
                 let err = check(arch, backend, path, &r, be);
-                report.push(format!("{arch:7} {backend:7} {format:12} max|Δlogit| = {err:.2e}"));
+                report.push(format!(
+                    "{arch:7} {backend:7} {format:12} max|Δlogit| = {err:.2e}"
+                ));
             }
         }
     }

@@ -28,7 +28,10 @@ pub fn smollm2() -> PathBuf {
             assert!(status.success(), "scripts/fetch-model.sh failed");
         }
     });
-    assert!(Path::new(&path).exists(), "default model missing after fetch");
+    assert!(
+        Path::new(&path).exists(),
+        "default model missing after fetch"
+    );
     path
 }
 
@@ -86,20 +89,33 @@ pub fn upload_u32(b: &mut dyn ComputeBackend, data: &[u32]) -> vkllm::backend::B
     buf
 }
 
-pub fn download_f32(b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer, n: usize) -> Vec<f32> {
+pub fn download_f32(
+    b: &mut dyn ComputeBackend,
+    buf: &vkllm::backend::Buffer,
+    n: usize,
+) -> Vec<f32> {
     let mut out = vec![0f32; n];
-    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
+        .unwrap();
     out
 }
 
-pub fn download_u32(b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer, n: usize) -> Vec<u32> {
+pub fn download_u32(
+    b: &mut dyn ComputeBackend,
+    buf: &vkllm::backend::Buffer,
+    n: usize,
+) -> Vec<u32> {
     let mut out = vec![0u32; n];
-    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
+        .unwrap();
     out
 }
 
 /// Largest |a - b|, with a readable panic when lengths differ.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
