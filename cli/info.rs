@@ -34,8 +34,8 @@ fn devices(out: &mut String) {
     match vkllm::vk::list_devices() {
         Ok(list) if list.is_empty() => out.push_str("  none: the Vulkan loader reports no devices\n"),
         Ok(list) => {
-            for (i, d) in list.iter().enumerate() {
-                let _ = writeln!(out, "  {i}: {d}");
+            for d in &list {
+                let _ = writeln!(out, "  {d}");
             }
         }
         Err(e) => {

@@ -200,24 +200,30 @@ pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
     }
 }
 
-/// Vulkan options for the GPU `auto` should use, or why there is none.
+/// Vulkan options for the device `auto` should use and its name, or why
+/// there is none. `VKLLM_DEVICE` is honoured as an explicit choice.
 fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
-    let mut opts = vkllm::vk::Options::from_env();
+    let opts = vkllm::vk::Options::from_env();
     let devices = vkllm::vk::list_devices().map_err(|e| e.to_string())?;
-    let pick = devices
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.is_gpu())
-        .find(|(i, d)| match &opts.device {
-            Some(want) => *want == i.to_string() || d.name.contains(want.as_str()),
-            None => true,
-        });
+    let pick = match &opts.device {
+        Some(sel) => {
+            let lower = sel.to_lowercase();
+            devices
+                .iter()
+                .find(|d| d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower))
+        }
+        // The same preference as the Vulkan backend's own default choice.
+        None => ["discrete GPU", "integrated GPU"]
+            .iter()
+            .find_map(|kind| devices.iter().find(|d| d.kind == *kind)),
+    };
     match pick {
-        Some((i, d)) => {
-            opts.device = Some(i.to_string());
-            Ok((opts, d.name.clone()))
+        Some(d) => {
+            let name = d.name.clone();
+            Ok((opts, name))
         }
         None if devices.is_empty() => Err("no Vulkan device".into()),
+        None if opts.device.is_some() => Err("VKLLM_DEVICE matches no Vulkan device".into()),
         None => Err("no Vulkan GPU; the Vulkan devices here run on the CPU".into()),
     }
 }
