@@ -181,7 +181,9 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// The backend `--backend` asks for; `auto` says on stderr what it picked.
 pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
     let cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get)))
+        Box::new(vkllm::cpu::CpuBackend::new(
+            args.threads.map(NonZeroUsize::get),
+        ))
     };
     match args.backend {
         BackendKind::Cpu => Ok(cpu()),
@@ -208,9 +210,9 @@ fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
     let pick = match &opts.device {
         Some(sel) => {
             let lower = sel.to_lowercase();
-            devices
-                .iter()
-                .find(|d| d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower))
+            devices.iter().find(|d| {
+                d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower)
+            })
         }
         // The same preference as the Vulkan backend's own default choice.
         None => ["discrete GPU", "integrated GPU"]
