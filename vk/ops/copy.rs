@@ -15,7 +15,10 @@ impl VulkanBackend {
         bytes: usize,
     ) -> Result<()> {
         const OP: &str = "copy";
-        if src_offset % 4 != 0 || dst_offset % 4 != 0 || bytes % 4 != 0 {
+        if !src_offset.is_multiple_of(4)
+            || !dst_offset.is_multiple_of(4)
+            || !bytes.is_multiple_of(4)
+        {
             return Err(Error::op(
                 OP,
                 format!(
@@ -28,8 +31,8 @@ impl VulkanBackend {
         if bytes == 0 {
             return Ok(());
         }
-        let s = self.mem.get(src.id)?.buffer;
-        let d = self.mem.get(dst.id)?.buffer;
+        let s = self.mem.resolve(src)?.buffer;
+        let d = self.mem.resolve(dst)?.buffer;
         if src.id == dst.id && src_offset.max(dst_offset) < src_offset.min(dst_offset) + bytes {
             return Err(Error::op(OP, "source and destination ranges overlap"));
         }

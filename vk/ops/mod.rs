@@ -14,21 +14,88 @@ mod rope;
 use super::pipeline::PUSH_BYTES;
 use super::VulkanBackend;
 use crate::backend::Buffer;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
+
+/// Most storage buffers any kernel binds (attention: 6).
+const MAX_BINDINGS: usize = 6;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {
     buf: &'a Buffer,
     write: bool,
+    /// Left out of barrier tracking: only updated with atomics whose order
+    /// does not matter (the status word).
+    tracked: bool,
+    /// A read that may be the op's output buffer too (elementwise in place).
+    may_alias: bool,
 }
 
 pub(super) fn read(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: false }
+    Bind {
+        buf,
+        write: false,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+/// A read of an elementwise op whose output may be this same buffer.
+pub(super) fn read_in_place(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        may_alias: true,
+        ..read(buf)
+    }
 }
 
 pub(super) fn write(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: true }
+    Bind {
+        buf,
+        write: true,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+pub(super) fn atomic(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        buf,
+        write: true,
+        tracked: false,
+        may_alias: false,
+    }
+}
+
+/// Which pipeline a dispatch runs.
+pub(super) struct KernelRef {
+    name: &'static str,
+    /// The weight dtype variant, for shaders compiled per dtype.
+    dtype: Option<DType>,
+    /// Specialization constant 0 (workgroup size), 0 when the shader has none.
+    spec: u32,
+}
+
+pub(super) fn plain(name: &'static str) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: None,
+        spec: 0,
+    }
+}
+
+pub(super) fn typed(name: &'static str, dtype: DType) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: Some(dtype),
+        spec: 0,
+    }
+}
+
+impl KernelRef {
+    pub(super) fn spec(self, spec: u32) -> KernelRef {
+        KernelRef { spec, ..self }
+    }
 }
 
 /// `v` as a u32 shader parameter, or an error naming the op.
@@ -72,16 +139,29 @@ impl VulkanBackend {
     pub(super) fn dispatch(
         &mut self,
         op: &'static str,
-        kernel: &str,
-        spec: u32,
+        kernel: KernelRef,
         binds: &[Bind<'_>],
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        // Workgroups read inputs while others write the output, so an output
+        // may only alias inputs that are read and written at the same index.
+        for w in binds.iter().filter(|b| b.write) {
+            if binds
+                .iter()
+                .any(|r| !r.write && !r.may_alias && r.buf.id == w.buf.id)
+            {
+                return Err(Error::op(op, "the output buffer aliases an input"));
+            }
+        }
+        if binds.len() > MAX_BINDINGS {
+            return Err(Error::op(op, "too many buffer bindings"));
+        }
+        // Fixed-size scratch: recording a dispatch allocates nothing on the heap.
         let max_range = self.caps().max_storage_buffer_range;
-        let mut infos = Vec::with_capacity(binds.len());
-        for b in binds {
-            let db = self.mem.get(b.buf.id)?;
+        let mut infos = [vk::DescriptorBufferInfo::default(); MAX_BINDINGS];
+        for (info, b) in infos.iter_mut().zip(binds) {
+            let db = self.mem.resolve(b.buf)?;
             if db.size > max_range {
                 return Err(Error::op(
                     op,
@@ -91,12 +171,10 @@ impl VulkanBackend {
                     ),
                 ));
             }
-            infos.push(
-                vk::DescriptorBufferInfo::default()
-                    .buffer(db.buffer)
-                    .offset(0)
-                    .range(vk::WHOLE_SIZE),
-            );
+            *info = vk::DescriptorBufferInfo::default()
+                .buffer(db.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE);
         }
         if push.len() > PUSH_BYTES as usize {
             return Err(Error::op(op, "push constants too large"));
@@ -104,32 +182,36 @@ impl VulkanBackend {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
-        let kernel = self.pipes.get(kernel, binds.len() as u32, spec)?;
+        let kernel = self
+            .pipes
+            .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
         let set = self.rec.descriptor_set(set_layout)?;
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(std::slice::from_ref(info))
-            })
-            .collect();
-        let reads: Vec<u32> = binds
-            .iter()
-            .filter(|b| !b.write)
-            .map(|b| b.buf.id)
-            .collect();
-        let written: Vec<u32> = binds.iter().filter(|b| b.write).map(|b| b.buf.id).collect();
-        self.rec.access(&reads, &written);
+        let mut writes = [vk::WriteDescriptorSet::default(); MAX_BINDINGS];
+        for (i, (w, info)) in writes.iter_mut().zip(&infos).take(binds.len()).enumerate() {
+            *w = vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(i as u32)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(std::slice::from_ref(info));
+        }
+        let (mut reads, mut n_reads) = ([0u32; MAX_BINDINGS], 0);
+        let (mut written, mut n_written) = ([0u32; MAX_BINDINGS], 0);
+        for b in binds.iter().filter(|b| b.tracked) {
+            if b.write {
+                written[n_written] = b.buf.id;
+                n_written += 1;
+            } else {
+                reads[n_reads] = b.buf.id;
+                n_reads += 1;
+            }
+        }
+        self.rec.access(&reads[..n_reads], &written[..n_written]);
         let d = &self.dev.device;
         let cmd = self.rec.cmd;
         // SAFETY: the set, pipeline and layout are live; the command buffer is recording.
         unsafe {
-            d.update_descriptor_sets(&writes, &[]);
+            d.update_descriptor_sets(&writes[..binds.len()], &[]);
             d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
             d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, layout, 0, &[set], &[]);
             d.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::COMPUTE, 0, &push_data);
