@@ -125,6 +125,13 @@ fn assert_streams_paris(backend: &str) {
         !err.contains("loading"),
         "no progress bar when stderr is not a terminal: {err}"
     );
+
+    // The same run as JSON: exactly transformers' greedy tokens.
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE, "--backend", backend],
+        "-n 8 --temperature 0 --json",
+    ));
+    assert_eq!(ids(&v["tokens"]), reference_greedy(8).1, "{backend}");
 }
 
 #[test]
@@ -180,46 +187,65 @@ fn sampling_is_seeded_and_stops_at_max_tokens() {
 #[test]
 fn chat_renders_the_template_without_a_second_bos() {
     let m = model_arg();
+    let tokenize = |text: &str| {
+        ids(&json(&["tokenize", "-m", &m, "--text", text, "--no-bos", "--json"])["ids"])
+    };
+    assert_eq!(
+        tokenize("<|im_start|>"),
+        [1],
+        "<|im_start|> is one special token"
+    );
+    let question = "What is the capital of France?";
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", question],
+        "--chat -n 24 --temperature 0 --backend cpu --json",
+    ));
+    let prompt = ids(&v["prompt_ids"]);
+    assert_eq!(prompt[0], 1, "{prompt:?}");
+    assert_ne!(prompt[1], 1, "BOS duplicated: {prompt:?}");
+    let user = tokenize(&format!(
+        "<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    ));
+    assert!(
+        prompt.ends_with(&user),
+        "{prompt:?} does not end with {user:?}"
+    );
+    // The answer ends with <|im_end|> (id 2): kept in the ids, not in the text.
+    assert_eq!(v["text"], "The capital of France is Paris.", "{v}");
+    assert_eq!(v["stop"], "stop_token", "{v}");
+    assert_eq!(ids(&v["tokens"]).last(), Some(&2), "{v}");
+
     let v = json(&with_flags(
         &[
             "generate",
             "-m",
             &m,
             "-p",
-            "What is the capital of France?",
+            question,
             "--system",
             "Answer briefly.",
         ],
-        "--chat -n 24 --temperature 0 --backend cpu --json",
+        "--chat -n 1 --temperature 0 --backend cpu --json",
     ));
     let prompt = ids(&v["prompt_ids"]);
-    let im_start = ids(&json(&[
-        "tokenize",
-        "-m",
-        &m,
-        "--text",
-        "<|im_start|>",
-        "--no-bos",
-        "--json",
-    ])["ids"]);
-    assert_eq!(im_start, [1], "<|im_start|> is one special token");
-    assert_eq!(prompt[0], 1, "{prompt:?}");
-    assert_ne!(prompt[1], 1, "BOS duplicated: {prompt:?}");
-    let system = ids(&json(&[
-        "tokenize",
-        "-m",
-        &m,
-        "--text",
-        "system\nAnswer",
-        "--no-bos",
-        "--json",
-    ])["ids"]);
-    assert_eq!(
-        &prompt[1..1 + system.len()],
-        &system[..],
-        "the --system text opens the prompt"
+    let system = tokenize("<|im_start|>system\nAnswer briefly.<|im_end|>\n");
+    assert!(
+        prompt.starts_with(&system),
+        "{prompt:?} does not start with {system:?}"
     );
-    assert!(!v["text"].as_str().unwrap().trim().is_empty(), "{v}");
+    assert!(prompt.ends_with(&user), "{prompt:?}");
+}
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let m = model_arg();
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE],
+        "--ctx 8 -n 100 --temperature 0 --backend cpu --json",
+    ));
+    // 5 prompt positions + 3 fed-back tokens fill 8; the 4th token needs no slot.
+    assert_eq!(ids(&v["tokens"]), reference_greedy(4).1, "{v}");
+    assert_eq!(v["stop"], "context_full", "{v}");
 }
 
 #[test]
