@@ -78,6 +78,14 @@ pub struct BackendArgs {
 #[derive(Clone, Debug)]
 pub struct TokenIds(pub Vec<u32>);
 
+/// clap value parser for sampling numbers: NaN and infinities are refused.
+pub fn parse_finite(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("'{s}' is not a finite number")),
+    }
+}
+
 /// clap value parser for [`TokenIds`].
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     let ids = s
@@ -101,7 +109,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A bug must still read as one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("error: internal error: {info}");
+        eprintln!(
+            "error: internal error: {}",
+            info.to_string().replace('\n', " ")
+        );
     }));
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(a) => generate::run(a),
@@ -111,7 +122,15 @@ pub fn main() -> ExitCode {
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) if is_closed_stdout(&e) => ExitCode::SUCCESS,
+        // A reader that stops early (`| head`) is not a failure.
+        Ok(Err(Error::Io { path, source })) if path.as_os_str() == STDOUT => {
+            if source.kind() == std::io::ErrorKind::BrokenPipe {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("error: cannot write to stdout: {source}");
+                ExitCode::from(1)
+            }
+        }
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
@@ -120,14 +139,11 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Writes to stdout fail as this error (a reader such as `head` may close it).
-pub fn stdout_error(e: std::io::Error) -> Error {
-    Error::io("<stdout>", e)
-}
+/// The path of the `Error::Io` that failed writes to stdout carry.
+const STDOUT: &str = "<stdout>";
 
-fn is_closed_stdout(e: &Error) -> bool {
-    matches!(e, Error::Io { path, source } if path.as_os_str() == "<stdout>"
-        && source.kind() == std::io::ErrorKind::BrokenPipe)
+fn stdout_error(e: std::io::Error) -> Error {
+    Error::io(STDOUT, e)
 }
 
 /// Write `text` to stdout and flush it.
