@@ -63,6 +63,7 @@ struct Scratch {
     att: Buffer,
     gate: Buffer,
     up: Buffer,
+    act: Buffer,
     last: Buffer,
     logits: Buffer,
     token: Buffer,
@@ -139,6 +140,7 @@ impl Model {
             att: f32_buf(b, rows * cfg.q_dim())?,
             gate: f32_buf(b, rows * cfg.n_ff)?,
             up: f32_buf(b, rows * cfg.n_ff)?,
+            act: f32_buf(b, rows * cfg.n_ff)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
             token: f32_buf(b, 1)?,
@@ -325,14 +327,14 @@ impl Model {
                 Some(g) => {
                     self.linear(&g, s.h, s.gate, m)?;
                     self.linear(&lw.up, s.h, s.up, m)?;
-                    self.be.glu(c.act, &s.gate, Some(&s.up), &s.gate, m * c.n_ff)?;
+                    self.be.glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
                 }
                 None => {
                     self.linear(&lw.up, s.h, s.up, m)?;
-                    self.be.glu(c.act, &s.up, None, &s.gate, m * c.n_ff)?;
+                    self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
                 }
             }
-            self.linear(&lw.down, s.gate, s.h, m)?;
+            self.linear(&lw.down, s.act, s.h, m)?;
             if let Some(n) = lw.ffn_post_norm {
                 self.norm(&n, s.h, s.t, m)?;
                 self.be.add(&s.x, &s.t, &s.x, m * e)?;
