@@ -18,13 +18,14 @@ pub(crate) fn check(p: &AttentionParams) -> Result<(usize, usize)> {
         ));
     }
     let overflow = || Error::op("attention", "shape overflows");
+    let per_row = |heads: usize| heads.checked_mul(p.head_dim).ok_or_else(overflow);
     let nq = p
         .rows
-        .checked_mul(p.n_heads * p.head_dim)
+        .checked_mul(per_row(p.n_heads)?)
         .ok_or_else(overflow)?;
     let nkv = p
         .capacity
-        .checked_mul(p.n_kv_heads * p.head_dim)
+        .checked_mul(per_row(p.n_kv_heads)?)
         .ok_or_else(overflow)?;
     Ok((nq, nkv))
 }

@@ -40,6 +40,8 @@ pub(crate) fn run(
         return;
     }
     match ctx.isa.gemm_tile() {
+        // An empty reduction leaves only the bias.
+        _ if w.cols == 0 => y.fill(0.0),
         Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
         _ => gemv(ctx, w, x, y, m),
     }

@@ -57,7 +57,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn bits_to_0x10(bits: u32) -> __m128i {
-            use crate::cpu::simd::BIT_TO_0X10 as T;
+            use crate::cpu::simd::x86::BIT_TO_0X10 as T;
             _mm_set_epi64x(
                 T[((bits >> 8) & 0xFF) as usize] as i64,
                 T[(bits & 0xFF) as usize] as i64,
@@ -413,6 +413,24 @@ macro_rules! dot_fn {
         }
     };
 }
+
+/// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the
+/// 5th bits of Q5_0/Q5_1 values over bytes.
+pub(crate) static BIT_TO_0X10: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if b & (1 << i) != 0 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;
