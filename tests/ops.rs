@@ -256,7 +256,7 @@ fn attention_gqa_positions_and_window() {
     // combinations of values; f32 softmax differs from f64 by ~1e-7 relative).
     for (name, mut b) in all_backends() {
         for (n_heads, n_kv_heads) in [(4, 4), (9, 3), (8, 2)] {
-            for (head_dim, window) in [(64, 0), (32, 0), (64, 8)] {
+            for (head_dim, window) in [(64, 0), (32, 0), (64, 8), (128, 0)] {
                 for positions in [vec![0u32], vec![5, 17, 39], (10..17).collect::<Vec<u32>>()] {
                     let capacity = 40;
                     let p = AttentionParams {

@@ -222,6 +222,57 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// `y[i] += a * x[i]`; `x` must be at least as long as `y`.
+pub(crate) fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    assert!(x.len() >= y.len());
+    match isa {
+        // SAFETY: instruction set checked at backend creation; lengths asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::axpy(a, x, y) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::axpy(a, x, y) },
+        _ => y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x),
+    }
+}
+
+/// Attention for one (query row, head) whose `o.len()` dims fit registers
+/// (see the x86 `attention_head`): `false` when no such kernel applies, and
+/// the caller uses the general path.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn attention_head(
+    isa: Isa,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    kvo: usize,
+    first: usize,
+    last: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    o: &mut [f32],
+) -> bool {
+    let hd = o.len();
+    let fits = q.len() >= hd && last * stride + kvo + hd <= k.len().min(v.len()) && first <= last;
+    if !fits {
+        return false;
+    }
+    match isa {
+        // SAFETY: instruction set checked at backend creation; every key and
+        // value row read (first..=last) lies inside `k`/`v`, checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            x86::avx512::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            x86::avx2::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+        },
+        _ => false,
+    }
+}
+
 /// Eight independent partial sums, so the compiler can vectorize and the
 /// rounding matches the SIMD kernels' blocked order in spirit.
 fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
