@@ -13,6 +13,7 @@ mod x86;
 
 use crate::cpu::quant;
 use crate::dtype::DType;
+use std::ops::Range;
 
 /// A CPU instruction set with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -305,9 +306,10 @@ pub(crate) fn pack_activations(x: &[f32], m: usize, k: usize, mr: usize) -> Vec<
     out
 }
 
-/// `y[i * ldy + j] = Σ_k x[i, k] * panel[k, j]` for `i < m`, `j < ncols`;
-/// `panel` is `[k, nr]` and `xp` the activations packed by
-/// [`pack_activations`] with this instruction set's [`Isa::gemm_tile`].
+/// `y[i * ldy + j] (+)= Σ_{kk in k} x[i, kk] * panel[kk - k.start, j]` for
+/// `i < m`, `j < ncols`: `panel` is `[k.len(), nr]`, `xp` the activations
+/// (`k_total` columns) packed by [`pack_activations`] with this instruction
+/// set's [`Isa::gemm_tile`]. Chunks after the first (`k.start > 0`) add to `y`.
 /// Only for instruction sets with a GEMM kernel.
 ///
 /// # Safety
@@ -319,18 +321,24 @@ pub(crate) unsafe fn gemm_panel(
     panel: &[f32],
     xp: &[f32],
     m: usize,
-    k: usize,
+    k: Range<usize>,
+    k_total: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
 ) {
     let (mr, nr) = isa.gemm_tile().unwrap_or((1, 0));
-    assert!(panel.len() >= k * nr && xp.len() >= m.div_ceil(mr) * mr * k && ncols <= nr);
+    let kc = k.len();
+    assert!(k.end <= k_total && panel.len() >= kc * nr && ncols <= nr);
+    assert!(xp.len() >= m.div_ceil(mr) * mr * k_total);
+    // Packed block b starts at b * k_total * mr; within it column kk is at kk * mr.
+    let x = &xp[k.start * mr..];
+    let accumulate = k.start > 0;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512::gemm_panel(panel, xp, m, k, y, ldy, ncols),
+        Isa::Avx512 => x86::avx512::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2::gemm_panel(panel, xp, m, k, y, ldy, ncols),
+        Isa::Avx2 => x86::avx2::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
         _ => {}
     }
 }
