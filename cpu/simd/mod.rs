@@ -239,7 +239,8 @@ pub(crate) fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
 /// Attention for one (query row, head) whose `o.len()` dims fit registers
 /// (see the x86 `attention_head`): `false` when no such kernel applies, and
 /// the caller uses the general path.
-#[allow(clippy::too_many_arguments)]
+// `scores` is a Vec because the kernel fills it by pushing.
+#[allow(clippy::too_many_arguments, clippy::ptr_arg)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(crate) fn attention_head(
     isa: Isa,
