@@ -2,17 +2,14 @@
 //! worked out by hand from each template and checked against Python Jinja2
 //! configured as transformers configures it.
 
-use std::path::PathBuf;
+mod common;
+
 use vkllm::model::chat::{render_chat, ChatMessage};
 use vkllm::model::gguf::GgufFile;
 use vkllm::Error;
 
-/// tests/common::smollm2() (that module needs the CPU backend to compile,
-/// which this branch does not have yet).
 fn smollm2_template() -> String {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let g = GgufFile::open(&path).unwrap();
+    let g = GgufFile::open(&common::smollm2()).unwrap();
     g.get_str("tokenizer.chat_template")
         .unwrap()
         .unwrap()

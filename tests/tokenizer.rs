@@ -1,34 +1,17 @@
 //! Tokenizer parity with Hugging Face on the real SmolLM2 GGUF, round trips,
 //! streaming decode, and a SentencePiece vocabulary built in a GGUF here.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
 use vkllm::model::gguf::{GgufFile, GgufValue};
 use vkllm::model::gguf_write::GgufWriter;
 use vkllm::model::tokenizer::Tokenizer;
 
-/// The default model's path, as tests/common::smollm2() gives it (that module
-/// needs the CPU backend to compile, which this branch does not have yet).
-fn smollm2_path() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing (scripts/fetch-model.sh)",
-        path.display()
-    );
-    path
-}
-
-/// tests/reference_dir().
-fn reference_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference")
-}
-
 fn smollm2() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
-        let g = GgufFile::open(&smollm2_path()).unwrap();
+        let g = GgufFile::open(&common::smollm2()).unwrap();
         Tokenizer::from_gguf(&g).unwrap()
     })
 }
@@ -41,7 +24,7 @@ struct Ref {
 }
 
 fn references() -> Vec<Ref> {
-    let path = reference_dir().join("smollm2_reference.json");
+    let path = common::reference_dir().join("smollm2_reference.json");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {

@@ -502,6 +502,95 @@ fn barriers_only_between_dependent_ops() {
 }
 
 #[test]
+fn replayed_pass_reads_new_token_and_position() {
+    let Some(mut b) = vulkan() else { return };
+    let (vocab, dim, cap) = (16, 64, 8);
+    let table_bytes = weight_bytes(DType::Q8_0, vocab, dim, 71);
+    let table = b
+        .upload_weight(DType::Q8_0, vocab, dim, &table_bytes)
+        .unwrap();
+    let wb = weight_bytes(DType::Q4_0, vocab, dim, 72);
+    let w = b.upload_weight(DType::Q4_0, vocab, dim, &wb).unwrap();
+    let kv = rand_f32(cap * dim, 73);
+    let kc = upload_f32(&mut b, &kv);
+    let ids = upload_u32(&mut b, &[3]);
+    let pos = upload_u32(&mut b, &[0]);
+    let h = b.alloc(dim * 4).unwrap();
+    let a = b.alloc(dim * 4).unwrap();
+    let logits = b.alloc(vocab * 4).unwrap();
+    let best = b.alloc(4).unwrap();
+    let att = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: dim,
+        capacity: cap,
+        scale: 0.125,
+        window: 0,
+    };
+    // One decode step: embed, attend over positions 0..=pos, project, argmax.
+    let record = |b: &mut VulkanBackend| {
+        pass(b, |b| {
+            b.embedding(&table, &ids, &h, 1).unwrap();
+            b.attention(&h, &kc, &kc, &pos, &a, &att).unwrap();
+            b.matmul(&w, None, &a, &logits, 1).unwrap();
+            b.argmax(&logits, &best, 1, vocab).unwrap();
+        })
+    };
+    let expect = |token: u32, p: u32| {
+        let e = reference::embedding(DType::Q8_0, &table_bytes, vocab, dim, &[token]).unwrap();
+        let at = reference::attention(&e, &kv, &kv, &[p], &att).unwrap();
+        let y = reference::matmul(DType::Q4_0, &wb, vocab, dim, None, &at, 1).unwrap();
+        (y, abs_dot(DType::Q4_0, &wb, vocab, dim, &at, 1))
+    };
+    record(&mut b);
+    for (token, p) in [(5u32, 2u32), (11, 6)] {
+        b.upload(&ids, 0, bytemuck::bytes_of(&token)).unwrap();
+        b.upload(&pos, 0, bytemuck::bytes_of(&p)).unwrap();
+        b.replay_pass().unwrap();
+        let got = download_f32(&mut b, &logits, vocab);
+        let (want, scale) = expect(token, p);
+        assert_close(
+            &format!("replay token {token} pos {p}"),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        assert_eq!(
+            download_u32(&mut b, &best, 1),
+            reference::argmax(&got, vocab).unwrap()
+        );
+    }
+    // A freed buffer ends replays.
+    let tmp = b.alloc(4).unwrap();
+    b.free(tmp);
+    assert!(b.replay_pass().is_err(), "replay after free");
+}
+
+#[test]
+fn passes_longer_than_one_descriptor_pool() {
+    let Some(mut b) = vulkan() else { return };
+    // 1500 dispatches need more descriptor sets than one pool holds (1024);
+    // the second pass reuses the pools after their reset.
+    let x = upload_f32(&mut b, &[0.0; 8]);
+    let ones = upload_f32(&mut b, &[1.0; 8]);
+    for round in 1..=2 {
+        pass(&mut b, |b| {
+            for _ in 0..1500 {
+                b.add(&x, &ones, &x, 8).unwrap();
+            }
+        });
+        let s = b.stats();
+        assert_eq!(
+            (s.dispatches, s.descriptor_sets, s.barriers),
+            (1500, 1500, 1499)
+        );
+        assert_eq!(download_f32(&mut b, &x, 8), vec![1500.0 * round as f32; 8]);
+    }
+}
+
+#[test]
 fn large_upload_download_round_trip() {
     let Some(mut b) = vulkan() else { return };
     // Larger than the 64 MiB staging buffer, so transfers go in chunks.

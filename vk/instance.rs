@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
 /// Validation messages of severity warning or error, in arrival order.
-type Messages = Arc<Mutex<Vec<String>>>;
+pub(crate) type Messages = Arc<Mutex<Vec<String>>>;
 
 fn messenger_info(messages: &Messages) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
     vk::DebugUtilsMessengerCreateInfoEXT::default()
@@ -103,6 +103,13 @@ impl Instance {
             inst.check_messages()?;
         }
         Ok(inst)
+    }
+
+    /// The message list, kept alive past the instance so tests can check
+    /// what teardown reported.
+    #[cfg(test)]
+    pub fn messages(&self) -> Option<Messages> {
+        self.messages.as_deref().cloned()
     }
 
     /// `Err` listing every validation warning/error reported since the last call.

@@ -230,9 +230,12 @@ impl Memory {
         slot.as_mut()
             .ok_or_else(|| Error::Vulkan("staging buffer missing".into()))
     }
+}
 
-    /// Free every buffer and the allocator; the device must be idle.
-    pub fn destroy_all(&mut self) {
+impl Drop for Memory {
+    /// Frees every buffer, then the allocator (before the device goes: the
+    /// owner declares Memory before Device). The device must be idle.
+    fn drop(&mut self) {
         let ids: Vec<u32> = self.buffers.keys().copied().collect();
         for id in ids {
             self.free(id);
