@@ -66,6 +66,16 @@ unsafe fn hsum(v: V) -> f32 {
     let d = _mm_add_ps(q, _mm_movehl_ps(q, q));
     _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)))
 }
+/// The four horizontal sums of `v`, as one vector.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum4(v: [V; 4]) -> __m128 {
+    let half = |a: V| _mm256_add_ps(a.0, a.1);
+    let h01 = _mm256_hadd_ps(half(v[0]), half(v[1]));
+    let h23 = _mm256_hadd_ps(half(v[2]), half(v[3]));
+    let h = _mm256_hadd_ps(h01, h23);
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+}
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn u8_to_f32(v: __m128i) -> V {

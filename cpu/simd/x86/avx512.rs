@@ -57,6 +57,16 @@ unsafe fn sub(a: V, b: V) -> V {
 unsafe fn hsum(v: V) -> f32 {
     _mm512_reduce_add_ps(v)
 }
+/// The four horizontal sums of `v`, as one vector.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn hsum4(v: [V; 4]) -> __m128 {
+    let half = |a: V| _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps::<1>(a));
+    let h01 = _mm256_hadd_ps(half(v[0]), half(v[1]));
+    let h23 = _mm256_hadd_ps(half(v[2]), half(v[3]));
+    let h = _mm256_hadd_ps(h01, h23);
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+}
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn u8_to_f32(v: __m128i) -> V {
