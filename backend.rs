@@ -112,8 +112,13 @@ pub trait ComputeBackend {
 
     /// Upload a `[rows, cols]` weight stored as `dtype` (GGUF block bytes).
     /// Backends may repack the data for their kernels.
-    fn upload_weight(&mut self, dtype: DType, rows: usize, cols: usize, data: &[u8])
-        -> Result<Weight>;
+    fn upload_weight(
+        &mut self,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Weight>;
     /// Release a weight.
     fn free_weight(&mut self, w: Weight) {
         self.free(w.buf)
@@ -125,8 +130,7 @@ pub trait ComputeBackend {
     fn end_pass(&mut self) -> Result<()>;
 
     /// `out[r] = dequant(table[ids[r]])` for `rows` ids; `out` is `[rows, table.cols]`.
-    fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize)
-        -> Result<()>;
+    fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()>;
     /// `y[m, w.rows] = x[m, w.cols] · Wᵀ + bias`.
     fn matmul(
         &mut self,

@@ -1,1 +1,281 @@
-//! Plain scalar versions of every op: the yardstick for tests.
+//! Plain scalar versions of every `ComputeBackend` op, written for obviousness
+//! rather than speed: the yardstick that tests (and benches) compare backends
+//! against. Sums are accumulated in f64 so the reference is more accurate than
+//! any f32 backend; weights are dequantized with ggml's exact formulas
+//! ([`crate::cpu::quant::dequantize_row`]).
+
+use crate::backend::{Activation, AttentionParams, RopeParams, RopeStyle};
+use crate::cpu::quant::dequantize_row;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+fn need(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::op(
+            op,
+            format!("{what} has {got} values, expected {want}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A `[rows, cols]` `dtype` matrix as f32, row-major.
+pub fn dequantize(dtype: DType, data: &[u8], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    let rb = dtype.row_bytes(cols)?;
+    need("dequantize", "weight bytes", data.len(), rows * rb)?;
+    let mut out = vec![0f32; rows * cols];
+    if cols > 0 {
+        for (src, dst) in data.chunks_exact(rb).zip(out.chunks_exact_mut(cols)) {
+            dequantize_row(dtype, src, dst)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `y[m, rows] = x[m, cols] · Wᵀ + bias` with `W` a `[rows, cols]` `dtype` matrix.
+pub fn matmul(
+    dtype: DType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    m: usize,
+) -> Result<Vec<f32>> {
+    let wf = dequantize(dtype, w, rows, cols)?;
+    need("matmul", "x", x.len(), m * cols)?;
+    if let Some(b) = bias {
+        need("matmul", "bias", b.len(), rows)?;
+    }
+    let mut y = vec![0f32; m * rows];
+    for i in 0..m {
+        let xi = &x[i * cols..(i + 1) * cols];
+        for r in 0..rows {
+            let wr = &wf[r * cols..(r + 1) * cols];
+            let dot: f64 = wr.iter().zip(xi).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let b = bias.map_or(0.0, |b| b[r] as f64);
+            y[i * rows + r] = (dot + b) as f32;
+        }
+    }
+    Ok(y)
+}
+
+/// Rows `ids` of the `[rows, cols]` `dtype` table, dequantized.
+pub fn embedding(
+    dtype: DType,
+    table: &[u8],
+    rows: usize,
+    cols: usize,
+    ids: &[u32],
+) -> Result<Vec<f32>> {
+    let all = dequantize(dtype, table, rows, cols)?;
+    let mut out = Vec::with_capacity(ids.len() * cols);
+    for &id in ids {
+        let id = id as usize;
+        if id >= rows {
+            return Err(Error::op(
+                "embedding",
+                format!("token id {id} >= {rows} table rows"),
+            ));
+        }
+        out.extend_from_slice(&all[id * cols..(id + 1) * cols]);
+    }
+    Ok(out)
+}
+
+fn rows_of(op: &'static str, x: &[f32], dim: usize) -> Result<usize> {
+    if dim == 0 || x.len() % dim != 0 {
+        return Err(Error::op(
+            op,
+            format!("{} values are not whole rows of {dim}", x.len()),
+        ));
+    }
+    Ok(x.len() / dim)
+}
+
+/// Per row of `dim`: `x / sqrt(mean(x²) + eps) * w`.
+pub fn rms_norm(x: &[f32], w: &[f32], dim: usize, eps: f32) -> Result<Vec<f32>> {
+    rows_of("rms_norm", x, dim)?;
+    need("rms_norm", "w", w.len(), dim)?;
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(dim) {
+        let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / dim as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        out.extend(
+            row.iter()
+                .zip(w)
+                .map(|(v, g)| (*v as f64 * inv * *g as f64) as f32),
+        );
+    }
+    Ok(out)
+}
+
+/// Per row of `dim`: `(x - mean) / sqrt(var + eps) * w + b` (population variance).
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], dim: usize, eps: f32) -> Result<Vec<f32>> {
+    rows_of("layer_norm", x, dim)?;
+    need("layer_norm", "w", w.len(), dim)?;
+    need("layer_norm", "b", b.len(), dim)?;
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(dim) {
+        let mean = row.iter().map(|v| *v as f64).sum::<f64>() / dim as f64;
+        let var = row.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / dim as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        out.extend(
+            row.iter()
+                .zip(w.iter().zip(b))
+                .map(|(v, (g, bb))| ((*v as f64 - mean) * inv * *g as f64 + *bb as f64) as f32),
+        );
+    }
+    Ok(out)
+}
+
+/// Rotation angle of pair `i` at `pos`: `pos * base^(-2i/rot_dim)`, with the
+/// frequency rounded to f32 and the product taken in f32, as Hugging Face's
+/// float32 rotary embedding does (so large positions round the same way).
+pub fn rope_angle(pos: u32, i: usize, rot_dim: usize, base: f32) -> f32 {
+    let inv_freq = (base as f64).powf(-2.0 * i as f64 / rot_dim as f64) as f32;
+    pos as f32 * inv_freq
+}
+
+/// Rotary embedding in place (see [`RopeParams`]).
+pub fn rope(x: &mut [f32], positions: &[u32], p: &RopeParams) -> Result<()> {
+    need("rope", "x", x.len(), p.rows * p.n_heads * p.head_dim)?;
+    need("rope", "positions", positions.len(), p.rows)?;
+    if p.rot_dim > p.head_dim || p.rot_dim % 2 != 0 {
+        return Err(Error::op(
+            "rope",
+            format!("rot_dim {} with head_dim {}", p.rot_dim, p.head_dim),
+        ));
+    }
+    let half = p.rot_dim / 2;
+    for r in 0..p.rows {
+        for h in 0..p.n_heads {
+            let base = (r * p.n_heads + h) * p.head_dim;
+            let v = &mut x[base..base + p.head_dim];
+            for i in 0..half {
+                let theta = rope_angle(positions[r], i, p.rot_dim, p.base) as f64;
+                let (a, b) = match p.style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + half),
+                };
+                let (x0, x1) = (v[a] as f64, v[b] as f64);
+                v[a] = (x0 * theta.cos() - x1 * theta.sin()) as f32;
+                v[b] = (x0 * theta.sin() + x1 * theta.cos()) as f32;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Causal (optionally sliding-window) GQA attention with a plain softmax
+/// (see [`AttentionParams`]); returns `[rows, n_heads * head_dim]`.
+pub fn attention(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    positions: &[u32],
+    p: &AttentionParams,
+) -> Result<Vec<f32>> {
+    let (hd, nh, nkv) = (p.head_dim, p.n_heads, p.n_kv_heads);
+    if nkv == 0 || nh % nkv != 0 {
+        return Err(Error::op(
+            "attention",
+            format!("{nh} heads over {nkv} kv heads"),
+        ));
+    }
+    need("attention", "q", q.len(), p.rows * nh * hd)?;
+    need("attention", "k_cache", k_cache.len(), p.capacity * nkv * hd)?;
+    need("attention", "v_cache", v_cache.len(), p.capacity * nkv * hd)?;
+    need("attention", "positions", positions.len(), p.rows)?;
+    let group = nh / nkv;
+    let kv_stride = nkv * hd;
+    let mut out = vec![0f32; p.rows * nh * hd];
+    for r in 0..p.rows {
+        let pos = positions[r] as usize;
+        if pos >= p.capacity {
+            return Err(Error::op(
+                "attention",
+                format!("position {pos} >= capacity {}", p.capacity),
+            ));
+        }
+        let first = if p.window > 0 {
+            (pos + 1).saturating_sub(p.window)
+        } else {
+            0
+        };
+        for h in 0..nh {
+            let kvh = h / group;
+            let qv = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+            let scores: Vec<f64> = (first..=pos)
+                .map(|j| {
+                    let k = &k_cache[j * kv_stride + kvh * hd..j * kv_stride + (kvh + 1) * hd];
+                    let dot: f64 = qv.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    dot * p.scale as f64
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = exps.iter().sum();
+            let o = &mut out[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+            for (d, od) in o.iter_mut().enumerate() {
+                let acc: f64 = (first..=pos)
+                    .zip(&exps)
+                    .map(|(j, e)| e * v_cache[j * kv_stride + kvh * hd + d] as f64)
+                    .sum();
+                *od = (acc / total) as f32;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `act(x)` in f64.
+pub fn activate(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::GeluTanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+    }
+}
+
+/// `act(gate) * up`, or `act(gate)` without `up`.
+pub fn glu(act: Activation, gate: &[f32], up: Option<&[f32]>) -> Result<Vec<f32>> {
+    if let Some(u) = up {
+        need("glu", "up", u.len(), gate.len())?;
+    }
+    Ok(gate
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let a = activate(act, *g as f64);
+            (a * up.map_or(1.0, |u| u[i] as f64)) as f32
+        })
+        .collect())
+}
+
+pub fn add(a: &[f32], b: &[f32]) -> Result<Vec<f32>> {
+    need("add", "b", b.len(), a.len())?;
+    Ok(a.iter().zip(b).map(|(x, y)| x + y).collect())
+}
+
+pub fn scale(x: &[f32], s: f32) -> Vec<f32> {
+    x.iter().map(|v| v * s).collect()
+}
+
+/// Index of the largest value of each row of `n` (the first on ties).
+pub fn argmax(x: &[f32], n: usize) -> Result<Vec<u32>> {
+    rows_of("argmax", x, n)?;
+    Ok(x.chunks_exact(n)
+        .map(|row| {
+            let mut best = 0;
+            for (i, v) in row.iter().enumerate() {
+                if *v > row[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        })
+        .collect())
+}

@@ -1,12 +1,15 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
 
+pub mod chat;
 pub mod config;
 pub mod convert;
 pub mod gguf;
 pub mod gguf_write;
 pub mod hf;
 pub mod runner;
+pub mod sampling;
 pub mod source;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};

@@ -1,7 +1,36 @@
-//! Vulkan backend (placeholder until the Vulkan issue lands).
+//! Vulkan backend: raw Vulkan through `ash`, memory through gpu-allocator,
+//! GLSL kernels from `glsl/` compiled to SPIR-V at build time.
+//!
+//! - [`instance`]: loader, instance, validation layer and messenger;
+//! - [`device`]: physical device choice and the compute queue;
+//! - [`caps`]: device capabilities, [`list_devices`];
+//! - [`memory`]: buffers and staging; [`layout`]: weight repacking;
+//! - [`pipeline`]: pipelines and layouts; [`recorder`]: command buffer,
+//!   automatic barriers, descriptor sets, per-pass [`PassStats`];
+//! - `ops/`: one encoder per op family.
 
-use crate::backend::ComputeBackend;
+mod caps;
+mod device;
+mod instance;
+mod layout;
+mod memory;
+mod ops;
+mod pipeline;
+mod recorder;
+
+pub use caps::{list_devices, Caps, DeviceInfo};
+pub use pipeline::{GLSLC_COOPMAT, GLSLC_INT_DOT};
+pub use recorder::PassStats;
+
+use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use ash::vk;
+use device::Device;
+use instance::Instance;
+use memory::{Memory, STAGING_CAP};
+use pipeline::Pipelines;
+use recorder::Recorder;
 
 /// How to open the Vulkan backend.
 #[derive(Clone, Debug, Default)]
@@ -22,6 +51,400 @@ impl Options {
 }
 
 /// Open the Vulkan backend as a trait object.
-pub fn open(_opts: &Options) -> Result<Box<dyn ComputeBackend>> {
-    Err(Error::Vulkan("the Vulkan backend is not built yet".into()))
+pub fn open(opts: &Options) -> Result<Box<dyn ComputeBackend>> {
+    Ok(Box::new(VulkanBackend::new(opts)?))
+}
+
+/// A `vk::Result` as a one-sentence `Error::Vulkan` naming what was being done.
+pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
+    move |r| {
+        Error::Vulkan(match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => format!("out of device memory while {what}"),
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY => format!("out of host memory while {what}"),
+            vk::Result::ERROR_DEVICE_LOST => {
+                format!("the device was lost while {what}; the backend must be reopened")
+            }
+            vk::Result::ERROR_INITIALIZATION_FAILED => {
+                format!("driver initialisation failed while {what}")
+            }
+            vk::Result::ERROR_LAYER_NOT_PRESENT | vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
+                format!("a required layer or extension is missing while {what}")
+            }
+            vk::Result::ERROR_FEATURE_NOT_PRESENT => {
+                format!("a required device feature is missing while {what}")
+            }
+            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+                format!("the driver is incompatible (Vulkan 1.2 needed) while {what}")
+            }
+            other => format!("{what} failed with {other:?}"),
+        })
+    }
+}
+
+/// The Vulkan implementation of [`ComputeBackend`].
+pub struct VulkanBackend {
+    rec: Recorder,
+    pipes: Pipelines,
+    mem: Memory,
+    dev: Device,
+    // Declared last: dropped after Drop::drop has destroyed the device.
+    inst: Instance,
+    in_pass: bool,
+    /// Buffers allocated outside a command buffer, zeroed at the next recording.
+    pending_fills: Vec<u32>,
+    /// Buffers freed while recorded commands may use them, destroyed after submit.
+    pending_frees: Vec<u32>,
+    last_pass: PassStats,
+}
+
+impl VulkanBackend {
+    pub fn new(opts: &Options) -> Result<VulkanBackend> {
+        let inst = Instance::new(opts.validate)?;
+        let dev = Device::open(&inst, opts.device.as_deref())?;
+        let parts = (|| {
+            let mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
+            let pipes = Pipelines::new(&dev.device)?;
+            let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
+            Ok::<_, Error>((mem, pipes, rec))
+        })();
+        let (mem, pipes, rec) = match parts {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: nothing else was made from the device that survived.
+                unsafe { dev.device.destroy_device(None) };
+                return Err(e);
+            }
+        };
+        let backend = VulkanBackend {
+            rec,
+            pipes,
+            mem,
+            dev,
+            inst,
+            in_pass: false,
+            pending_fills: Vec::new(),
+            pending_frees: Vec::new(),
+            last_pass: PassStats::default(),
+        };
+        backend.inst.check_messages()?;
+        Ok(backend)
+    }
+
+    /// Counters of the last completed pass.
+    pub fn stats(&self) -> PassStats {
+        self.last_pass
+    }
+
+    pub fn device_info(&self) -> &DeviceInfo {
+        &self.dev.info
+    }
+
+    fn caps(&self) -> &Caps {
+        self.dev.caps()
+    }
+
+    /// Begin a command buffer, zeroing buffers allocated since the last one.
+    fn begin_recording(&mut self) -> Result<()> {
+        self.rec.begin()?;
+        for id in std::mem::take(&mut self.pending_fills) {
+            if let Ok(b) = self.mem.get(id) {
+                let buffer = b.buffer;
+                self.rec.access(&[], &[id]);
+                // SAFETY: recording command buffer, live buffer.
+                unsafe {
+                    self.dev
+                        .device
+                        .cmd_fill_buffer(self.rec.cmd, buffer, 0, vk::WHOLE_SIZE, 0)
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Submit, wait, release deferred frees and surface validation messages.
+    fn finish_recording(&mut self) -> Result<()> {
+        let result = self.rec.submit();
+        for id in std::mem::take(&mut self.pending_frees) {
+            self.mem.free(id);
+        }
+        result?;
+        self.inst.check_messages()
+    }
+
+    /// Run `record` inside the current pass, or in a pass of its own.
+    fn record<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.in_pass {
+            return f(self);
+        }
+        self.begin_recording()?;
+        let out = f(self);
+        if out.is_err() {
+            self.rec.abandon();
+            return out;
+        }
+        self.finish_recording()?;
+        out
+    }
+
+    fn check_range(op: &'static str, buf: &Buffer, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= buf.bytes => Ok(()),
+            _ => Err(Error::op(
+                op,
+                format!(
+                    "{len} bytes at offset {offset} do not fit a buffer of {} bytes",
+                    buf.bytes
+                ),
+            )),
+        }
+    }
+
+    fn transfer(
+        &mut self,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        op: &'static str,
+    ) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::op(
+                op,
+                "not allowed inside a pass (after begin_pass, before end_pass)",
+            ));
+        }
+        Self::check_range(op, buf, offset, len)?;
+        self.mem.get(buf.id)?;
+        Ok(())
+    }
+
+    fn copy_chunk(
+        &mut self,
+        src: vk::Buffer,
+        src_off: u64,
+        dst: vk::Buffer,
+        dst_off: u64,
+        n: u64,
+    ) -> Result<()> {
+        self.begin_recording()?;
+        let region = [vk::BufferCopy::default()
+            .src_offset(src_off)
+            .dst_offset(dst_off)
+            .size(n)];
+        // SAFETY: recording command buffer; both ranges were bounds-checked.
+        unsafe {
+            self.dev
+                .device
+                .cmd_copy_buffer(self.rec.cmd, src, dst, &region)
+        };
+        self.finish_recording()
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        // SAFETY: wait for all GPU work, then destroy children before the
+        // device; the instance (a field) is dropped after this body.
+        unsafe {
+            let _ = self.dev.device.device_wait_idle();
+            self.rec.destroy();
+            self.pipes.destroy();
+            self.mem.destroy_all();
+            self.dev.device.destroy_device(None);
+        }
+    }
+}
+
+impl ComputeBackend for VulkanBackend {
+    fn name(&self) -> String {
+        format!("vulkan ({})", self.dev.info.name)
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
+        let (id, handle, size) = self.mem.alloc(bytes)?;
+        if self.rec.is_recording() {
+            self.rec.access(&[], &[id]);
+            // SAFETY: recording command buffer, live buffer.
+            unsafe {
+                self.dev
+                    .device
+                    .cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0)
+            };
+        } else {
+            self.pending_fills.push(id);
+        }
+        Ok(Buffer::new(id, bytes))
+    }
+
+    fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        self.transfer(buf, offset, data.len(), "upload")?;
+        for (i, chunk) in data.chunks(STAGING_CAP as usize).enumerate() {
+            let staging = self.mem.staging(chunk.len() as u64, false)?;
+            staging.mapped()?[..chunk.len()].copy_from_slice(chunk);
+            let src = staging.buffer;
+            let dst = self.mem.get(buf.id)?.buffer;
+            let at = (offset + i * STAGING_CAP as usize) as u64;
+            self.copy_chunk(src, 0, dst, at, chunk.len() as u64)?;
+        }
+        Ok(())
+    }
+
+    fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.transfer(buf, offset, out.len(), "download")?;
+        for (i, chunk) in out.chunks_mut(STAGING_CAP as usize).enumerate() {
+            let src = self.mem.get(buf.id)?.buffer;
+            let dst = self.mem.staging(chunk.len() as u64, true)?.buffer;
+            let at = (offset + i * STAGING_CAP as usize) as u64;
+            self.copy_chunk(src, at, dst, 0, chunk.len() as u64)?;
+            let staging = self.mem.staging(chunk.len() as u64, true)?;
+            chunk.copy_from_slice(&staging.mapped()?[..chunk.len()]);
+        }
+        Ok(())
+    }
+
+    fn free(&mut self, buf: Buffer) {
+        self.pending_fills.retain(|&id| id != buf.id);
+        if self.rec.is_recording() {
+            self.pending_frees.push(buf.id);
+        } else {
+            self.mem.free(buf.id);
+        }
+    }
+
+    fn upload_weight(
+        &mut self,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Weight> {
+        let packed = layout::repack(dtype, rows, cols, data)?;
+        let buf = self.alloc(packed.len())?;
+        if let Err(e) = self.upload(&buf, 0, &packed) {
+            self.free(buf);
+            return Err(e);
+        }
+        Ok(Weight {
+            buf,
+            dtype,
+            rows,
+            cols,
+        })
+    }
+
+    fn begin_pass(&mut self) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Vulkan(
+                "begin_pass called twice without end_pass".into(),
+            ));
+        }
+        if !self.pending_fills.is_empty() {
+            // Zero new buffers in a submit of their own, so the pass (and its
+            // stats) holds only the work recorded into it.
+            self.begin_recording()?;
+            self.finish_recording()?;
+        }
+        self.begin_recording()?;
+        self.in_pass = true;
+        Ok(())
+    }
+
+    fn end_pass(&mut self) -> Result<()> {
+        if !self.in_pass {
+            return Err(Error::Vulkan("end_pass called without begin_pass".into()));
+        }
+        self.in_pass = false;
+        let result = self.finish_recording();
+        self.last_pass = self.rec.stats;
+        result
+    }
+
+    fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()> {
+        self.record(|b| b.encode_embedding(table, ids, out, rows))
+    }
+
+    fn matmul(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+    ) -> Result<()> {
+        self.record(|b| b.encode_matmul(w, bias, x, y, m))
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        self.record(|b| b.encode_rms_norm(x, w, out, rows, dim, eps))
+    }
+
+    fn layer_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        bias: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        self.record(|b| b.encode_layer_norm(x, w, bias, out, rows, dim, eps))
+    }
+
+    fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
+        self.record(|b| b.encode_rope(x, positions, p))
+    }
+
+    fn attention(
+        &mut self,
+        q: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        positions: &Buffer,
+        out: &Buffer,
+        p: &AttentionParams,
+    ) -> Result<()> {
+        self.record(|b| b.encode_attention(q, k_cache, v_cache, positions, out, p))
+    }
+
+    fn glu(
+        &mut self,
+        act: Activation,
+        gate: &Buffer,
+        up: Option<&Buffer>,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()> {
+        self.record(|b| b.encode_glu(act, gate, up, out, n))
+    }
+
+    fn add(&mut self, a: &Buffer, bv: &Buffer, out: &Buffer, n: usize) -> Result<()> {
+        self.record(|b| b.encode_add(a, bv, out, n))
+    }
+
+    fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
+        self.record(|b| b.encode_scale(x, s, out, n))
+    }
+
+    fn copy(
+        &mut self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        self.record(|b| b.encode_copy(src, src_offset, dst, dst_offset, bytes))
+    }
+
+    fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
+        self.record(|b| b.encode_argmax(x, out, rows, n))
+    }
 }

@@ -1,0 +1,97 @@
+// Causal attention with online softmax: one workgroup per (query head, row).
+// Keys are taken 64 at a time: invocation t scores key j0 + t, the chunk's
+// softmax weights go through shared memory, and each invocation accumulates
+// its own slice of the output dimensions (up to 8 per invocation, so
+// head_dim <= 512). The attention length comes from positions[row] + 1, read
+// here, so a recorded pass stays valid for any position.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+
+layout(binding = 0) readonly buffer Q { float q[]; };
+layout(binding = 1) readonly buffer K { float kc[]; };
+layout(binding = 2) readonly buffer V { float vc[]; };
+layout(binding = 3) readonly buffer Pos { uint pos[]; };
+layout(binding = 4) writeonly buffer Out { float o[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint n_heads;
+    uint n_kv_heads;
+    uint head_dim;
+    uint capacity;
+    float scale;
+    uint window;
+} pc;
+
+#include "reduce.glsl"
+
+const uint CHUNK = 64u;
+const uint MAX_DIMS = 8u;
+
+shared float qs[CHUNK * MAX_DIMS];
+shared float ps[CHUNK];
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint r = gl_WorkGroupID.y;
+    uint t = gl_LocalInvocationID.x;
+    uint hd = pc.head_dim;
+    uint qbase = (r * pc.n_heads + h) * hd;
+    for (uint d = t; d < hd; d += CHUNK) {
+        qs[d] = q[qbase + d];
+    }
+    uint p = pos[r];
+    uint end = min(p + 1u, pc.capacity);
+    uint start = (pc.window > 0u && p + 1u > pc.window) ? p + 1u - pc.window : 0u;
+    uint kv_stride = pc.n_kv_heads * hd;
+    uint koff = (h / (pc.n_heads / pc.n_kv_heads)) * hd;
+    barrier();
+
+    float acc[MAX_DIMS];
+    for (uint i = 0u; i < MAX_DIMS; i++) {
+        acc[i] = 0.0;
+    }
+    float run_max = -1.0 / 0.0;
+    float run_sum = 0.0;
+    for (uint j0 = start; j0 < end; j0 += CHUNK) {
+        uint j = j0 + t;
+        float s = -1.0 / 0.0;
+        if (j < end) {
+            uint kb = j * kv_stride + koff;
+            float d0 = 0.0;
+            for (uint d = 0u; d < hd; d++) {
+                d0 += qs[d] * kc[kb + d];
+            }
+            s = d0 * pc.scale;
+        }
+        float new_max = max(run_max, wg_max(s));
+        float pt = j < end ? exp(s - new_max) : 0.0;
+        ps[t] = pt;
+        float chunk_sum = wg_sum(pt);
+        float corr = exp(run_max - new_max);
+        run_sum = run_sum * corr + chunk_sum;
+        run_max = new_max;
+        uint n_keys = min(CHUNK, end - j0);
+        for (uint i = 0u; i < MAX_DIMS; i++) {
+            uint d = t + CHUNK * i;
+            if (d < hd) {
+                float a = acc[i] * corr;
+                for (uint c = 0u; c < n_keys; c++) {
+                    a += ps[c] * vc[(j0 + c) * kv_stride + koff + d];
+                }
+                acc[i] = a;
+            }
+        }
+        barrier();
+    }
+    float inv = run_sum > 0.0 ? 1.0 / run_sum : 0.0;
+    for (uint i = 0u; i < MAX_DIMS; i++) {
+        uint d = t + CHUNK * i;
+        if (d < hd) {
+            o[qbase + d] = acc[i] * inv;
+        }
+    }
+}

@@ -1,0 +1,34 @@
+// out = act(gate) * up (or act(gate) without up), elementwise.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(binding = 0) readonly buffer G { float gate[]; };
+layout(binding = 1) readonly buffer U { float up[]; };
+layout(binding = 2) writeonly buffer Out { float o[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint gelu;
+    uint has_up;
+} pc;
+
+float act(float v) {
+    if (pc.gelu != 0u) {
+        // tanh's argument is clamped: tanh is ±1 there in f32 and some drivers
+        // overflow to NaN for large arguments.
+        float t = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
+        return 0.5 * v * (1.0 + tanh(t));
+    }
+    return v / (1.0 + exp(-v));
+}
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
+    for (uint i = wg_linear() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; i < pc.n; i += stride) {
+        float v = act(gate[i]);
+        o[i] = pc.has_up != 0u ? v * up[i] : v;
+    }
+}

@@ -1,0 +1,107 @@
+// y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for many rows m: each 16x16
+// workgroup computes a 64(n) x 64(m) output tile, 4x4 per invocation, staging
+// 16-wide k slices of W (dequantized once) and x in shared memory.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 16, local_size_y = 16) in;
+
+layout(binding = 0) readonly buffer W { uint wdata[]; };
+layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 3) readonly buffer B { float bias[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint k;
+    uint m;
+    uint has_bias;
+} pc;
+
+#include "dequant.glsl"
+
+const uint TILE = 64u;
+const uint BK = 16u;
+
+// +1 column of padding avoids shared-memory bank conflicts on the k loop.
+shared float ws[TILE][BK + 1];
+shared float xs[TILE][BK + 1];
+
+void main() {
+    uint n0 = gl_WorkGroupID.x * TILE;
+    uint m0 = gl_WorkGroupID.y * TILE;
+    uint tx = gl_LocalInvocationID.x;
+    uint ty = gl_LocalInvocationID.y;
+    uint tid = ty * 16u + tx;
+    bool vec_ok = (pc.k & 3u) == 0u;
+
+    float acc[4][4];
+    for (uint a = 0u; a < 4u; a++) {
+        for (uint b = 0u; b < 4u; b++) {
+            acc[a][b] = 0.0;
+        }
+    }
+
+    // Each invocation loads 4 consecutive k values of one tile row.
+    uint lr = tid / 4u;
+    uint lk = (tid % 4u) * 4u;
+    for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
+        uint kk = k0 + lk;
+        uint wn = n0 + lr;
+        vec4 wv = vec4(0.0);
+        if (wn < pc.n) {
+            if (vec_ok && kk + 3u < pc.k) {
+                wv = dq4(wn * pc.k + kk);
+            } else {
+                for (uint j = 0u; j < 4u; j++) {
+                    if (kk + j < pc.k) {
+                        wv[j] = dq1(wn * pc.k + kk + j);
+                    }
+                }
+            }
+        }
+        uint xm = m0 + lr;
+        vec4 xv = vec4(0.0);
+        if (xm < pc.m) {
+            for (uint j = 0u; j < 4u; j++) {
+                if (kk + j < pc.k) {
+                    xv[j] = x[xm * pc.k + kk + j];
+                }
+            }
+        }
+        for (uint j = 0u; j < 4u; j++) {
+            ws[lr][lk + j] = wv[j];
+            xs[lr][lk + j] = xv[j];
+        }
+        barrier();
+        for (uint j = 0u; j < BK; j++) {
+            float wr[4];
+            float xr[4];
+            for (uint a = 0u; a < 4u; a++) {
+                wr[a] = ws[tx + 16u * a][j];
+                xr[a] = xs[ty + 16u * a][j];
+            }
+            for (uint a = 0u; a < 4u; a++) {
+                for (uint b = 0u; b < 4u; b++) {
+                    acc[a][b] += wr[a] * xr[b];
+                }
+            }
+        }
+        barrier();
+    }
+
+    for (uint a = 0u; a < 4u; a++) {
+        uint col = n0 + tx + 16u * a;
+        if (col >= pc.n) {
+            continue;
+        }
+        float bv = pc.has_bias != 0u ? bias[col] : 0.0;
+        for (uint b = 0u; b < 4u; b++) {
+            uint row = m0 + ty + 16u * b;
+            if (row < pc.m) {
+                y[row * pc.n + col] = acc[a][b] + bv;
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+// Rotary embedding in place: one invocation per rotated pair of one head of
+// one row; the angle uses that row's position from the positions buffer.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(binding = 0) buffer X { float x[]; };
+layout(binding = 1) readonly buffer Pos { uint pos[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint n_heads;
+    uint head_dim;
+    uint rot_dim;
+    float base;
+    uint neox;
+} pc;
+
+void main() {
+    uint half_rot = pc.rot_dim / 2u;
+    uint total = pc.rows * pc.n_heads * half_rot;
+    uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
+    for (uint g = wg_linear() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; g < total; g += stride) {
+        uint i = g % half_rot;
+        uint head = g / half_rot;
+        uint row = head / pc.n_heads;
+        uint base = head * pc.head_dim;
+        // freq = base^(-2i/rot_dim); exp2/log2 keeps it one instruction pair.
+        float freq = exp2(-2.0 * float(i) / float(pc.rot_dim) * log2(pc.base));
+        float theta = float(pos[row]) * freq;
+        float c = cos(theta);
+        float s = sin(theta);
+        uint a = pc.neox != 0u ? base + i : base + 2u * i;
+        uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
+        float x0 = x[a];
+        float x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}

@@ -1,0 +1,540 @@
+//! Vulkan backend tests on whatever device `VKLLM_DEVICE` / the default
+//! selection gives (lavapipe here): every op against `vkllm::reference`,
+//! barrier placement, transfers, lifecycle and error paths. Each test skips
+//! only when the machine has no Vulkan device (VKLLM_REQUIRE_VULKAN=1 makes
+//! that a failure).
+//!
+//! Tolerances: results are compared with the f64 reference. Reductions in
+//! f32 over k terms carry an error of about k·2⁻²⁴ times the sum of the
+//! absolute terms, so matmul and attention are checked against
+//! `TOL · Σ|terms|`; elementwise ops against a few ulps.
+
+use vkllm::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::cpu::quant::quantize_row;
+use vkllm::vk::{Options, VulkanBackend};
+use vkllm::{reference, DType, Error};
+
+/// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
+/// at k = 512, with margin for the different summation order).
+const TOL: f32 = 1e-4;
+
+fn vulkan() -> Option<VulkanBackend> {
+    match VulkanBackend::new(&Options::from_env()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() == Ok("1") {
+                panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}");
+            }
+            eprintln!("skipping Vulkan: {e}");
+            None
+        }
+    }
+}
+
+fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn up_f32(b: &mut VulkanBackend, data: &[f32]) -> Buffer {
+    let buf = b.alloc(data.len() * 4).unwrap();
+    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
+    buf
+}
+
+fn up_u32(b: &mut VulkanBackend, data: &[u32]) -> Buffer {
+    let buf = b.alloc(data.len() * 4).unwrap();
+    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
+    buf
+}
+
+fn down_f32(b: &mut VulkanBackend, buf: &Buffer, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
+        .unwrap();
+    out
+}
+
+fn down_u32(b: &mut VulkanBackend, buf: &Buffer, n: usize) -> Vec<u32> {
+    let mut out = vec![0u32; n];
+    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
+        .unwrap();
+    out
+}
+
+/// `got` within `tol * scale[i]` of `want`, element by element.
+fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * s.max(1e-30),
+            "{what}[{i}]: got {g}, want {w} (allowed {})",
+            tol * s
+        );
+    }
+}
+
+/// Elementwise results: a few f32 ulps of the magnitude.
+fn assert_ulps(what: &str, got: &[f32], want: &[f32], rel: f32) {
+    let scale: Vec<f32> = want.iter().map(|w| w.abs().max(1e-6)).collect();
+    assert_close(what, got, want, &scale, rel);
+}
+
+/// `rows x cols` of `dtype` bytes quantized from random values.
+fn weight_bytes(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let vals = rand_f32(rows * cols, seed);
+    let rb = dtype.row_bytes(cols).unwrap();
+    let mut out = vec![0u8; rows * rb];
+    for (src, dst) in vals.chunks_exact(cols).zip(out.chunks_exact_mut(rb)) {
+        quantize_row(dtype, src, dst).unwrap();
+    }
+    out
+}
+
+/// Σ|w·x| per output, the scale of matmul's rounding error.
+fn abs_dot(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let wf = reference::dequantize(dtype, w, rows, cols).unwrap();
+    let mut out = vec![0f32; m * rows];
+    for i in 0..m {
+        for r in 0..rows {
+            out[i * rows + r] = (0..cols)
+                .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
+                .sum::<f32>()
+                + 1e-3;
+        }
+    }
+    out
+}
+
+#[test]
+fn create_and_destroy_repeatedly_with_validation() {
+    if vulkan().is_none() {
+        return;
+    }
+    let opts = Options {
+        validate: true,
+        ..Options::from_env()
+    };
+    for i in 0..5 {
+        let mut b = VulkanBackend::new(&opts).unwrap();
+        let data = rand_f32(1000, i);
+        let buf = up_f32(&mut b, &data);
+        assert_eq!(down_f32(&mut b, &buf, 1000), data);
+        b.begin_pass().unwrap();
+        b.scale(&buf, 2.0, &buf, 1000).unwrap();
+        b.end_pass().unwrap();
+        let want: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
+        assert_eq!(down_f32(&mut b, &buf, 1000), want);
+        b.free(buf);
+    }
+}
+
+#[test]
+fn matmul_every_dtype_gemv_and_tiled() {
+    let Some(mut b) = vulkan() else { return };
+    let (rows, cols) = (70, 512);
+    for (di, dtype) in DType::ALL.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 100 + di as u64);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let bias = rand_f32(rows, 7);
+        let bias_buf = up_f32(&mut b, &bias);
+        // m = 1 and 3 take the GEMV kernel, 9 and 67 the tiled one (67 crosses a tile edge).
+        for m in [1, 3, 9, 67] {
+            let x = rand_f32(m * cols, 200 + m as u64);
+            let xb = up_f32(&mut b, &x);
+            let yb = b.alloc(m * rows * 4).unwrap();
+            let with_bias = m % 2 == 1;
+            b.begin_pass().unwrap();
+            b.matmul(&w, with_bias.then_some(&bias_buf), &xb, &yb, m)
+                .unwrap();
+            b.end_pass().unwrap();
+            let got = down_f32(&mut b, &yb, m * rows);
+            let want = reference::matmul(
+                dtype,
+                &wb,
+                rows,
+                cols,
+                with_bias.then_some(&bias[..]),
+                &x,
+                m,
+            )
+            .unwrap();
+            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+            assert_close(&format!("matmul {dtype} m={m}"), &got, &want, &scale, TOL);
+            b.free(xb);
+            b.free(yb);
+        }
+        b.free_weight(w);
+        b.free(bias_buf);
+    }
+}
+
+#[test]
+fn matmul_float_weights_with_odd_columns() {
+    let Some(mut b) = vulkan() else { return };
+    let (rows, cols) = (33, 37);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let wb = weight_bytes(dtype, rows, cols, 5);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        for m in [1, 10] {
+            let x = rand_f32(m * cols, 9);
+            let xb = up_f32(&mut b, &x);
+            let yb = b.alloc(m * rows * 4).unwrap();
+            b.matmul(&w, None, &xb, &yb, m).unwrap();
+            let got = down_f32(&mut b, &yb, m * rows);
+            let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
+            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+            assert_close(
+                &format!("matmul {dtype} k=37 m={m}"),
+                &got,
+                &want,
+                &scale,
+                TOL,
+            );
+        }
+    }
+}
+
+#[test]
+fn embedding_every_dtype() {
+    let Some(mut b) = vulkan() else { return };
+    let (rows, cols) = (20, 256);
+    let ids = [3u32, 0, 19, 3, 7];
+    for (di, dtype) in DType::ALL.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 300 + di as u64);
+        let table = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let idb = up_u32(&mut b, &ids);
+        let out = b.alloc(ids.len() * cols * 4).unwrap();
+        b.embedding(&table, &idb, &out, ids.len()).unwrap();
+        let got = down_f32(&mut b, &out, ids.len() * cols);
+        let want = reference::embedding(dtype, &wb, rows, cols, &ids).unwrap();
+        // Same formulas as ggml; at most an FMA's rounding apart.
+        assert_ulps(&format!("embedding {dtype}"), &got, &want, 1e-6);
+    }
+}
+
+#[test]
+fn rms_norm_and_layer_norm() {
+    let Some(mut b) = vulkan() else { return };
+    for (rows, dim) in [(1, 576), (5, 1000), (3, 7)] {
+        let x: Vec<f32> = rand_f32(rows * dim, 1)
+            .iter()
+            .map(|v| v * 3.0 + 0.5)
+            .collect();
+        let w = rand_f32(dim, 2);
+        let bias = rand_f32(dim, 3);
+        let (xb, wb, bb) = (
+            up_f32(&mut b, &x),
+            up_f32(&mut b, &w),
+            up_f32(&mut b, &bias),
+        );
+        let (o1, o2) = (
+            b.alloc(rows * dim * 4).unwrap(),
+            b.alloc(rows * dim * 4).unwrap(),
+        );
+        b.begin_pass().unwrap();
+        b.rms_norm(&xb, &wb, &o1, rows, dim, 1e-5).unwrap();
+        b.layer_norm(&xb, &wb, &bb, &o2, rows, dim, 1e-5).unwrap();
+        b.end_pass().unwrap();
+        let want = reference::rms_norm(&x, &w, dim, 1e-5).unwrap();
+        assert_ulps("rms_norm", &down_f32(&mut b, &o1, rows * dim), &want, 1e-5);
+        let want = reference::layer_norm(&x, &w, &bias, dim, 1e-5).unwrap();
+        // The centred values cancel down to |x - mean|, so compare against the row's scale.
+        let got = down_f32(&mut b, &o2, rows * dim);
+        let scale = vec![1.0f32; rows * dim];
+        assert_close("layer_norm", &got, &want, &scale, 1e-5);
+    }
+}
+
+#[test]
+fn rope_both_styles_partial_rotary() {
+    let Some(mut b) = vulkan() else { return };
+    let positions = [0u32, 1, 17, 500];
+    for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+        for (head_dim, rot_dim) in [(64, 64), (64, 32)] {
+            let p = RopeParams {
+                rows: positions.len(),
+                n_heads: 3,
+                head_dim,
+                rot_dim,
+                base: 10000.0,
+                style,
+            };
+            let n = p.rows * p.n_heads * head_dim;
+            let x = rand_f32(n, 11);
+            let xb = up_f32(&mut b, &x);
+            let pb = up_u32(&mut b, &positions);
+            b.rope(&xb, &pb, &p).unwrap();
+            let got = down_f32(&mut b, &xb, n);
+            let mut want = x.clone();
+            reference::rope(&mut want, &positions, &p).unwrap();
+            // Angles up to 500 rad: the GPU's sin/cos are accurate to a few
+            // ulps of the angle (~3e-5 at 500), so outputs of magnitude <= 1.4
+            // may differ by about that much.
+            let scale = vec![1.0f32; n];
+            assert_close(
+                &format!("rope {style:?} rot {rot_dim}"),
+                &got,
+                &want,
+                &scale,
+                2e-4,
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_gqa_causal_and_window() {
+    let Some(mut b) = vulkan() else { return };
+    // head_dim 80 > 64 exercises two output slices per invocation; 150
+    // positions span three key chunks.
+    for (window, head_dim) in [(0, 64), (50, 80)] {
+        let p = AttentionParams {
+            rows: 3,
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim,
+            capacity: 160,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+        };
+        let positions = [0u32, 70, 149];
+        let q = rand_f32(p.rows * p.n_heads * head_dim, 21);
+        let k = rand_f32(p.capacity * p.n_kv_heads * head_dim, 22);
+        let v = rand_f32(p.capacity * p.n_kv_heads * head_dim, 23);
+        let (qb, kb, vb) = (up_f32(&mut b, &q), up_f32(&mut b, &k), up_f32(&mut b, &v));
+        let pb = up_u32(&mut b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
+        let got = down_f32(&mut b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        // Outputs are convex combinations of values in [-1, 1].
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!("attention window {window}"),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn glu_add_scale_with_aliasing() {
+    let Some(mut b) = vulkan() else { return };
+    let n = 5000;
+    let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();
+    let up = rand_f32(n, 32);
+    let (gb, ub) = (up_f32(&mut b, &gate), up_f32(&mut b, &up));
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        for with_up in [true, false] {
+            let ob = b.alloc(n * 4).unwrap();
+            b.glu(act, &gb, with_up.then_some(&ub), &ob, n).unwrap();
+            let want = reference::glu(act, &gate, with_up.then_some(&up[..])).unwrap();
+            let scale = vec![1.0f32; n];
+            // exp/tanh are a few ulps off on GPUs; values are at most 8.
+            assert_close(
+                &format!("glu {act:?} up={with_up}"),
+                &down_f32(&mut b, &ob, n),
+                &want,
+                &scale,
+                1e-5,
+            );
+        }
+    }
+    // out aliases a, then x.
+    b.begin_pass().unwrap();
+    b.add(&gb, &ub, &gb, n).unwrap();
+    b.scale(&gb, 0.5, &gb, n).unwrap();
+    b.end_pass().unwrap();
+    let sum = reference::add(&gate, &up).unwrap();
+    let want = reference::scale(&sum, 0.5);
+    assert_eq!(
+        down_f32(&mut b, &gb, n),
+        want,
+        "add then scale are exact in f32"
+    );
+}
+
+#[test]
+fn argmax_first_on_ties_and_copy_offsets() {
+    let Some(mut b) = vulkan() else { return };
+    let n = 1000;
+    let mut x = rand_f32(3 * n, 41);
+    x[5] = 3.0;
+    x[700] = 3.0;
+    x[n + 999] = 2.0;
+    x[2 * n] = 2.5;
+    let xb = up_f32(&mut b, &x);
+    let ob = b.alloc(12).unwrap();
+    b.argmax(&xb, &ob, 3, n).unwrap();
+    assert_eq!(down_u32(&mut b, &ob, 3), reference::argmax(&x, n).unwrap());
+    assert_eq!(down_u32(&mut b, &ob, 3), vec![5, 999, 0]);
+
+    let dst = b.alloc(64).unwrap();
+    b.copy(&xb, 8, &dst, 16, 20).unwrap();
+    let got = down_f32(&mut b, &dst, 16);
+    assert_eq!(&got[4..9], &x[2..7]);
+    assert!(
+        got[..4].iter().chain(&got[9..]).all(|v| *v == 0.0),
+        "alloc zeroes"
+    );
+}
+
+#[test]
+fn barriers_only_between_dependent_ops() {
+    let Some(mut b) = vulkan() else { return };
+    let (dim, n) = (64, 64);
+    let x = rand_f32(dim, 51);
+    let wq = weight_bytes(DType::F32, n, dim, 52);
+    let wk = weight_bytes(DType::F32, n, dim, 53);
+    let wv = weight_bytes(DType::F32, n, dim, 54);
+    let xb = up_f32(&mut b, &x);
+    let mut ws = Vec::new();
+    for wb in [&wq, &wk, &wv] {
+        ws.push(b.upload_weight(DType::F32, n, dim, wb).unwrap());
+    }
+    let outs: Vec<Buffer> = (0..3).map(|_| b.alloc(n * 4).unwrap()).collect();
+    let sum = b.alloc(n * 4).unwrap();
+
+    // Three projections of the same input: independent, no barrier.
+    b.begin_pass().unwrap();
+    for (w, o) in ws.iter().zip(&outs) {
+        b.matmul(w, None, &xb, o, 1).unwrap();
+    }
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("independent projections: {s:?}");
+    assert_eq!(
+        (s.dispatches, s.barriers, s.submits, s.descriptor_sets),
+        (3, 0, 1, 3)
+    );
+
+    // A dependent chain: q + k -> sum, sum * 2 -> sum, sum + v -> sum.
+    b.begin_pass().unwrap();
+    for (w, o) in ws.iter().zip(&outs) {
+        b.matmul(w, None, &xb, o, 1).unwrap();
+    }
+    b.add(&outs[0], &outs[1], &sum, n).unwrap();
+    b.scale(&sum, 2.0, &sum, n).unwrap();
+    b.add(&sum, &outs[2], &sum, n).unwrap();
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("projections + dependent chain: {s:?}");
+    assert_eq!((s.dispatches, s.barriers, s.submits), (6, 3, 1));
+
+    let q = reference::matmul(DType::F32, &wq, n, dim, None, &x, 1).unwrap();
+    let k = reference::matmul(DType::F32, &wk, n, dim, None, &x, 1).unwrap();
+    let v = reference::matmul(DType::F32, &wv, n, dim, None, &x, 1).unwrap();
+    let want: Vec<f32> = (0..n).map(|i| (q[i] + k[i]) * 2.0 + v[i]).collect();
+    let scale = vec![dim as f32; n];
+    assert_close("chain", &down_f32(&mut b, &sum, n), &want, &scale, TOL);
+}
+
+#[test]
+fn large_upload_download_round_trip() {
+    let Some(mut b) = vulkan() else { return };
+    // Larger than the 64 MiB staging buffer, so transfers go in chunks.
+    let bytes = 100 << 20;
+    let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let buf = b.alloc(bytes + 12).unwrap();
+    b.upload(&buf, 12, &data).unwrap();
+    let mut out = vec![0u8; bytes];
+    b.download(&buf, 12, &mut out).unwrap();
+    assert!(out == data, "round trip differs");
+    let mut head = [1u8; 12];
+    b.download(&buf, 0, &mut head).unwrap();
+    assert_eq!(head, [0u8; 12]);
+}
+
+#[test]
+fn bad_device_selection_is_a_typed_error() {
+    if vulkan().is_none() {
+        return;
+    }
+    for sel in ["no-such-device-anywhere", "99"] {
+        let opts = Options {
+            device: Some(sel.into()),
+            validate: false,
+        };
+        match VulkanBackend::new(&opts) {
+            Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),
+            Err(e) => panic!("wrong error kind: {e}"),
+            Ok(_) => panic!("VKLLM_DEVICE={sel} should not open"),
+        }
+    }
+}
+
+#[test]
+fn out_of_range_shapes_are_errors() {
+    let Some(mut b) = vulkan() else { return };
+    let small = b.alloc(16).unwrap();
+    let wb = weight_bytes(DType::Q4_0, 4, 32, 1);
+    let w = b.upload_weight(DType::Q4_0, 4, 32, &wb).unwrap();
+    assert!(
+        b.matmul(&w, None, &small, &small, 1).is_err(),
+        "x too small"
+    );
+    assert!(
+        b.upload_weight(DType::Q4_0, 4, 33, &wb).is_err(),
+        "cols not whole blocks"
+    );
+    assert!(
+        b.upload_weight(DType::Q4_0, 5, 32, &wb).is_err(),
+        "too few bytes"
+    );
+    let rope = RopeParams {
+        rows: 1,
+        n_heads: 1,
+        head_dim: 4,
+        rot_dim: 3,
+        base: 1e4,
+        style: RopeStyle::Neox,
+    };
+    assert!(b.rope(&small, &small, &rope).is_err(), "odd rot_dim");
+    let att = AttentionParams {
+        rows: 1,
+        n_heads: 3,
+        n_kv_heads: 2,
+        head_dim: 1,
+        capacity: 1,
+        scale: 1.0,
+        window: 0,
+    };
+    assert!(
+        b.attention(&small, &small, &small, &small, &small, &att)
+            .is_err(),
+        "3 heads over 2"
+    );
+    assert!(
+        b.copy(&small, 0, &small, 8, 12).is_err(),
+        "copy past the end"
+    );
+    assert!(b.copy(&small, 2, &small, 8, 4).is_err(), "unaligned copy");
+    assert!(
+        b.upload(&small, 10, &[0u8; 8]).is_err(),
+        "upload past the end"
+    );
+    assert!(b.argmax(&small, &small, 1, 0).is_err(), "empty rows");
+    b.begin_pass().unwrap();
+    assert!(
+        b.download(&small, 0, &mut [0u8; 4]).is_err(),
+        "download inside a pass"
+    );
+    b.end_pass().unwrap();
+    let gone = b.alloc(4).unwrap();
+    b.free(gone);
+    assert!(b.scale(&gone, 1.0, &gone, 1).is_err(), "freed buffer");
+    // The backend still works after all of that.
+    let x = up_f32(&mut b, &[1.0, 2.0, 3.0, 4.0]);
+    b.scale(&x, 3.0, &x, 4).unwrap();
+    assert_eq!(down_f32(&mut b, &x, 4), vec![3.0, 6.0, 9.0, 12.0]);
+}

@@ -1,0 +1,149 @@
+//! What a physical device can do, as far as kernel choice is concerned, and
+//! the device list behind `vkllm info`.
+
+use super::instance::Instance;
+use super::vk_err;
+use crate::error::Result;
+use ash::vk;
+use std::ffi::CStr;
+
+/// Capabilities and limits of one physical device.
+#[derive(Clone, Debug, Default)]
+pub struct Caps {
+    pub api_version: u32,
+    pub subgroup_size: u32,
+    /// Subgroup arithmetic (subgroupAdd/Max) in compute shaders: required.
+    pub subgroup_arithmetic: bool,
+    pub fp16: bool,
+    pub int8: bool,
+    pub storage16: bool,
+    pub coopmat_khr: bool,
+    pub integer_dot: bool,
+    pub max_storage_buffer_range: u64,
+    pub max_workgroup_count: [u32; 3],
+    pub max_shared_memory: u32,
+    pub max_push_constants: u32,
+}
+
+impl Caps {
+    pub fn query(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Caps> {
+        let i = &inst.instance;
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        // SAFETY: valid handles; the chained structs outlive the calls.
+        let exts = unsafe {
+            i.get_physical_device_properties2(pd, &mut props2);
+            i.get_physical_device_features2(pd, &mut feats2);
+            i.enumerate_device_extension_properties(pd)
+        }
+        .map_err(vk_err("listing device extensions"))?;
+        let has_ext = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
+        let p = props2.properties;
+        let limits = p.limits;
+        let api = p.api_version;
+        Ok(Caps {
+            api_version: api,
+            subgroup_size: subgroup.subgroup_size,
+            subgroup_arithmetic: subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC)
+                && subgroup
+                    .supported_stages
+                    .contains(vk::ShaderStageFlags::COMPUTE),
+            fp16: f12.shader_float16 == vk::TRUE,
+            int8: f12.shader_int8 == vk::TRUE,
+            storage16: f11.storage_buffer16_bit_access == vk::TRUE,
+            coopmat_khr: has_ext(c"VK_KHR_cooperative_matrix"),
+            integer_dot: has_ext(c"VK_KHR_shader_integer_dot_product")
+                || vk::api_version_minor(api) >= 3,
+            max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
+            max_workgroup_count: limits.max_compute_work_group_count,
+            max_shared_memory: limits.max_compute_shared_memory_size,
+            max_push_constants: limits.max_push_constants_size,
+        })
+    }
+
+    /// Invocations of the GEMV workgroup: a few subgroups, so the k loop has
+    /// enough lanes while the cross-subgroup reduction stays short.
+    pub fn gemv_workgroup(&self) -> u32 {
+        (self.subgroup_size * 4).clamp(32, 128)
+    }
+}
+
+/// One physical device as `vkllm info` shows it.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub index: usize,
+    pub name: String,
+    pub kind: String,
+    pub api_version: String,
+    pub caps: Caps,
+}
+
+impl std::fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.caps;
+        write!(
+            f,
+            "[{}] {} ({}, Vulkan {}): subgroup {}, fp16 {}, int8 {}, 16-bit storage {}, \
+             cooperative matrix {}, integer dot {}, max storage buffer {} MiB",
+            self.index,
+            self.name,
+            self.kind,
+            self.api_version,
+            c.subgroup_size,
+            c.fp16,
+            c.int8,
+            c.storage16,
+            c.coopmat_khr,
+            c.integer_dot,
+            c.max_storage_buffer_range >> 20
+        )
+    }
+}
+
+pub fn device_info(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo> {
+    // SAFETY: valid physical device handle of this instance.
+    let p = unsafe { inst.instance.get_physical_device_properties(pd) };
+    let name = p
+        .device_name_as_c_str()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unnamed device".into());
+    let kind = match p.device_type {
+        vk::PhysicalDeviceType::DISCRETE_GPU => "discrete GPU",
+        vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated GPU",
+        vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual GPU",
+        vk::PhysicalDeviceType::CPU => "CPU",
+        _ => "other",
+    };
+    let v = p.api_version;
+    Ok(DeviceInfo {
+        index,
+        name,
+        kind: kind.into(),
+        api_version: format!(
+            "{}.{}.{}",
+            vk::api_version_major(v),
+            vk::api_version_minor(v),
+            vk::api_version_patch(v)
+        ),
+        caps: Caps::query(inst, pd)?,
+    })
+}
+
+/// Every Vulkan device of this machine, in the loader's order.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    let inst = Instance::new(false)?;
+    // SAFETY: valid instance.
+    let pds = unsafe { inst.instance.enumerate_physical_devices() }
+        .map_err(vk_err("listing physical devices"))?;
+    pds.into_iter()
+        .enumerate()
+        .map(|(i, pd)| device_info(&inst, i, pd))
+        .collect()
+}

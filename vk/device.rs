@@ -1,0 +1,138 @@
+//! Physical device selection (`VKLLM_DEVICE` or discrete > integrated >
+//! virtual > CPU), the logical device and its compute queue.
+
+use super::caps::{device_info, Caps, DeviceInfo};
+use super::instance::Instance;
+use super::vk_err;
+use crate::error::{Error, Result};
+use ash::vk;
+
+pub struct Device {
+    pub physical: vk::PhysicalDevice,
+    pub device: ash::Device,
+    pub queue: vk::Queue,
+    pub queue_family: u32,
+    pub info: DeviceInfo,
+}
+
+impl Device {
+    /// Pick and open a device. `selector` is an index into the loader's list
+    /// or a case-insensitive substring of the device name.
+    pub fn open(inst: &Instance, selector: Option<&str>) -> Result<Device> {
+        // SAFETY: valid instance.
+        let pds = unsafe { inst.instance.enumerate_physical_devices() }
+            .map_err(vk_err("listing physical devices"))?;
+        if pds.is_empty() {
+            return Err(Error::Vulkan(
+                "no Vulkan device found; install a driver (e.g. mesa-vulkan-drivers for lavapipe)"
+                    .into(),
+            ));
+        }
+        let infos = pds
+            .iter()
+            .enumerate()
+            .map(|(i, &pd)| device_info(inst, i, pd))
+            .collect::<Result<Vec<_>>>()?;
+        let chosen = match selector {
+            Some(sel) => select(&infos, sel)?,
+            None => infos
+                .iter()
+                .min_by_key(|d| preference(&d.kind))
+                .map(|d| d.index)
+                .unwrap_or(0),
+        };
+        let info = infos[chosen].clone();
+        require(&info)?;
+        let physical = pds[chosen];
+        // SAFETY: valid physical device.
+        let families = unsafe {
+            inst.instance
+                .get_physical_device_queue_family_properties(physical)
+        };
+        let queue_family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or_else(|| Error::Vulkan(format!("device {} has no compute queue", info.name)))?
+            as u32;
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(queue_family)
+            .queue_priorities(&priorities)];
+        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        // SAFETY: `create` and what it points to outlive the call.
+        let device = unsafe { inst.instance.create_device(physical, &create, None) }
+            .map_err(vk_err("creating the logical device"))?;
+        // SAFETY: the family was requested with one queue.
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        Ok(Device {
+            physical,
+            device,
+            queue,
+            queue_family,
+            info,
+        })
+    }
+
+    pub fn caps(&self) -> &Caps {
+        &self.info.caps
+    }
+}
+
+fn preference(kind: &str) -> u32 {
+    match kind {
+        "discrete GPU" => 0,
+        "integrated GPU" => 1,
+        "virtual GPU" => 2,
+        "CPU" => 3,
+        _ => 4,
+    }
+}
+
+fn select(infos: &[DeviceInfo], sel: &str) -> Result<usize> {
+    let names = || {
+        infos
+            .iter()
+            .map(|d| format!("{}: {}", d.index, d.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Ok(i) = sel.trim().parse::<usize>() {
+        return if i < infos.len() {
+            Ok(i)
+        } else {
+            Err(Error::Vulkan(format!(
+                "VKLLM_DEVICE={sel} is out of range; devices are {}",
+                names()
+            )))
+        };
+    }
+    let lower = sel.to_lowercase();
+    infos
+        .iter()
+        .find(|d| d.name.to_lowercase().contains(&lower))
+        .map(|d| d.index)
+        .ok_or_else(|| {
+            Error::Vulkan(format!(
+                "VKLLM_DEVICE={sel} matches no device; devices are {}",
+                names()
+            ))
+        })
+}
+
+/// Features every kernel relies on.
+fn require(info: &DeviceInfo) -> Result<()> {
+    let c = &info.caps;
+    if vk::api_version_major(c.api_version) == 1 && vk::api_version_minor(c.api_version) < 2 {
+        return Err(Error::Vulkan(format!(
+            "device {} supports Vulkan {} but vkllm needs 1.2",
+            info.name, info.api_version
+        )));
+    }
+    if !c.subgroup_arithmetic {
+        return Err(Error::Vulkan(format!(
+            "device {} lacks subgroup arithmetic in compute shaders, which vkllm needs",
+            info.name
+        )));
+    }
+    Ok(())
+}

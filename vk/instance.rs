@@ -1,0 +1,144 @@
+//! Vulkan loader, instance, and (with validation) the Khronos validation
+//! layer plus a debug-utils messenger whose warnings and errors are collected
+//! and turned into `Error::Vulkan` by [`Instance::check_messages`].
+
+use super::vk_err;
+use crate::error::{Error, Result};
+use ash::vk;
+use std::ffi::{c_void, CStr};
+use std::sync::{Arc, Mutex};
+
+const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+/// Validation messages of severity warning or error, in arrival order.
+type Messages = Arc<Mutex<Vec<String>>>;
+
+pub struct Instance {
+    pub entry: ash::Entry,
+    pub instance: ash::Instance,
+    messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    /// Kept alive for the messenger callback, which holds a raw pointer to it.
+    messages: Option<Box<Messages>>,
+}
+
+impl Instance {
+    pub fn new(validate: bool) -> Result<Instance> {
+        // SAFETY: loading the system Vulkan loader runs its initialisers; this
+        // is the documented way to use ash without linking libvulkan.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| {
+            Error::Vulkan(format!(
+                "no Vulkan loader found ({e}); install libvulkan1 and a driver (e.g. mesa-vulkan-drivers)"
+            ))
+        })?;
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"vkllm")
+            .engine_name(c"vkllm")
+            .api_version(vk::API_VERSION_1_2);
+        let mut layers = Vec::new();
+        let mut extensions = Vec::new();
+        if validate {
+            // SAFETY: plain query on a loaded entry.
+            let available = unsafe { entry.enumerate_instance_layer_properties() }
+                .map_err(vk_err("listing instance layers"))?;
+            if !available
+                .iter()
+                .any(|l| l.layer_name_as_c_str() == Ok(VALIDATION_LAYER))
+            {
+                return Err(Error::Vulkan(
+                    "validation was requested (VKLLM_VALIDATE=1) but VK_LAYER_KHRONOS_validation is not installed; install vulkan-validationlayers or the Vulkan SDK".into(),
+                ));
+            }
+            layers.push(VALIDATION_LAYER.as_ptr());
+            extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+        }
+        let info = vk::InstanceCreateInfo::default()
+            .application_info(&app)
+            .enabled_layer_names(&layers)
+            .enabled_extension_names(&extensions);
+        // SAFETY: `info` and everything it points to outlive the call.
+        let instance = unsafe { entry.create_instance(&info, None) }
+            .map_err(vk_err("creating the instance"))?;
+        let mut inst = Instance {
+            entry,
+            instance,
+            messenger: None,
+            messages: None,
+        };
+        if validate {
+            inst.install_messenger()?;
+        }
+        Ok(inst)
+    }
+
+    fn install_messenger(&mut self) -> Result<()> {
+        let messages: Box<Messages> = Box::default();
+        let loader = ash::ext::debug_utils::Instance::new(&self.entry, &self.instance);
+        let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+            .message_severity(
+                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                    | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+            )
+            .message_type(
+                vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                    | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                    | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+            )
+            .pfn_user_callback(Some(on_message))
+            .user_data(&*messages as *const Messages as *mut c_void);
+        // SAFETY: the user-data pointer targets a heap allocation owned by
+        // `self` that outlives the messenger (destroyed first in Drop).
+        let messenger = unsafe { loader.create_debug_utils_messenger(&info, None) }
+            .map_err(vk_err("creating the debug messenger"))?;
+        self.messenger = Some((loader, messenger));
+        self.messages = Some(messages);
+        Ok(())
+    }
+
+    /// `Err` listing every validation warning/error reported since the last call.
+    pub fn check_messages(&self) -> Result<()> {
+        let Some(messages) = &self.messages else {
+            return Ok(());
+        };
+        let mut guard = messages.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_empty() {
+            return Ok(());
+        }
+        let all = std::mem::take(&mut *guard).join("; ");
+        Err(Error::Vulkan(format!(
+            "the validation layer reported: {all}"
+        )))
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // SAFETY: the device and everything made from it are gone (VulkanBackend
+        // drops them first); the messenger goes before its instance.
+        unsafe {
+            if let Some((loader, messenger)) = self.messenger.take() {
+                loader.destroy_debug_utils_messenger(messenger, None);
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+unsafe extern "system" fn on_message(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    if user.is_null() || data.is_null() {
+        return vk::FALSE;
+    }
+    // SAFETY: `user` is the `Messages` registered in install_messenger and
+    // `data` is valid for the duration of the callback.
+    let (messages, data) = unsafe { (&*(user as *const Messages), &*data) };
+    let text = unsafe { data.message_as_c_str() }
+        .map(|m| m.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut guard = messages.lock().unwrap_or_else(|p| p.into_inner());
+    guard.push(format!("[{severity:?}] {text}"));
+    vk::FALSE
+}

@@ -1,0 +1,97 @@
+//! Repacking GGUF weight blocks into the word-aligned layout the shaders read
+//! (see glsl/dequant.glsl): every block padded to whole 32-bit words, with
+//! the 2-byte scale of q8_0 / q4_0 / q5_0 followed by 2 pad bytes so their
+//! quants start on a word, and q6_k's 210 bytes padded to 212.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Where a GGUF block's bytes go: bytes `[0, split)` stay, bytes from
+/// `split` move `shift` bytes later; the block grows to `padded` bytes.
+struct Repack {
+    split: usize,
+    shift: usize,
+    padded: usize,
+}
+
+fn repack_of(dtype: DType) -> Option<Repack> {
+    let r = |split, shift, padded| {
+        Some(Repack {
+            split,
+            shift,
+            padded,
+        })
+    };
+    match dtype {
+        DType::Q8_0 => r(2, 2, 36),
+        DType::Q4_0 => r(2, 2, 20),
+        DType::Q5_0 => r(2, 2, 24),
+        DType::Q6K => r(210, 0, 212),
+        _ => None,
+    }
+}
+
+/// Bytes of a repacked `[rows, cols]` weight.
+pub fn packed_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize> {
+    let raw = rows
+        .checked_mul(dtype.row_bytes(cols)?)
+        .ok_or_else(|| Error::Shape(format!("{rows} x {cols} {dtype} weight overflows usize")))?;
+    let blocks = raw / dtype.block_bytes();
+    let bytes = match repack_of(dtype) {
+        Some(r) => blocks * r.padded,
+        None => raw,
+    };
+    Ok(bytes.div_ceil(4) * 4)
+}
+
+/// Repack GGUF block bytes of a `[rows, cols]` weight for the shaders.
+pub fn repack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Result<Vec<u8>> {
+    let expect = rows
+        .checked_mul(dtype.row_bytes(cols)?)
+        .ok_or_else(|| Error::Shape(format!("{rows} x {cols} {dtype} weight overflows usize")))?;
+    if data.len() != expect {
+        return Err(Error::Shape(format!(
+            "a {rows} x {cols} {dtype} weight needs {expect} bytes, got {}",
+            data.len()
+        )));
+    }
+    let mut out = vec![0u8; packed_bytes(dtype, rows, cols)?];
+    match repack_of(dtype) {
+        None => out[..data.len()].copy_from_slice(data),
+        Some(r) => {
+            let bb = dtype.block_bytes();
+            for (src, dst) in data.chunks_exact(bb).zip(out.chunks_exact_mut(r.padded)) {
+                dst[..r.split].copy_from_slice(&src[..r.split]);
+                dst[r.split + r.shift..r.shift + bb].copy_from_slice(&src[r.split..]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_scale_is_padded_and_quants_word_aligned() {
+        let block: Vec<u8> = (0..34).collect();
+        let out = repack(DType::Q8_0, 1, 32, &block).unwrap();
+        assert_eq!(out.len(), 36);
+        assert_eq!(&out[..4], &[0, 1, 0, 0]);
+        assert_eq!(&out[4..], &block[2..]);
+    }
+
+    #[test]
+    fn q6_k_gets_two_pad_bytes() {
+        let block: Vec<u8> = (0..210).map(|i| i as u8).collect();
+        let out = repack(DType::Q6K, 1, 256, &block).unwrap();
+        assert_eq!(out.len(), 212);
+        assert_eq!(&out[..210], &block[..]);
+    }
+
+    #[test]
+    fn wrong_length_is_an_error() {
+        assert!(repack(DType::Q4_0, 2, 32, &[0u8; 18]).is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! Device buffers through gpu-allocator: device-local storage buffers for
+//! weights and activations, and one upload and one download staging buffer,
+//! allocated on first use, grown up to [`STAGING_CAP`] and then reused, so
+//! transfers of any size go through them in chunks.
+
+use super::vk_err;
+use crate::error::{Error, Result};
+use ash::vk;
+use gpu_allocator::vulkan::{
+    Allocation, AllocationCreateDesc, AllocationScheme, Allocator, AllocatorCreateDesc,
+};
+use gpu_allocator::{AllocationError, MemoryLocation};
+use std::collections::HashMap;
+
+/// Largest staging buffer; bigger transfers are split into chunks of this size.
+pub const STAGING_CAP: u64 = 64 << 20;
+
+pub struct DeviceBuffer {
+    pub buffer: vk::Buffer,
+    pub size: u64,
+    allocation: Allocation,
+}
+
+pub struct Memory {
+    device: ash::Device,
+    allocator: Option<Allocator>,
+    buffers: HashMap<u32, DeviceBuffer>,
+    next_id: u32,
+    pub upload: Option<DeviceBuffer>,
+    pub download: Option<DeviceBuffer>,
+}
+
+fn alloc_err(what: &str, e: AllocationError) -> Error {
+    match e {
+        AllocationError::OutOfMemory => {
+            Error::Vulkan(format!("out of device memory while allocating {what}"))
+        }
+        e => Error::Vulkan(format!("allocating {what} failed: {e}")),
+    }
+}
+
+impl Memory {
+    pub fn new(
+        instance: &ash::Instance,
+        device: &ash::Device,
+        physical: vk::PhysicalDevice,
+    ) -> Result<Memory> {
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.clone(),
+            device: device.clone(),
+            physical_device: physical,
+            debug_settings: Default::default(),
+            buffer_device_address: false,
+            allocation_sizes: Default::default(),
+        })
+        .map_err(|e| alloc_err("the memory allocator", e))?;
+        Ok(Memory {
+            device: device.clone(),
+            allocator: Some(allocator),
+            buffers: HashMap::new(),
+            next_id: 1,
+            upload: None,
+            download: None,
+        })
+    }
+
+    fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {
+        let usage = match location {
+            MemoryLocation::CpuToGpu => vk::BufferUsageFlags::TRANSFER_SRC,
+            MemoryLocation::GpuToCpu => vk::BufferUsageFlags::TRANSFER_DST,
+            _ => {
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST
+            }
+        };
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(usage)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid device and create info.
+        let buffer = unsafe { self.device.create_buffer(&info, None) }
+            .map_err(vk_err(&format!("creating {what} of {size} bytes")))?;
+        // SAFETY: `buffer` was just created from this device.
+        let requirements = unsafe { self.device.get_buffer_memory_requirements(buffer) };
+        let allocator = self
+            .allocator
+            .as_mut()
+            .ok_or_else(|| Error::Vulkan("the allocator is already destroyed".into()))?;
+        let allocation = allocator.allocate(&AllocationCreateDesc {
+            name: what,
+            requirements,
+            location,
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        });
+        let allocation = match allocation {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: unused buffer of this device.
+                unsafe { self.device.destroy_buffer(buffer, None) };
+                return Err(alloc_err(&format!("{what} of {size} bytes"), e));
+            }
+        };
+        // SAFETY: memory and offset come from the allocator for this buffer.
+        let bound = unsafe {
+            self.device
+                .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
+        };
+        let dev = DeviceBuffer {
+            buffer,
+            size,
+            allocation,
+        };
+        if let Err(e) = bound {
+            self.destroy(dev);
+            return Err(vk_err("binding buffer memory")(e));
+        }
+        Ok(dev)
+    }
+
+    fn destroy(&mut self, b: DeviceBuffer) {
+        // SAFETY: the caller guarantees the GPU no longer uses the buffer
+        // (every submission is waited for before control returns).
+        unsafe { self.device.destroy_buffer(b.buffer, None) };
+        if let Some(a) = self.allocator.as_mut() {
+            // A failed free leaks the block until the allocator drops; nothing to report.
+            let _ = a.free(b.allocation);
+        }
+    }
+
+    /// A new device-local buffer of at least `bytes` bytes (rounded up to 4,
+    /// and at least 4, as Vulkan fills and storage views need).
+    pub fn alloc(&mut self, bytes: usize) -> Result<(u32, vk::Buffer, u64)> {
+        let size = (bytes.max(4) as u64).div_ceil(4) * 4;
+        let buf = self.create(size, MemoryLocation::GpuOnly, "a device buffer")?;
+        let id = self.next_id;
+        self.next_id = self
+            .next_id
+            .checked_add(1)
+            .ok_or_else(|| Error::Vulkan("ran out of buffer ids".into()))?;
+        let handle = buf.buffer;
+        self.buffers.insert(id, buf);
+        Ok((id, handle, size))
+    }
+
+    pub fn free(&mut self, id: u32) {
+        if let Some(b) = self.buffers.remove(&id) {
+            self.destroy(b);
+        }
+    }
+
+    pub fn get(&self, id: u32) -> Result<&DeviceBuffer> {
+        self.buffers.get(&id).ok_or_else(|| {
+            Error::Vulkan(format!(
+                "buffer {id} does not exist (freed, or from another backend)"
+            ))
+        })
+    }
+
+    /// The upload (`download == false`) or download staging buffer, holding
+    /// at least `min(want, STAGING_CAP)` bytes.
+    pub fn staging(&mut self, want: u64, download: bool) -> Result<&mut DeviceBuffer> {
+        let want = want.clamp(4, STAGING_CAP);
+        let slot_size = if download {
+            &self.download
+        } else {
+            &self.upload
+        }
+        .as_ref()
+        .map(|b| b.size);
+        if !matches!(slot_size, Some(s) if s >= want) {
+            let old = if download {
+                self.download.take()
+            } else {
+                self.upload.take()
+            };
+            if let Some(old) = old {
+                self.destroy(old);
+            }
+            let (location, what) = if download {
+                (MemoryLocation::GpuToCpu, "the download staging buffer")
+            } else {
+                (MemoryLocation::CpuToGpu, "the upload staging buffer")
+            };
+            let fresh = self.create(want, location, what)?;
+            *if download {
+                &mut self.download
+            } else {
+                &mut self.upload
+            } = Some(fresh);
+        }
+        let slot = if download {
+            &mut self.download
+        } else {
+            &mut self.upload
+        };
+        slot.as_mut()
+            .ok_or_else(|| Error::Vulkan("staging buffer missing".into()))
+    }
+
+    /// Free every buffer and the allocator; the device must be idle.
+    pub fn destroy_all(&mut self) {
+        let ids: Vec<u32> = self.buffers.keys().copied().collect();
+        for id in ids {
+            self.free(id);
+        }
+        for b in [self.upload.take(), self.download.take()]
+            .into_iter()
+            .flatten()
+        {
+            self.destroy(b);
+        }
+        self.allocator = None;
+    }
+}
+
+impl DeviceBuffer {
+    pub fn mapped(&mut self) -> Result<&mut [u8]> {
+        self.allocation
+            .mapped_slice_mut()
+            .ok_or_else(|| Error::Vulkan("staging memory is not host-mapped".into()))
+    }
+}

@@ -1,0 +1,52 @@
+//! `embedding` (glsl/embedding.comp): gather and dequantize table rows by
+//! ids read from a buffer; one workgroup per output row.
+
+use super::super::VulkanBackend;
+use super::{read, u32_of, write};
+use crate::backend::{check, Buffer, Weight};
+use crate::error::{Error, Result};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Push {
+    rows: u32,
+    cols: u32,
+    table_rows: u32,
+}
+
+impl VulkanBackend {
+    pub(in crate::vk) fn encode_embedding(
+        &mut self,
+        table: &Weight,
+        ids: &Buffer,
+        out: &Buffer,
+        rows: usize,
+    ) -> Result<()> {
+        const OP: &str = "embedding";
+        check::fits(OP, "ids", ids, rows)?;
+        let n = rows
+            .checked_mul(table.cols)
+            .ok_or_else(|| Error::op(OP, "rows * cols overflows"))?;
+        check::fits(OP, "out", out, n)?;
+        u32_of(OP, "table elements", table.rows.saturating_mul(table.cols))?;
+        if rows == 0 || table.cols == 0 {
+            return Ok(());
+        }
+        let push = Push {
+            rows: u32_of(OP, "rows", rows)?,
+            cols: u32_of(OP, "cols", table.cols)?,
+            table_rows: u32_of(OP, "table rows", table.rows)?,
+        };
+        let groups = self.split_groups(OP, push.rows)?;
+        let kernel = format!("embedding.{}", table.dtype.name());
+        self.dispatch(
+            OP,
+            &kernel,
+            0,
+            &[read(&table.buf), read(ids), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+}

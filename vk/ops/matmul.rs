@@ -1,0 +1,84 @@
+//! `matmul`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp) for a few input
+//! rows, shared-memory tiled GEMM (glsl/mul_mat.comp) beyond that.
+
+use super::super::VulkanBackend;
+use super::{read, u32_of, write};
+use crate::backend::{check, Buffer, Weight};
+use crate::error::{Error, Result};
+use bytemuck::{Pod, Zeroable};
+
+/// Up to this many rows, re-reading the weight per row (GEMV) beats tiling.
+const GEMV_MAX_ROWS: usize = 4;
+/// Output tile edge of mul_mat.comp.
+const TILE: usize = 64;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Push {
+    n: u32,
+    k: u32,
+    m: u32,
+    has_bias: u32,
+}
+
+impl VulkanBackend {
+    pub(in crate::vk) fn encode_matmul(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+    ) -> Result<()> {
+        const OP: &str = "matmul";
+        let (n, k) = (w.rows, w.cols);
+        if n == 0 || k == 0 {
+            return Err(Error::op(OP, format!("empty {n} x {k} weight")));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        u32_of(OP, "weight elements", n.saturating_mul(k))?;
+        let mk = m
+            .checked_mul(k)
+            .ok_or_else(|| Error::op(OP, "m * k overflows"))?;
+        let mn = m
+            .checked_mul(n)
+            .ok_or_else(|| Error::op(OP, "m * n overflows"))?;
+        check::fits(OP, "x", x, mk)?;
+        check::fits(OP, "y", y, mn)?;
+        if let Some(b) = bias {
+            check::fits(OP, "bias", b, n)?;
+        }
+        let push = Push {
+            n: u32_of(OP, "n", n)?,
+            k: u32_of(OP, "k", k)?,
+            m: u32_of(OP, "m", m)?,
+            has_bias: bias.is_some() as u32,
+        };
+        // Without a bias, x stands in at binding 3 (never read).
+        let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
+        if m <= GEMV_MAX_ROWS {
+            let wg = self.caps().gemv_workgroup();
+            let mut groups = self.split_groups(OP, push.n)?;
+            groups[2] = push.m;
+            let kernel = format!("mul_mat_vec.{}", w.dtype.name());
+            self.dispatch(OP, &kernel, wg, &binds, bytemuck::bytes_of(&push), groups)
+        } else {
+            let groups = [
+                u32_of(OP, "n tiles", n.div_ceil(TILE))?,
+                u32_of(OP, "m tiles", m.div_ceil(TILE))?,
+                1,
+            ];
+            let max = self.caps().max_workgroup_count;
+            if groups[0] > max[0] || groups[1] > max[1] {
+                return Err(Error::op(
+                    OP,
+                    format!("{m} x {n} output exceeds the device's workgroup limits"),
+                ));
+            }
+            let kernel = format!("mul_mat.{}", w.dtype.name());
+            self.dispatch(OP, &kernel, 0, &binds, bytemuck::bytes_of(&push), groups)
+        }
+    }
+}

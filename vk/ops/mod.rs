@@ -1,0 +1,141 @@
+//! Op encoders: shape checks, then one dispatch (or copy) recorded through
+//! [`VulkanBackend::dispatch`], which declares reads and writes to the
+//! recorder so it can place barriers.
+
+mod argmax;
+mod attention;
+mod copy;
+mod elementwise;
+mod embedding;
+mod matmul;
+mod norm;
+mod rope;
+
+use super::pipeline::PUSH_BYTES;
+use super::VulkanBackend;
+use crate::backend::Buffer;
+use crate::error::{Error, Result};
+use ash::vk;
+
+/// One storage-buffer binding of a dispatch.
+pub(super) struct Bind<'a> {
+    buf: &'a Buffer,
+    write: bool,
+}
+
+pub(super) fn read(buf: &Buffer) -> Bind<'_> {
+    Bind { buf, write: false }
+}
+
+pub(super) fn write(buf: &Buffer) -> Bind<'_> {
+    Bind { buf, write: true }
+}
+
+/// `v` as a u32 shader parameter, or an error naming the op.
+pub(super) fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        Error::op(
+            op,
+            format!("{what} = {v} exceeds the u32 range of the shaders"),
+        )
+    })
+}
+
+impl VulkanBackend {
+    /// Workgroup counts `[x, y, 1]` covering `groups` workgroups, split over
+    /// y when x would exceed the device limit (shaders use `wg_linear()`).
+    pub(super) fn split_groups(&self, op: &'static str, groups: u32) -> Result<[u32; 3]> {
+        let max = self.caps().max_workgroup_count;
+        let x = groups.clamp(1, max[0]);
+        let y = groups.div_ceil(x).max(1);
+        if y > max[1] {
+            return Err(Error::op(
+                op,
+                format!("{groups} workgroups exceed the device limits"),
+            ));
+        }
+        Ok([x, y, 1])
+    }
+
+    /// Workgroups for a grid-stride loop over `n` items with `wg` invocations each.
+    pub(super) fn stride_groups(&self, n: usize, wg: u32) -> [u32; 3] {
+        let want = n.div_ceil(wg as usize).max(1);
+        [
+            want.min(self.caps().max_workgroup_count[0] as usize) as u32,
+            1,
+            1,
+        ]
+    }
+
+    /// Record one dispatch of `kernel` over `groups` with `binds` at bindings
+    /// 0.. and `push` as push constants.
+    pub(super) fn dispatch(
+        &mut self,
+        op: &'static str,
+        kernel: &str,
+        spec: u32,
+        binds: &[Bind<'_>],
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let max_range = self.caps().max_storage_buffer_range;
+        let mut infos = Vec::with_capacity(binds.len());
+        for b in binds {
+            let db = self.mem.get(b.buf.id)?;
+            if db.size > max_range {
+                return Err(Error::op(
+                    op,
+                    format!(
+                        "a buffer of {} bytes exceeds the device's maxStorageBufferRange ({max_range})",
+                        db.size
+                    ),
+                ));
+            }
+            infos.push(
+                vk::DescriptorBufferInfo::default()
+                    .buffer(db.buffer)
+                    .offset(0)
+                    .range(vk::WHOLE_SIZE),
+            );
+        }
+        if push.len() > PUSH_BYTES as usize {
+            return Err(Error::op(op, "push constants too large"));
+        }
+        let mut push_data = [0u8; PUSH_BYTES as usize];
+        push_data[..push.len()].copy_from_slice(push);
+
+        let kernel = self.pipes.get(kernel, binds.len() as u32, spec)?;
+        let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
+        let set = self.rec.descriptor_set(set_layout)?;
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(std::slice::from_ref(info))
+            })
+            .collect();
+        let reads: Vec<u32> = binds
+            .iter()
+            .filter(|b| !b.write)
+            .map(|b| b.buf.id)
+            .collect();
+        let written: Vec<u32> = binds.iter().filter(|b| b.write).map(|b| b.buf.id).collect();
+        self.rec.access(&reads, &written);
+        let d = &self.dev.device;
+        let cmd = self.rec.cmd;
+        // SAFETY: the set, pipeline and layout are live; the command buffer is recording.
+        unsafe {
+            d.update_descriptor_sets(&writes, &[]);
+            d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
+            d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, layout, 0, &[set], &[]);
+            d.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::COMPUTE, 0, &push_data);
+            d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
+        }
+        self.rec.stats.dispatches += 1;
+        Ok(())
+    }
+}

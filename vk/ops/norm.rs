@@ -1,0 +1,96 @@
+//! `rms_norm` (glsl/rms_norm.comp) and `layer_norm` (glsl/layer_norm.comp):
+//! one workgroup per row.
+
+use super::super::VulkanBackend;
+use super::{read, u32_of, write};
+use crate::backend::{check, Buffer};
+use crate::error::{Error, Result};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Push {
+    rows: u32,
+    dim: u32,
+    eps: f32,
+}
+
+impl VulkanBackend {
+    fn norm_push(
+        op: &'static str,
+        x: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<Push> {
+        if dim == 0 {
+            return Err(Error::op(op, "dim must be positive"));
+        }
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op(op, "rows * dim overflows"))?;
+        check::fits(op, "x", x, n)?;
+        check::fits(op, "out", out, n)?;
+        Ok(Push {
+            rows: u32_of(op, "rows", rows)?,
+            dim: u32_of(op, "dim", dim)?,
+            eps,
+        })
+    }
+
+    pub(in crate::vk) fn encode_rms_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        const OP: &str = "rms_norm";
+        let push = Self::norm_push(OP, x, out, rows, dim, eps)?;
+        check::fits(OP, "w", w, dim)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let groups = self.split_groups(OP, push.rows)?;
+        self.dispatch(
+            OP,
+            "rms_norm",
+            0,
+            &[read(x), read(w), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::vk) fn encode_layer_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm";
+        let push = Self::norm_push(OP, x, out, rows, dim, eps)?;
+        check::fits(OP, "w", w, dim)?;
+        check::fits(OP, "b", b, dim)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let groups = self.split_groups(OP, push.rows)?;
+        self.dispatch(
+            OP,
+            "layer_norm",
+            0,
+            &[read(x), read(w), read(b), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+}

@@ -1,0 +1,176 @@
+//! Compute pipelines, created once per (shader, specialization) on first use
+//! and kept for the backend's lifetime, through one VkPipelineCache. Every
+//! kernel binds only storage buffers (bindings 0..n) and takes up to
+//! [`PUSH_BYTES`] of push constants.
+
+use super::vk_err;
+use crate::error::{Error, Result};
+use ash::vk;
+use std::collections::HashMap;
+
+mod shaders {
+    include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+}
+pub use shaders::{GLSLC_COOPMAT, GLSLC_INT_DOT};
+
+/// Push-constant block size shared by all kernels (the largest block used).
+pub const PUSH_BYTES: u32 = 32;
+
+pub struct Kernel {
+    pub pipeline: vk::Pipeline,
+    pub layout: vk::PipelineLayout,
+    pub set_layout: vk::DescriptorSetLayout,
+}
+
+#[derive(Default)]
+struct Layout {
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+}
+
+pub struct Pipelines {
+    device: ash::Device,
+    cache: vk::PipelineCache,
+    /// Descriptor-set and pipeline layouts by binding count.
+    layouts: HashMap<u32, Layout>,
+    kernels: HashMap<(String, u32), Kernel>,
+}
+
+fn spirv(name: &str) -> Result<Vec<u32>> {
+    let bytes = shaders::SHADERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .ok_or_else(|| Error::Vulkan(format!("shader {name} was not built into this binary")))?;
+    ash::util::read_spv(&mut std::io::Cursor::new(bytes))
+        .map_err(|e| Error::Vulkan(format!("shader {name} is not valid SPIR-V: {e}")))
+}
+
+impl Pipelines {
+    pub fn new(device: &ash::Device) -> Result<Pipelines> {
+        // SAFETY: valid device; an empty cache.
+        let cache =
+            unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                .map_err(vk_err("creating the pipeline cache"))?;
+        Ok(Pipelines {
+            device: device.clone(),
+            cache,
+            layouts: HashMap::new(),
+            kernels: HashMap::new(),
+        })
+    }
+
+    fn layout(&mut self, bindings: u32) -> Result<(vk::DescriptorSetLayout, vk::PipelineLayout)> {
+        if let Some(l) = self.layouts.get(&bindings) {
+            return Ok((l.set_layout, l.layout));
+        }
+        let binds: Vec<_> = (0..bindings)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&binds);
+        // SAFETY: valid device and create info.
+        let set_layout = unsafe { self.device.create_descriptor_set_layout(&info, None) }
+            .map_err(vk_err("creating a descriptor set layout"))?;
+        let mut entry = Layout {
+            set_layout,
+            layout: vk::PipelineLayout::null(),
+        };
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(PUSH_BYTES)];
+        let sets = [set_layout];
+        let info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&sets)
+            .push_constant_ranges(&ranges);
+        // SAFETY: valid device and create info.
+        let made = unsafe { self.device.create_pipeline_layout(&info, None) };
+        let result = made.map_err(vk_err("creating a pipeline layout"));
+        if let Ok(l) = result {
+            entry.layout = l;
+        }
+        self.layouts.insert(bindings, entry);
+        result.map(|l| (set_layout, l))
+    }
+
+    /// The pipeline of shader `name` (a key of the generated table) with
+    /// `bindings` storage buffers; `spec` is specialization constant 0 (the
+    /// workgroup size of shaders that declare `local_size_x_id = 0`), 0 if none.
+    pub fn get(&mut self, name: &str, bindings: u32, spec: u32) -> Result<&Kernel> {
+        let key = (name.to_string(), spec);
+        if !self.kernels.contains_key(&key) {
+            let kernel = self.create(name, bindings, spec)?;
+            self.kernels.insert(key.clone(), kernel);
+        }
+        self.kernels
+            .get(&key)
+            .ok_or_else(|| Error::Vulkan(format!("pipeline {name} missing")))
+    }
+
+    fn create(&mut self, name: &str, bindings: u32, spec: u32) -> Result<Kernel> {
+        let (set_layout, layout) = self.layout(bindings)?;
+        let code = spirv(name)?;
+        let info = vk::ShaderModuleCreateInfo::default().code(&code);
+        // SAFETY: valid device; `code` is SPIR-V from glslc.
+        let module = unsafe { self.device.create_shader_module(&info, None) }
+            .map_err(vk_err(&format!("creating shader module {name}")))?;
+        let spec_data = spec.to_ne_bytes();
+        let spec_entries = [vk::SpecializationMapEntry::default()
+            .constant_id(0)
+            .offset(0)
+            .size(4)];
+        let spec_info = vk::SpecializationInfo::default()
+            .map_entries(&spec_entries)
+            .data(&spec_data);
+        let mut stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"main");
+        if spec != 0 {
+            stage = stage.specialization_info(&spec_info);
+        }
+        let info = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(layout)];
+        // SAFETY: valid device, cache, module and layout.
+        let made = unsafe {
+            self.device
+                .create_compute_pipelines(self.cache, &info, None)
+        };
+        // SAFETY: the module is only needed during pipeline creation.
+        unsafe { self.device.destroy_shader_module(module, None) };
+        let pipeline = made
+            .map_err(|(_, e)| vk_err(&format!("creating pipeline {name}"))(e))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Vulkan(format!("no pipeline returned for {name}")))?;
+        Ok(Kernel {
+            pipeline,
+            layout,
+            set_layout,
+        })
+    }
+
+    /// Destroy every pipeline and layout; the device must be idle.
+    pub fn destroy(&mut self) {
+        // SAFETY: the device is idle and these objects belong to it.
+        unsafe {
+            for (_, k) in self.kernels.drain() {
+                self.device.destroy_pipeline(k.pipeline, None);
+            }
+            for (_, l) in self.layouts.drain() {
+                if l.layout != vk::PipelineLayout::null() {
+                    self.device.destroy_pipeline_layout(l.layout, None);
+                }
+                self.device
+                    .destroy_descriptor_set_layout(l.set_layout, None);
+            }
+            self.device.destroy_pipeline_cache(self.cache, None);
+        }
+    }
+}
