@@ -117,7 +117,7 @@ impl DType {
     /// whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize> {
         let be = self.block_elems();
-        if n % be != 0 {
+        if !n.is_multiple_of(be) {
             return Err(Error::Shape(format!(
                 "a {} row needs a multiple of {be} elements, got {n}",
                 self.name()

@@ -84,7 +84,7 @@ pub fn embedding(
 }
 
 fn rows_of(op: &'static str, x: &[f32], dim: usize) -> Result<usize> {
-    if dim == 0 || x.len() % dim != 0 {
+    if dim == 0 || !x.len().is_multiple_of(dim) {
         return Err(Error::op(
             op,
             format!("{} values are not whole rows of {dim}", x.len()),
@@ -141,19 +141,19 @@ pub fn rope_angle(pos: u32, i: usize, rot_dim: usize, base: f32) -> f32 {
 pub fn rope(x: &mut [f32], positions: &[u32], p: &RopeParams) -> Result<()> {
     need("rope", "x", x.len(), p.rows * p.n_heads * p.head_dim)?;
     need("rope", "positions", positions.len(), p.rows)?;
-    if p.rot_dim > p.head_dim || p.rot_dim % 2 != 0 {
+    if p.rot_dim > p.head_dim || !p.rot_dim.is_multiple_of(2) {
         return Err(Error::op(
             "rope",
             format!("rot_dim {} with head_dim {}", p.rot_dim, p.head_dim),
         ));
     }
     let half = p.rot_dim / 2;
-    for r in 0..p.rows {
+    for (r, &pos) in positions.iter().enumerate() {
         for h in 0..p.n_heads {
             let base = (r * p.n_heads + h) * p.head_dim;
             let v = &mut x[base..base + p.head_dim];
             for i in 0..half {
-                let theta = rope_angle(positions[r], i, p.rot_dim, p.base) as f64;
+                let theta = rope_angle(pos, i, p.rot_dim, p.base) as f64;
                 let (a, b) = match p.style {
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + half),

@@ -1,4 +1,460 @@
-//! CPU backend: SIMD kernels (AVX-512 / AVX2+FMA detected at run time, NEON on
-//! aarch64, scalar elsewhere) run on a private rayon pool.
+//! CPU backend: SIMD kernels (AVX-512 / AVX2+FMA chosen at run time, NEON on
+//! aarch64, scalar elsewhere) on a private rayon pool. Ops run as soon as they
+//! are recorded; `begin_pass`/`end_pass` only keep the bookkeeping honest.
+//!
+//! One file per op: matmul.rs, embedding.rs, rms_norm.rs, layer_norm.rs,
+//! rope.rs, attention.rs, glu.rs, elementwise.rs (add, scale, copy), argmax.rs;
+//! simd/ holds the instruction-set kernels, quant/ the GGUF block formats.
 
+mod argmax;
+mod attention;
+mod buffers;
+mod elementwise;
+mod embedding;
+mod glu;
+mod layer_norm;
+mod matmul;
 pub mod quant;
+mod rms_norm;
+mod rope;
+pub mod simd;
+
+pub use simd::Isa;
+
+use crate::backend::{
+    check, Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight,
+};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use buffers::{CpuWeight, Slot, Store};
+use rayon::ThreadPool;
+
+pub struct CpuBackend {
+    pool: ThreadPool,
+    threads: usize,
+    isa: Isa,
+    store: Store,
+    in_pass: bool,
+}
+
+/// CPU features relevant to the kernels, space-separated (e.g. "avx512f avx2 fma").
+pub fn features() -> String {
+    let mut f: Vec<&str> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! probe {
+            ($($name:tt),*) => {$(if is_x86_feature_detected!($name) { f.push($name); })*};
+        }
+        probe!(
+            "avx512f",
+            "avx512bw",
+            "avx512vl",
+            "avx512vnni",
+            "avx512bf16",
+            "avxvnni",
+            "avx2",
+            "fma",
+            "f16c"
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            f.push("neon");
+        }
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            f.push("dotprod");
+        }
+    }
+    f.join(" ")
+}
+
+impl CpuBackend {
+    /// A backend on `threads` threads (`None`: every core) using the best
+    /// instruction set this CPU has.
+    pub fn new(threads: Option<usize>) -> CpuBackend {
+        let pool = build_pool(threads);
+        CpuBackend {
+            threads: pool.current_num_threads(),
+            pool,
+            isa: Isa::detect(),
+            store: Store::default(),
+            in_pass: false,
+        }
+    }
+
+    /// Like [`CpuBackend::new`] but with a chosen instruction set (tests and
+    /// benches use it to cover every kernel); an error if this CPU lacks it.
+    pub fn with_isa(threads: Option<usize>, isa: Isa) -> Result<CpuBackend> {
+        if !isa.available() {
+            return Err(Error::Unsupported(format!(
+                "this CPU cannot run {} kernels",
+                isa.name()
+            )));
+        }
+        let mut b = CpuBackend::new(threads);
+        b.isa = isa;
+        Ok(b)
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    fn in_pass(&self, op: &'static str) -> Result<()> {
+        if !self.in_pass {
+            return Err(Error::op(op, "recorded outside begin_pass/end_pass"));
+        }
+        Ok(())
+    }
+
+    /// Run `f` on the pool with the first `n` f32 values of `out` writable and
+    /// the rest of the store readable. `inputs` must not alias `out`.
+    fn with_out<R: Send>(
+        &mut self,
+        op: &'static str,
+        out: &Buffer,
+        n: usize,
+        inputs: &[&Buffer],
+        f: impl FnOnce(&Store, &mut [f32], Isa) -> Result<R> + Send,
+    ) -> Result<R> {
+        self.in_pass(op)?;
+        if inputs.iter().any(|b| b.id() == out.id()) {
+            return Err(Error::op(op, "the output buffer aliases an input"));
+        }
+        check::fits(op, "out", out, n)?;
+        let mut slot = match self.store.remove(out) {
+            Some(s) => s,
+            None => {
+                return Err(Error::op(
+                    op,
+                    format!("out: buffer {} is freed or unknown", out.id()),
+                ))
+            }
+        };
+        let result = match &mut slot {
+            Slot::Data { words, bytes } if *bytes >= n * 4 => {
+                let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
+                let (store, isa) = (&self.store, self.isa);
+                self.pool.install(|| f(store, dst, isa))
+            }
+            Slot::Data { bytes, .. } => Err(Error::op(
+                op,
+                format!("out holds {bytes} bytes, {n} values needed"),
+            )),
+            Slot::Weight(_) => Err(Error::op(op, "the output buffer is a weight")),
+        };
+        self.store.restore(out, slot);
+        result
+    }
+}
+
+fn build_pool(threads: Option<usize>) -> ThreadPool {
+    let builder = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .thread_name(|i| format!("vkllm-cpu-{i}"));
+    // If the OS refuses more threads, fall back to one worker; failing even
+    // that means the process cannot run anything, not a bad input.
+    builder
+        .build()
+        .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build())
+        .expect("the OS refused to start a single rayon worker thread")
+}
+
+impl ComputeBackend for CpuBackend {
+    fn name(&self) -> String {
+        format!("cpu ({}, {} threads)", self.isa.name(), self.threads)
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
+        let words = vec![0u32; bytes.div_ceil(4)];
+        self.store.insert(Slot::Data { words, bytes }, bytes)
+    }
+
+    fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::op("upload", "not allowed inside a pass"));
+        }
+        let dst = self.store.bytes_mut("upload", "destination", buf)?;
+        let end = offset
+            .checked_add(data.len())
+            .filter(|e| *e <= dst.len())
+            .ok_or_else(|| {
+                Error::op(
+                    "upload",
+                    format!(
+                        "{} bytes at {offset} overrun a {}-byte buffer",
+                        data.len(),
+                        dst.len()
+                    ),
+                )
+            })?;
+        dst[offset..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::op("download", "not allowed inside a pass"));
+        }
+        let src = self.store.bytes("download", "source", buf)?;
+        let end = offset
+            .checked_add(out.len())
+            .filter(|e| *e <= src.len())
+            .ok_or_else(|| {
+                Error::op(
+                    "download",
+                    format!(
+                        "{} bytes at {offset} overrun a {}-byte buffer",
+                        out.len(),
+                        src.len()
+                    ),
+                )
+            })?;
+        out.copy_from_slice(&src[offset..end]);
+        Ok(())
+    }
+
+    fn free(&mut self, buf: Buffer) {
+        self.store.remove(&buf);
+    }
+
+    fn upload_weight(
+        &mut self,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<Weight> {
+        let row_bytes = dtype.row_bytes(cols)?;
+        let need = row_bytes.checked_mul(rows).ok_or_else(|| {
+            Error::Shape(format!("weight [{rows}, {cols}] {dtype} overflows usize"))
+        })?;
+        if data.len() != need {
+            return Err(Error::Shape(format!(
+                "weight [{rows}, {cols}] {dtype} needs {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        let w = CpuWeight {
+            data: data.to_vec(),
+            dtype,
+            rows,
+            cols,
+            row_bytes,
+        };
+        let buf = self.store.insert(Slot::Weight(w), need)?;
+        Ok(Weight {
+            buf,
+            dtype,
+            rows,
+            cols,
+        })
+    }
+
+    fn begin_pass(&mut self) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Invalid("begin_pass inside a pass".into()));
+        }
+        self.in_pass = true;
+        Ok(())
+    }
+
+    fn end_pass(&mut self) -> Result<()> {
+        if !self.in_pass {
+            return Err(Error::Invalid("end_pass without begin_pass".into()));
+        }
+        self.in_pass = false;
+        Ok(())
+    }
+
+    fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()> {
+        let n = rows
+            .checked_mul(table.cols)
+            .ok_or_else(|| Error::op("embedding", "rows * cols overflows"))?;
+        self.with_out("embedding", out, n, &[&table.buf, ids], |s, dst, isa| {
+            let w = s.weight("embedding", table)?;
+            let ids = s.u32s("embedding", "ids", ids, rows)?;
+            embedding::run(isa, w, ids, dst)
+        })
+    }
+
+    fn matmul(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+    ) -> Result<()> {
+        let n = m
+            .checked_mul(w.rows)
+            .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
+        let mut inputs = vec![&w.buf, x];
+        inputs.extend(bias);
+        self.with_out("matmul", y, n, &inputs, |s, dst, isa| {
+            let cw = s.weight("matmul", w)?;
+            let xs = s.f32s("matmul", "x", x, m * w.cols)?;
+            let b = bias
+                .map(|b| s.f32s("matmul", "bias", b, w.rows))
+                .transpose()?;
+            matmul::run(isa, cw, b, xs, dst, m);
+            Ok(())
+        })
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op("rms_norm", "rows * dim overflows"))?;
+        self.with_out("rms_norm", out, n, &[x, w], |s, dst, _| {
+            let xs = s.f32s("rms_norm", "x", x, n)?;
+            let ws = s.f32s("rms_norm", "w", w, dim)?;
+            rms_norm::run(xs, ws, dst, dim, eps);
+            Ok(())
+        })
+    }
+
+    fn layer_norm(
+        &mut self,
+        x: &Buffer,
+        w: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op("layer_norm", "rows * dim overflows"))?;
+        self.with_out("layer_norm", out, n, &[x, w, b], |s, dst, _| {
+            let xs = s.f32s("layer_norm", "x", x, n)?;
+            let ws = s.f32s("layer_norm", "w", w, dim)?;
+            let bs = s.f32s("layer_norm", "b", b, dim)?;
+            layer_norm::run(xs, ws, bs, dst, dim, eps);
+            Ok(())
+        })
+    }
+
+    fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
+        let n = rope::check(p)?;
+        let p = *p;
+        self.with_out("rope", x, n, &[positions], |s, dst, _| {
+            let pos = s.u32s("rope", "positions", positions, p.rows)?;
+            rope::run(dst, pos, &p);
+            Ok(())
+        })
+    }
+
+    fn attention(
+        &mut self,
+        q: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        positions: &Buffer,
+        out: &Buffer,
+        p: &AttentionParams,
+    ) -> Result<()> {
+        let (nq, nkv) = attention::check(p)?;
+        let p = *p;
+        self.with_out(
+            "attention",
+            out,
+            nq,
+            &[q, k_cache, v_cache, positions],
+            |s, dst, isa| {
+                let qs = s.f32s("attention", "q", q, nq)?;
+                let ks = s.f32s("attention", "k_cache", k_cache, nkv)?;
+                let vs = s.f32s("attention", "v_cache", v_cache, nkv)?;
+                let pos = s.u32s("attention", "positions", positions, p.rows)?;
+                attention::run(isa, qs, ks, vs, pos, dst, &p)
+            },
+        )
+    }
+
+    fn glu(
+        &mut self,
+        act: Activation,
+        gate: &Buffer,
+        up: Option<&Buffer>,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()> {
+        let mut inputs = vec![gate];
+        inputs.extend(up);
+        self.with_out("glu", out, n, &inputs, |s, dst, _| {
+            let g = s.f32s("glu", "gate", gate, n)?;
+            let u = up.map(|u| s.f32s("glu", "up", u, n)).transpose()?;
+            glu::run(act, g, u, dst);
+            Ok(())
+        })
+    }
+
+    fn add(&mut self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<()> {
+        // `out` may alias `a` (the residual add) or `b`: read the aliased
+        // operand from `out` itself.
+        let (a_is_out, b_is_out) = (a.id() == out.id(), b.id() == out.id());
+        let inputs: Vec<&Buffer> = [(a, a_is_out), (b, b_is_out)]
+            .into_iter()
+            .filter(|(_, aliased)| !aliased)
+            .map(|(buf, _)| buf)
+            .collect();
+        self.with_out("add", out, n, &inputs, |s, dst, _| {
+            let other = match (a_is_out, b_is_out) {
+                (true, true) => None,
+                (true, false) => Some(s.f32s("add", "b", b, n)?),
+                (false, true) => Some(s.f32s("add", "a", a, n)?),
+                (false, false) => {
+                    dst.copy_from_slice(s.f32s("add", "a", a, n)?);
+                    Some(s.f32s("add", "b", b, n)?)
+                }
+            };
+            elementwise::add_in_place(dst, other);
+            Ok(())
+        })
+    }
+
+    fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
+        let aliased = x.id() == out.id();
+        let inputs: Vec<&Buffer> = if aliased { vec![] } else { vec![x] };
+        self.with_out("scale", out, n, &inputs, |st, dst, _| {
+            if !aliased {
+                dst.copy_from_slice(st.f32s("scale", "x", x, n)?);
+            }
+            elementwise::scale_in_place(dst, s);
+            Ok(())
+        })
+    }
+
+    fn copy(
+        &mut self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        self.in_pass("copy")?;
+        elementwise::copy(&mut self.store, src, src_offset, dst, dst_offset, bytes)
+    }
+
+    fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
+        let total = rows
+            .checked_mul(n)
+            .ok_or_else(|| Error::op("argmax", "rows * n overflows"))?;
+        self.with_out("argmax", out, rows, &[x], |s, dst, _| {
+            let xs = s.f32s("argmax", "x", x, total)?;
+            argmax::run(xs, n, bytemuck::cast_slice_mut(dst));
+            Ok(())
+        })
+    }
+}

@@ -7,6 +7,8 @@
 mod kquants;
 mod legacy;
 
+pub(crate) use kquants::scale_min_k4;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use half::{bf16, f16};

@@ -1,0 +1,88 @@
+//! Causal GQA attention against the KV cache, one task per (row, head):
+//! scores in f32, max-subtracted softmax, then the weighted sum of values.
+
+use super::simd::{self, Isa};
+use crate::backend::AttentionParams;
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+
+/// Validates `p`; returns (values in q/out, values in each cache).
+pub(crate) fn check(p: &AttentionParams) -> Result<(usize, usize)> {
+    if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
+        return Err(Error::op(
+            "attention",
+            format!(
+                "{} query heads cannot share {} kv heads",
+                p.n_heads, p.n_kv_heads
+            ),
+        ));
+    }
+    let overflow = || Error::op("attention", "shape overflows");
+    let nq = p
+        .rows
+        .checked_mul(p.n_heads * p.head_dim)
+        .ok_or_else(overflow)?;
+    let nkv = p
+        .capacity
+        .checked_mul(p.n_kv_heads * p.head_dim)
+        .ok_or_else(overflow)?;
+    Ok((nq, nkv))
+}
+
+pub(crate) fn run(
+    isa: Isa,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    positions: &[u32],
+    out: &mut [f32],
+    p: &AttentionParams,
+) -> Result<()> {
+    let (hd, nh) = (p.head_dim, p.n_heads);
+    if let Some(bad) = positions.iter().find(|&&pos| pos as usize >= p.capacity) {
+        return Err(Error::op(
+            "attention",
+            format!("position {bad} >= cache capacity {}", p.capacity),
+        ));
+    }
+    if hd == 0 || nh == 0 {
+        return Ok(());
+    }
+    let group = nh / p.n_kv_heads;
+    let stride = p.n_kv_heads * hd;
+    out.par_chunks_mut(hd)
+        .enumerate()
+        .for_each_init(Vec::new, |scores, (t, o)| {
+            let (r, h) = (t / nh, t % nh);
+            let pos = positions[r] as usize;
+            let first = if p.window > 0 {
+                (pos + 1).saturating_sub(p.window)
+            } else {
+                0
+            };
+            let kvo = (h / group) * hd;
+            let qv = &q[t * hd..(t + 1) * hd];
+            scores.clear();
+            scores.extend(
+                (first..=pos).map(|j| simd::dot_f32(isa, qv, &k[j * stride + kvo..]) * p.scale),
+            );
+            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let mut total = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                total += *s;
+            }
+            o.fill(0.0);
+            for (j, e) in (first..=pos).zip(scores.iter()) {
+                let vr = &v[j * stride + kvo..j * stride + kvo + hd];
+                for (o, vv) in o.iter_mut().zip(vr) {
+                    *o += e * vv;
+                }
+            }
+            let inv = 1.0 / total;
+            for o in o.iter_mut() {
+                *o *= inv;
+            }
+        });
+    Ok(())
+}

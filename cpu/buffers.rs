@@ -1,0 +1,128 @@
+//! The CPU backend's buffer store: handles map to word-aligned allocations
+//! (so f32/u32 views need no copies); ids are never reused, so a freed or
+//! foreign handle is always reported instead of aliasing a newer buffer.
+
+use crate::backend::Buffer;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+
+/// A weight as uploaded (GGUF block bytes, row-major).
+pub(crate) struct CpuWeight {
+    pub data: Vec<u8>,
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+}
+
+pub(crate) enum Slot {
+    /// `bytes` bytes in `ceil(bytes / 4)` words.
+    Data {
+        words: Vec<u32>,
+        bytes: usize,
+    },
+    Weight(CpuWeight),
+}
+
+#[derive(Default)]
+pub(crate) struct Store {
+    slots: HashMap<u32, Slot>,
+    next: u32,
+}
+
+impl Store {
+    pub fn insert(&mut self, slot: Slot, bytes: usize) -> Result<Buffer> {
+        let id = self.next;
+        self.next = self
+            .next
+            .checked_add(1)
+            .ok_or_else(|| Error::Invalid("the CPU backend ran out of buffer ids".into()))?;
+        self.slots.insert(id, slot);
+        Ok(Buffer::new(id, bytes))
+    }
+
+    pub fn remove(&mut self, buf: &Buffer) -> Option<Slot> {
+        self.slots.remove(&buf.id())
+    }
+
+    pub fn restore(&mut self, buf: &Buffer, slot: Slot) {
+        self.slots.insert(buf.id(), slot);
+    }
+
+    fn slot(&self, op: &'static str, what: &str, buf: &Buffer) -> Result<&Slot> {
+        self.slots.get(&buf.id()).ok_or_else(|| {
+            Error::op(
+                op,
+                format!("{what}: buffer {} is freed or unknown", buf.id()),
+            )
+        })
+    }
+
+    pub fn bytes(&self, op: &'static str, what: &str, buf: &Buffer) -> Result<&[u8]> {
+        match self.slot(op, what, buf)? {
+            Slot::Data { words, bytes } => Ok(&bytemuck::cast_slice(words)[..*bytes]),
+            Slot::Weight(w) => Ok(&w.data),
+        }
+    }
+
+    pub fn bytes_mut(&mut self, op: &'static str, what: &str, buf: &Buffer) -> Result<&mut [u8]> {
+        match self.slots.get_mut(&buf.id()) {
+            Some(Slot::Data { words, bytes }) => Ok(&mut bytemuck::cast_slice_mut(words)[..*bytes]),
+            Some(Slot::Weight(_)) => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is a weight", buf.id()),
+            )),
+            None => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is freed or unknown", buf.id()),
+            )),
+        }
+    }
+
+    fn words(&self, op: &'static str, what: &str, buf: &Buffer, n: usize) -> Result<&[u32]> {
+        match self.slot(op, what, buf)? {
+            Slot::Data { words, bytes } => {
+                if n.checked_mul(4).is_none_or(|need| need > *bytes) {
+                    return Err(Error::op(
+                        op,
+                        format!("{what} holds {bytes} bytes but {n} values are needed"),
+                    ));
+                }
+                Ok(&words[..n])
+            }
+            Slot::Weight(_) => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is a weight", buf.id()),
+            )),
+        }
+    }
+
+    /// The first `n` values of `buf` as f32.
+    pub fn f32s(&self, op: &'static str, what: &str, buf: &Buffer, n: usize) -> Result<&[f32]> {
+        Ok(bytemuck::cast_slice(self.words(op, what, buf, n)?))
+    }
+
+    pub fn u32s(&self, op: &'static str, what: &str, buf: &Buffer, n: usize) -> Result<&[u32]> {
+        self.words(op, what, buf, n)
+    }
+
+    pub fn weight(&self, op: &'static str, w: &crate::backend::Weight) -> Result<&CpuWeight> {
+        match self.slot(op, "weight", &w.buf)? {
+            Slot::Weight(cw) if cw.dtype == w.dtype && cw.rows == w.rows && cw.cols == w.cols => {
+                Ok(cw)
+            }
+            Slot::Weight(cw) => Err(Error::op(
+                op,
+                format!(
+                    "weight handle says {} [{}, {}] but the buffer holds {} [{}, {}]",
+                    w.dtype, w.rows, w.cols, cw.dtype, cw.rows, cw.cols
+                ),
+            )),
+            Slot::Data { .. } => Err(Error::op(
+                op,
+                format!("buffer {} is not a weight", w.buf.id()),
+            )),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `y[m, n] = x[m, k] · Wᵀ + bias` in f32 with exactly dequantized weights.
+//!
+//! Decode (`m <= GEMV_MAX_M`): each weight row is read once and dequantized in
+//! registers against up to four activation rows; rayon splits the output rows.
+//! Prefill: weight rows are dequantized once per panel of `NR` rows into an
+//! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
+//! `m` activation rows; rayon splits the panels.
+
+use super::buffers::CpuWeight;
+use super::simd::{self, Isa};
+use rayon::prelude::*;
+
+/// Above this many activation rows the panel GEMM wins over row dots.
+const GEMV_MAX_M: usize = 4;
+
+/// Raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: every task writes a disjoint set of elements of one live slice.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Shapes are checked by the caller: `x` is `[m, w.cols]`, `y` is `[m, w.rows]`,
+/// `bias` has `w.rows` values.
+pub(crate) fn run(
+    isa: Isa,
+    w: &CpuWeight,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    y: &mut [f32],
+    m: usize,
+) {
+    let n = w.rows;
+    if m == 0 || n == 0 {
+        return;
+    }
+    match isa.gemm_nr() {
+        Some(nr) if m > GEMV_MAX_M => gemm(isa, nr, w, x, y, m),
+        _ => gemv(isa, w, x, y, m),
+    }
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+    }
+}
+
+fn gemv(isa: Isa, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    // Enough tasks to balance the pool, few enough that each streams a
+    // useful amount of weights.
+    let per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
+    let tasks = n.div_ceil(per_task);
+    let yp = OutPtr(y.as_mut_ptr());
+    (0..tasks).into_par_iter().for_each(|t| {
+        let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
+        let rows = &w.data[r0 * rb..r1 * rb];
+        let mut tmp = vec![0f32; (r1 - r0) * 4];
+        for i0 in (0..m).step_by(4) {
+            let mm = (m - i0).min(4);
+            simd::dot_rows(
+                isa,
+                w.dtype,
+                rows,
+                rb,
+                k,
+                &x[i0 * k..(i0 + mm) * k],
+                mm,
+                &mut tmp,
+            );
+            for r in 0..r1 - r0 {
+                for i in 0..mm {
+                    // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
+                    // and owned by this task alone (rows r0..r1).
+                    unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
+                }
+            }
+        }
+    });
+}
+
+fn gemm(isa: Isa, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let yp = OutPtr(y.as_mut_ptr());
+    (0..n.div_ceil(nr)).into_par_iter().for_each_init(
+        || (vec![0f32; k * nr], vec![0f32; k]),
+        |(panel, row), p| {
+            let r0 = p * nr;
+            let nc = nr.min(n - r0);
+            for j in 0..nr {
+                if j < nc {
+                    simd::dequant_row(isa, w.dtype, &w.data[(r0 + j) * rb..(r0 + j + 1) * rb], row);
+                } else {
+                    row.fill(0.0);
+                }
+                for (kk, v) in row.iter().enumerate() {
+                    panel[kk * nr + j] = *v;
+                }
+            }
+            // SAFETY: columns r0..r0 + nc of every output row belong to this
+            // panel alone and lie inside the [m, n] output.
+            unsafe { simd::gemm_panel(isa, panel, x, m, k, yp.get().add(r0), n, nc) };
+        },
+    );
+}

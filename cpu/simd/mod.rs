@@ -1,0 +1,263 @@
+//! Instruction-set dispatch for the hot kernels: weight-row dot products
+//! (dequantizing blocks in registers), row dequantization for GEMM panels,
+//! f32 dots, and the register-blocked GEMM microkernel.
+//!
+//! The instruction set is chosen at run time (`is_x86_feature_detected!`);
+//! every entry point here is safe and checks the slice lengths the unsafe
+//! kernels rely on.
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::cpu::quant;
+use crate::dtype::DType;
+
+/// A CPU instruction set with its own kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+    Neon,
+    Scalar,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
+
+    /// The best instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// Whether this CPU can run the kernels of `self`.
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Isa::Scalar => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512f",
+            Isa::Avx2 => "avx2+fma",
+            Isa::Neon => "neon",
+            Isa::Scalar => "scalar",
+        }
+    }
+
+    /// Weight rows per GEMM panel, or `None` when this instruction set has no
+    /// GEMM microkernel (the row-dot path serves every `m` then).
+    pub(crate) fn gemm_nr(self) -> Option<usize> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(x86::avx512::NR),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(x86::avx2::NR),
+            _ => None,
+        }
+    }
+}
+
+/// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the
+/// 5th bits of Q5_0/Q5_1 values over bytes.
+pub(crate) static BIT_TO_0X10: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if b & (1 << i) != 0 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// Values handled per SIMD step for `dtype`: a whole block for quantized
+/// types; floats go 16 at a time with a scalar tail.
+fn simd_step(dtype: DType) -> usize {
+    if dtype.is_quantized() {
+        dtype.block_elems()
+    } else {
+        16
+    }
+}
+
+/// Dots of each `k`-value weight row in `w` (rows of `row_bytes`) with the
+/// `m` (1..=4) activation rows of `x` (`[m, k]`); `out` is `[rows, m]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dot_rows(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
+    let rows = w.len() / row_bytes;
+    assert!((1..=4).contains(&m) && x.len() >= m * k && out.len() >= rows * m);
+    assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
+    let simd_k = k - k % simd_step(dtype);
+    match isa {
+        // SAFETY: the instruction set was checked by `Isa::available` when the
+        // backend was made; lengths are asserted above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::dot_rows(dtype, w, row_bytes, k, x, m, out) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::dot_rows(dtype, w, row_bytes, k, x, m, out) },
+        _ => return dot_rows_portable(isa, dtype, w, row_bytes, k, x, m, out),
+    }
+    if simd_k < k {
+        // Float rows whose length is not a multiple of 16: the scalar tail.
+        let eb = dtype.block_bytes();
+        let mut tail = vec![0f32; k - simd_k];
+        for r in 0..rows {
+            let wr = &w[r * row_bytes + simd_k * eb..(r + 1) * row_bytes];
+            if quant::dequantize_row(dtype, wr, &mut tail).is_ok() {
+                for i in 0..m {
+                    let xs = &x[i * k + simd_k..(i + 1) * k];
+                    out[r * m + i] += tail.iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
+                }
+            }
+        }
+    }
+}
+
+fn quant_row_ok(dtype: DType, row_bytes: usize, k: usize) -> bool {
+    dtype.row_bytes(k).is_ok_and(|b| b == row_bytes)
+}
+
+/// Scalar and NEON: dequantize each row with the scalar decoder, then dot.
+#[allow(clippy::too_many_arguments)]
+fn dot_rows_portable(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
+    let mut row = vec![0f32; k];
+    for (r, wr) in w.chunks_exact(row_bytes).enumerate() {
+        if quant::dequantize_row(dtype, wr, &mut row).is_err() {
+            continue;
+        }
+        for i in 0..m {
+            out[r * m + i] = dot_f32(isa, &row, &x[i * k..(i + 1) * k]);
+        }
+    }
+}
+
+/// One weight row dequantized into `out` (`out.len()` values).
+pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
+    let k = out.len();
+    assert!(quant_row_ok(dtype, w.len(), k));
+    let simd_k = k - k % simd_step(dtype);
+    match isa {
+        // SAFETY: instruction set checked at backend creation; row length asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::dequant_row(dtype, w, &mut out[..simd_k]) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::dequant_row(dtype, w, &mut out[..simd_k]) },
+        _ => {
+            let _ = quant::dequantize_row(dtype, w, out);
+            return;
+        }
+    }
+    if simd_k < k {
+        let _ = quant::dequantize_row(
+            dtype,
+            &w[simd_k * dtype.block_bytes()..],
+            &mut out[simd_k..],
+        );
+    }
+}
+
+/// `Σ a[i] * b[i]` (f32 accumulation); `b` must be at least as long as `a`.
+pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    assert!(b.len() >= a.len());
+    match isa {
+        // SAFETY: instruction set checked at backend creation; lengths asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::dot_f32(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::dot_f32(a, b) },
+        // SAFETY: NEON checked at backend creation; lengths asserted.
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::dot_f32(a, b) },
+        _ => dot_f32_scalar(a, b),
+    }
+}
+
+/// Eight independent partial sums, so the compiler can vectorize and the
+/// rounding matches the SIMD kernels' blocked order in spirit.
+fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[8 * c + l] * b[8 * c + l];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len() {
+        sum += a[i] * b[i];
+    }
+    sum
+}
+
+/// `y[i * ldy + j] = Σ_k x[i, k] * panel[k, j]` for `i < m`, `j < ncols`;
+/// `panel` is `[k, isa.gemm_nr()]`. Only for instruction sets with a GEMM kernel.
+///
+/// # Safety
+/// `y` must be valid for writes of `ncols` values at `y + i * ldy` for every `i < m`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_panel(
+    isa: Isa,
+    panel: &[f32],
+    x: &[f32],
+    m: usize,
+    k: usize,
+    y: *mut f32,
+    ldy: usize,
+    ncols: usize,
+) {
+    let nr = isa.gemm_nr().unwrap_or(0);
+    assert!(panel.len() >= k * nr && x.len() >= m * k && ncols <= nr);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::avx512::gemm_panel(panel, x, m, k, y, ldy, ncols),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::avx2::gemm_panel(panel, x, m, k, y, ldy, ncols),
+        _ => {}
+    }
+}

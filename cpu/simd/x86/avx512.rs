@@ -1,0 +1,148 @@
+//! AVX-512F kernels: 16-lane primitives for the shared decoders/dot kernels,
+//! and the 12x32 register-blocked GEMM microkernel.
+
+shared_kernels!("avx512f,avx2,fma,f16c");
+
+type V = __m512;
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn zero() -> V {
+    _mm512_setzero_ps()
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn splat(v: f32) -> V {
+    _mm512_set1_ps(v)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn loadu(p: *const f32) -> V {
+    _mm512_loadu_ps(p)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn storeu(p: *mut f32, v: V) {
+    _mm512_storeu_ps(p, v)
+}
+/// `a * b + c`, one rounding.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn fmadd(a: V, b: V, c: V) -> V {
+    _mm512_fmadd_ps(a, b, c)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn mul(a: V, b: V) -> V {
+    _mm512_mul_ps(a, b)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn add(a: V, b: V) -> V {
+    _mm512_add_ps(a, b)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn sub(a: V, b: V) -> V {
+    _mm512_sub_ps(a, b)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn hsum(v: V) -> f32 {
+    _mm512_reduce_add_ps(v)
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn u8_to_f32(v: __m128i) -> V {
+    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn i8_to_f32(v: __m128i) -> V {
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn f16_to_f32(p: *const u8) -> V {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn bf16_to_f32(p: *const u8) -> V {
+    let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+    _mm512_castsi512_ps(_mm512_slli_epi32(w, 16))
+}
+
+/// Panel width in weight rows (two zmm of f32).
+pub(crate) const NR: usize = 32;
+/// Activation rows per microkernel call: 12 x 2 accumulators + 2 panel
+/// registers fit the 32 zmm registers.
+const MR: usize = 12;
+
+/// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of `x`
+/// (stride `k`) and output rows of stride `ldy`. `panel` is `k x NR`.
+#[target_feature(enable = "avx512f")]
+unsafe fn micro<const R: usize>(
+    panel: *const f32,
+    x: *const f32,
+    k: usize,
+    y: *mut f32,
+    ldy: usize,
+    ncols: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for kk in 0..k {
+        let p0 = _mm512_loadu_ps(panel.add(kk * NR));
+        let p1 = _mm512_loadu_ps(panel.add(kk * NR + 16));
+        for (i, a) in acc.iter_mut().enumerate() {
+            let xv = _mm512_set1_ps(*x.add(i * k + kk));
+            a[0] = _mm512_fmadd_ps(xv, p0, a[0]);
+            a[1] = _mm512_fmadd_ps(xv, p1, a[1]);
+        }
+    }
+    let lo = (1u32 << ncols.min(16)) - 1;
+    let hi = if ncols > 16 {
+        ((1u64 << (ncols - 16)) - 1) as u32
+    } else {
+        0
+    };
+    for (i, a) in acc.iter().enumerate() {
+        let row = y.add(i * ldy);
+        _mm512_mask_storeu_ps(row, lo as u16, a[0]);
+        _mm512_mask_storeu_ps(row.add(16), hi as u16, a[1]);
+    }
+}
+
+/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gemm_panel(
+    panel: &[f32],
+    x: &[f32],
+    m: usize,
+    k: usize,
+    y: *mut f32,
+    ldy: usize,
+    ncols: usize,
+) {
+    let (p, xp) = (panel.as_ptr(), x.as_ptr());
+    let mut i = 0;
+    while i + MR <= m {
+        micro::<MR>(p, xp.add(i * k), k, y.add(i * ldy), ldy, ncols);
+        i += MR;
+    }
+    let (xr, yr) = (xp.add(i * k), y.add(i * ldy));
+    match m - i {
+        0 => {}
+        1 => micro::<1>(p, xr, k, yr, ldy, ncols),
+        2 => micro::<2>(p, xr, k, yr, ldy, ncols),
+        3 => micro::<3>(p, xr, k, yr, ldy, ncols),
+        4 => micro::<4>(p, xr, k, yr, ldy, ncols),
+        5 => micro::<5>(p, xr, k, yr, ldy, ncols),
+        6 => micro::<6>(p, xr, k, yr, ldy, ncols),
+        7 => micro::<7>(p, xr, k, yr, ldy, ncols),
+        8 => micro::<8>(p, xr, k, yr, ldy, ncols),
+        9 => micro::<9>(p, xr, k, yr, ldy, ncols),
+        10 => micro::<10>(p, xr, k, yr, ldy, ncols),
+        _ => micro::<11>(p, xr, k, yr, ldy, ncols),
+    }
+}

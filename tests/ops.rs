@@ -1,0 +1,526 @@
+//! Every `ComputeBackend` op on every backend (`common::backends()`, plus the
+//! CPU's other instruction sets available here) against `vkllm::reference`.
+//!
+//! Tolerances are stated per test. The reference sums in f64 over weights
+//! dequantized exactly, so the f32 backends differ from it only by f32
+//! rounding and summation order.
+
+mod common;
+
+use common::{download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32};
+use vkllm::backend::{Activation, AttentionParams, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::cpu::quant::quantize_row;
+use vkllm::cpu::{CpuBackend, Isa};
+use vkllm::{reference, DType};
+
+type Backends = Vec<(String, Box<dyn ComputeBackend>)>;
+
+/// `common::backends()` plus the CPU with each other instruction set this
+/// machine supports, so the AVX2 and scalar kernels are tested too.
+fn all_backends() -> Backends {
+    let mut v: Backends = common::backends()
+        .into_iter()
+        .map(|(n, b)| (n.to_string(), b))
+        .collect();
+    let best = Isa::detect();
+    for isa in Isa::ALL {
+        if isa != best {
+            if let Ok(b) = CpuBackend::with_isa(Some(2), isa) {
+                v.push((format!("cpu-{}", isa.name()), Box::new(b)));
+            }
+        }
+    }
+    v
+}
+
+/// Run `f` inside one pass.
+fn pass(b: &mut dyn ComputeBackend, f: impl FnOnce(&mut dyn ComputeBackend)) {
+    b.begin_pass().unwrap();
+    f(b);
+    b.end_pass().unwrap();
+}
+
+/// A `[rows, cols]` weight quantized from deterministic random values.
+fn weight_bytes(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let rb = dtype.row_bytes(cols).unwrap();
+    let mut out = vec![0u8; rows * rb];
+    let vals = rand_f32(rows * cols, seed);
+    for (r, dst) in out.chunks_exact_mut(rb).enumerate() {
+        quantize_row(dtype, &vals[r * cols..(r + 1) * cols], dst).unwrap();
+    }
+    out
+}
+
+/// Column counts to test for `dtype`: whole blocks, several of them, plus
+/// odd lengths for the float types.
+fn cols_for(dtype: DType) -> Vec<usize> {
+    match dtype.block_elems() {
+        1 => vec![7, 64, 100, 576],
+        32 => vec![32, 96, 576],
+        _ => vec![256, 768],
+    }
+}
+
+#[test]
+fn matmul_every_dtype_matches_reference() {
+    // Tolerance: each output may differ from the f64 reference by 1e-5 of
+    // Σ|w·x| (the sum's condition bound). f32 blocked summation over k <= 768
+    // terms is typically ~sqrt(k)·6e-8 ≈ 2e-6 of it; 1e-5 leaves margin for
+    // other backends' orders while still catching any wrong weight or row.
+    for (name, mut b) in all_backends() {
+        for dtype in DType::ALL {
+            for cols in cols_for(dtype) {
+                for (rows, m, with_bias) in [
+                    (1, 1, false),
+                    (33, 1, true),
+                    (70, 3, false),
+                    (7, 5, true),
+                    (45, 17, false),
+                    (40, 30, true),
+                ] {
+                    let wb = weight_bytes(dtype, rows, cols, (rows * 131 + cols) as u64);
+                    let x = rand_f32(m * cols, 11 + m as u64);
+                    let bias = rand_f32(rows, 5);
+                    let bias = with_bias.then_some(bias.as_slice());
+                    let want = reference::matmul(dtype, &wb, rows, cols, bias, &x, m).unwrap();
+                    let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+
+                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                    let xb = upload_f32(b.as_mut(), &x);
+                    let bb = bias.map(|v| upload_f32(b.as_mut(), v));
+                    let yb = b.alloc(m * rows * 4).unwrap();
+                    pass(b.as_mut(), |b| {
+                        b.matmul(&w, bb.as_ref(), &xb, &yb, m).unwrap()
+                    });
+                    let got = download_f32(b.as_mut(), &yb, m * rows);
+                    for i in 0..m {
+                        for r in 0..rows {
+                            let mag: f32 = (0..cols)
+                                .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
+                                .sum::<f32>()
+                                + bias.map_or(0.0, |v| v[r].abs());
+                            let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                            assert!(
+                                (g - e).abs() <= 1e-5 * mag + 1e-7,
+                                "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e} (Σ|wx| {mag})"
+                            );
+                        }
+                    }
+                    b.free_weight(w);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn embedding_every_dtype_matches_reference() {
+    // The CPU dequantizes with ggml's exact operations, so its rows must be
+    // bit-identical to the reference. Other backends may fuse `q*d + m` into
+    // one rounding: 1e-6 of the table's largest value allows that, nothing more.
+    for (name, mut b) in all_backends() {
+        for dtype in DType::ALL {
+            for cols in cols_for(dtype) {
+                let rows = 19;
+                let tb = weight_bytes(dtype, rows, cols, 3 + cols as u64);
+                let ids = [0u32, 18, 5, 5, 11];
+                let want = reference::embedding(dtype, &tb, rows, cols, &ids).unwrap();
+                let w = b.upload_weight(dtype, rows, cols, &tb).unwrap();
+                let idb = upload_u32(b.as_mut(), &ids);
+                let out = b.alloc(ids.len() * cols * 4).unwrap();
+                pass(b.as_mut(), |b| {
+                    b.embedding(&w, &idb, &out, ids.len()).unwrap()
+                });
+                let got = download_f32(b.as_mut(), &out, ids.len() * cols);
+                let err = max_abs_diff(&got, &want);
+                if name.starts_with("cpu") {
+                    assert_eq!(got, want, "{name} {dtype} cols={cols}");
+                } else {
+                    let big = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+                    assert!(err <= 1e-6 * big, "{name} {dtype} cols={cols}: error {err}");
+                }
+            }
+        }
+    }
+}
+
+/// Largest |value|, for tolerances relative to a tensor's scale.
+fn amax(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |a, x| a.max(x.abs()))
+}
+
+#[test]
+fn rms_norm_matches_reference() {
+    // Tolerance: 1e-5 of the output's largest value (f32 products after an
+    // f64-or-f32 mean; relative rounding ~1e-7 per step).
+    for (name, mut b) in all_backends() {
+        for (rows, dim) in [(1, 576), (3, 64), (17, 100), (2, 1536)] {
+            let x: Vec<f32> = rand_f32(rows * dim, 1).iter().map(|v| v * 3.0).collect();
+            let w = rand_f32(dim, 2);
+            let want = reference::rms_norm(&x, &w, dim, 1e-5).unwrap();
+            let (xb, wb) = (upload_f32(b.as_mut(), &x), upload_f32(b.as_mut(), &w));
+            let out = b.alloc(rows * dim * 4).unwrap();
+            pass(b.as_mut(), |b| {
+                b.rms_norm(&xb, &wb, &out, rows, dim, 1e-5).unwrap()
+            });
+            let got = download_f32(b.as_mut(), &out, rows * dim);
+            let err = max_abs_diff(&got, &want);
+            assert!(
+                err <= 1e-5 * amax(&want),
+                "{name} rms_norm {rows}x{dim}: error {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn layer_norm_matches_reference() {
+    // Tolerance: 1e-5 of the output's largest value, as for rms_norm.
+    for (name, mut b) in all_backends() {
+        for (rows, dim) in [(1, 576), (3, 64), (17, 100)] {
+            let x: Vec<f32> = rand_f32(rows * dim, 4)
+                .iter()
+                .map(|v| v * 2.0 + 0.5)
+                .collect();
+            let (w, bias) = (rand_f32(dim, 5), rand_f32(dim, 6));
+            let want = reference::layer_norm(&x, &w, &bias, dim, 1e-5).unwrap();
+            let (xb, wb, bb) = (
+                upload_f32(b.as_mut(), &x),
+                upload_f32(b.as_mut(), &w),
+                upload_f32(b.as_mut(), &bias),
+            );
+            let out = b.alloc(rows * dim * 4).unwrap();
+            pass(b.as_mut(), |b| {
+                b.layer_norm(&xb, &wb, &bb, &out, rows, dim, 1e-5).unwrap()
+            });
+            let got = download_f32(b.as_mut(), &out, rows * dim);
+            let err = max_abs_diff(&got, &want);
+            assert!(
+                err <= 1e-5 * amax(&want),
+                "{name} layer_norm {rows}x{dim}: error {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rope_both_styles_partial_and_positions() {
+    // Tolerance: 1e-5 of the largest input (|x| <= 1). Both sides use the same
+    // f32 angle (see reference::rope_angle); the rest is one f32 rotation.
+    for (name, mut b) in all_backends() {
+        for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+            for (head_dim, rot_dim) in [(64, 64), (64, 32), (32, 32), (80, 24)] {
+                let p = RopeParams {
+                    rows: 4,
+                    n_heads: 3,
+                    head_dim,
+                    rot_dim,
+                    base: 10000.0,
+                    style,
+                };
+                let positions = [0u32, 5, 1000, 33];
+                let x = rand_f32(p.rows * p.n_heads * head_dim, 9);
+                let mut want = x.clone();
+                reference::rope(&mut want, &positions, &p).unwrap();
+                let xb = upload_f32(b.as_mut(), &x);
+                let pb = upload_u32(b.as_mut(), &positions);
+                pass(b.as_mut(), |b| b.rope(&xb, &pb, &p).unwrap());
+                let got = download_f32(b.as_mut(), &xb, x.len());
+                let err = max_abs_diff(&got, &want);
+                assert!(
+                    err <= 1e-5,
+                    "{name} rope {style:?} hd={head_dim} rot={rot_dim}: error {err}"
+                );
+                // Partial rotary leaves the tail of every head untouched, bit for bit.
+                for (h, head) in got.chunks_exact(head_dim).enumerate() {
+                    assert_eq!(
+                        &head[rot_dim..],
+                        &x[h * head_dim + rot_dim..(h + 1) * head_dim],
+                        "{name} tail"
+                    );
+                }
+                // Position 0 is the identity.
+                assert_eq!(
+                    &got[..p.n_heads * head_dim],
+                    &x[..p.n_heads * head_dim],
+                    "{name} pos 0"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_gqa_positions_and_window() {
+    // Tolerance: 1e-5 of the largest value in the cache (outputs are convex
+    // combinations of values; f32 softmax differs from f64 by ~1e-7 relative).
+    for (name, mut b) in all_backends() {
+        for (n_heads, n_kv_heads) in [(4, 4), (9, 3), (8, 2)] {
+            for (head_dim, window) in [(64, 0), (32, 0), (64, 8)] {
+                for positions in [vec![0u32], vec![5, 17, 39], (10..17).collect::<Vec<u32>>()] {
+                    let capacity = 40;
+                    let p = AttentionParams {
+                        rows: positions.len(),
+                        n_heads,
+                        n_kv_heads,
+                        head_dim,
+                        capacity,
+                        scale: 1.0 / (head_dim as f32).sqrt(),
+                        window,
+                    };
+                    let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
+                        .iter()
+                        .map(|v| v * 4.0)
+                        .collect();
+                    let k: Vec<f32> = rand_f32(capacity * n_kv_heads * head_dim, 22)
+                        .iter()
+                        .map(|v| v * 4.0)
+                        .collect();
+                    let v = rand_f32(capacity * n_kv_heads * head_dim, 23);
+                    let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+                    let qb = upload_f32(b.as_mut(), &q);
+                    let kb = upload_f32(b.as_mut(), &k);
+                    let vb = upload_f32(b.as_mut(), &v);
+                    let pb = upload_u32(b.as_mut(), &positions);
+                    let out = b.alloc(q.len() * 4).unwrap();
+                    pass(b.as_mut(), |b| {
+                        b.attention(&qb, &kb, &vb, &pb, &out, &p).unwrap()
+                    });
+                    let got = download_f32(b.as_mut(), &out, q.len());
+                    let err = max_abs_diff(&got, &want);
+                    assert!(
+                        err <= 1e-5,
+                        "{name} attention {n_heads}/{n_kv_heads} hd={head_dim} window={window} pos={positions:?}: error {err}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_window_and_causality_change_the_result() {
+    // Guards the reference itself: positions beyond `p` and outside the window
+    // must not contribute, so poisoning them changes nothing.
+    let p = AttentionParams {
+        rows: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 8,
+        capacity: 10,
+        scale: 0.3,
+        window: 3,
+    };
+    let q = rand_f32(16, 1);
+    let k = rand_f32(80, 2);
+    let v = rand_f32(80, 3);
+    let base = reference::attention(&q, &k, &v, &[5], &p).unwrap();
+    let mut v2 = v.clone();
+    for j in (0..3).chain(6..10) {
+        v2[j * 8..(j + 1) * 8].fill(100.0);
+    }
+    assert_eq!(reference::attention(&q, &k, &v2, &[5], &p).unwrap(), base);
+    v2[3 * 8] = 100.0;
+    assert_ne!(reference::attention(&q, &k, &v2, &[5], &p).unwrap(), base);
+}
+
+#[test]
+fn glu_silu_and_gelu() {
+    // Tolerance: 1e-5 relative plus 1e-6 absolute (f32 exp/tanh vs f64).
+    for (name, mut b) in all_backends() {
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            for with_up in [true, false] {
+                let n = 1001;
+                let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();
+                let up = rand_f32(n, 32);
+                let up_ref = with_up.then_some(up.as_slice());
+                let want = reference::glu(act, &gate, up_ref).unwrap();
+                let gb = upload_f32(b.as_mut(), &gate);
+                let ub = upload_f32(b.as_mut(), &up);
+                let out = b.alloc(n * 4).unwrap();
+                pass(b.as_mut(), |b| {
+                    b.glu(act, &gb, with_up.then_some(&ub), &out, n).unwrap()
+                });
+                let got = download_f32(b.as_mut(), &out, n);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * w.abs() + 1e-6,
+                        "{name} {act:?} up={with_up} [{i}] {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn add_scale_copy_and_aliasing() {
+    // Exact: one f32 operation per value.
+    for (name, mut b) in all_backends() {
+        let n = 777;
+        let (x, y) = (rand_f32(n, 41), rand_f32(n, 42));
+        let (xb, yb, out) = (
+            upload_f32(b.as_mut(), &x),
+            upload_f32(b.as_mut(), &y),
+            b.alloc(n * 4).unwrap(),
+        );
+        pass(b.as_mut(), |b| {
+            b.add(&xb, &yb, &out, n).unwrap();
+            b.scale(&yb, 0.5, &yb, n).unwrap(); // in place
+            b.add(&xb, &yb, &xb, n).unwrap(); // residual form: out aliases a
+        });
+        assert_eq!(
+            download_f32(b.as_mut(), &out, n),
+            reference::add(&x, &y).unwrap(),
+            "{name} add"
+        );
+        let y_half = reference::scale(&y, 0.5);
+        assert_eq!(
+            download_f32(b.as_mut(), &yb, n),
+            y_half,
+            "{name} scale in place"
+        );
+        assert_eq!(
+            download_f32(b.as_mut(), &xb, n),
+            reference::add(&x, &y_half).unwrap(),
+            "{name} add aliased"
+        );
+
+        // copy: a KV-cache append at a row offset.
+        let cache = b.alloc(10 * 8 * 4).unwrap();
+        let row = upload_f32(b.as_mut(), &y[..16]);
+        pass(b.as_mut(), |b| {
+            b.copy(&row, 0, &cache, 3 * 8 * 4, 16 * 4).unwrap()
+        });
+        let got = download_f32(b.as_mut(), &cache, 80);
+        assert_eq!(&got[24..40], &y[..16], "{name} copy");
+        assert!(
+            got[..24].iter().chain(&got[40..]).all(|v| *v == 0.0),
+            "{name} copy spill"
+        );
+    }
+}
+
+#[test]
+fn argmax_first_on_ties() {
+    for (name, mut b) in all_backends() {
+        let n = 50;
+        let mut x = rand_f32(3 * n, 51);
+        x[3] = 5.0;
+        x[7] = 5.0; // tie in row 0: index 3 wins
+        x[n + n - 1] = 2.0; // row 1: the last index
+        x[2 * n..3 * n].fill(-1.0); // row 2: all equal → 0
+        let want = reference::argmax(&x, n).unwrap();
+        assert_eq!(want, vec![3, n as u32 - 1, 0]);
+        let xb = upload_f32(b.as_mut(), &x);
+        let out = b.alloc(3 * 4).unwrap();
+        pass(b.as_mut(), |b| b.argmax(&xb, &out, 3, n).unwrap());
+        assert_eq!(download_u32(b.as_mut(), &out, 3), want, "{name}");
+        // A vocab-sized row.
+        let big = rand_f32(49152, 52);
+        let bb = upload_f32(b.as_mut(), &big);
+        pass(b.as_mut(), |b| b.argmax(&bb, &out, 1, 49152).unwrap());
+        assert_eq!(
+            download_u32(b.as_mut(), &out, 1),
+            reference::argmax(&big, 49152).unwrap(),
+            "{name} vocab"
+        );
+    }
+}
+
+#[test]
+fn bad_shapes_and_handles_are_errors() {
+    for (name, mut b) in all_backends() {
+        let b = b.as_mut();
+        let wb = weight_bytes(DType::Q4_0, 4, 64, 1);
+        assert!(
+            b.upload_weight(DType::Q4_0, 4, 64, &wb[1..]).is_err(),
+            "{name}: short weight"
+        );
+        assert!(
+            b.upload_weight(DType::Q4_0, 4, 60, &wb).is_err(),
+            "{name}: cols not whole blocks"
+        );
+        let w = b.upload_weight(DType::Q4_0, 4, 64, &wb).unwrap();
+        let small = b.alloc(63 * 4).unwrap();
+        let y = b.alloc(4 * 4).unwrap();
+        assert!(
+            b.upload(&small, 250, &[0; 8]).is_err(),
+            "{name}: upload overrun"
+        );
+        b.begin_pass().unwrap();
+        assert!(
+            b.matmul(&w, None, &small, &y, 1).is_err(),
+            "{name}: x too small"
+        );
+        assert!(
+            b.matmul(&w, None, &y, &y, 1).is_err(),
+            "{name}: x too small / aliased"
+        );
+        let ids = b.alloc(4).unwrap();
+        let bad_rope = RopeParams {
+            rows: 1,
+            n_heads: 1,
+            head_dim: 8,
+            rot_dim: 10,
+            base: 1e4,
+            style: RopeStyle::Neox,
+        };
+        assert!(
+            b.rope(&small, &ids, &bad_rope).is_err(),
+            "{name}: rot_dim > head_dim"
+        );
+        let bad_attn = AttentionParams {
+            rows: 1,
+            n_heads: 3,
+            n_kv_heads: 2,
+            head_dim: 8,
+            capacity: 4,
+            scale: 1.0,
+            window: 0,
+        };
+        assert!(
+            b.attention(&small, &small, &small, &ids, &y, &bad_attn)
+                .is_err(),
+            "{name}: heads % kv heads"
+        );
+        assert!(
+            b.rms_norm(&small, &small, &y, 2, 64, 1e-5).is_err(),
+            "{name}: rms_norm out too small"
+        );
+        assert!(
+            b.copy(&small, 2, &y, 0, 4).is_err(),
+            "{name}: unaligned copy"
+        );
+        b.end_pass().unwrap();
+        // Out-of-range token id (checked when the op runs or at end_pass).
+        let table = b.upload_weight(DType::F32, 2, 4, &[0u8; 32]).unwrap();
+        let id = upload_u32(b, &[2]);
+        let out = b.alloc(16).unwrap();
+        b.begin_pass().unwrap();
+        let r = b.embedding(&table, &id, &out, 1);
+        let end = b.end_pass();
+        assert!(r.is_err() || end.is_err(), "{name}: token id out of range");
+        // A freed handle.
+        b.free(small);
+        let mut buf = [0u8; 4];
+        assert!(
+            b.download(&small, 0, &mut buf).is_err(),
+            "{name}: freed buffer"
+        );
+        b.begin_pass().unwrap();
+        assert!(b.scale(&small, 1.0, &y, 1).is_err(), "{name}: freed input");
+        b.end_pass().unwrap();
+    }
+}
+
+#[test]
+fn cpu_ops_outside_a_pass_are_errors() {
+    let mut b = CpuBackend::new(Some(1));
+    let x = upload_f32(&mut b, &[1.0, 2.0]);
+    assert!(b.scale(&x, 2.0, &x, 2).is_err());
+    assert!(b.end_pass().is_err());
+    b.begin_pass().unwrap();
+    assert!(b.begin_pass().is_err());
+    assert!(b.upload(&x, 0, &[0; 4]).is_err());
+}
