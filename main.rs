@@ -1,1 +1,7 @@
-fn main() {}
+//! The `vkllm` binary; the commands live in `cli/`.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

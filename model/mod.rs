@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod config;
 pub mod convert;
+pub mod generate;
 pub mod gguf;
 pub mod gguf_write;
 pub mod hf;

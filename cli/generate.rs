@@ -1,0 +1,162 @@
+//! `vkllm generate`: stream generated text, or print one JSON object.
+
+use super::{BackendArgs, ModelArg, TokenIds};
+use clap::{ArgGroup, Args};
+use serde::Serialize;
+use std::ops::ControlFlow;
+use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, StopReason};
+use vkllm::model::sampling::SamplerConfig;
+use vkllm::{Error, Result};
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["prompt", "prompt_ids"])))]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Prompt text
+    #[arg(short = 'p', long)]
+    prompt: Option<String>,
+    /// Prompt as token ids, used verbatim
+    #[arg(long, value_name = "IDS", value_parser = super::parse_ids)]
+    prompt_ids: Option<TokenIds>,
+    /// Most tokens to generate
+    #[arg(short = 'n', long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy
+    #[arg(long, visible_alias = "temp", default_value_t = SamplerConfig::default().temperature)]
+    temperature: f32,
+    /// Keep the K most likely tokens (0: all)
+    #[arg(long, default_value_t = SamplerConfig::default().top_k)]
+    top_k: usize,
+    /// Nucleus sampling threshold (1: off)
+    #[arg(long, default_value_t = SamplerConfig::default().top_p)]
+    top_p: f32,
+    /// Drop tokens less likely than P times the best one (0: off)
+    #[arg(long, default_value_t = SamplerConfig::default().min_p)]
+    min_p: f32,
+    /// Penalty for recently seen tokens (1: off)
+    #[arg(long, default_value_t = SamplerConfig::default().repeat_penalty)]
+    repeat_penalty: f32,
+    /// How many recent tokens the repeat penalty looks at
+    #[arg(long, default_value_t = SamplerConfig::default().repeat_last_n)]
+    repeat_last_n: usize,
+    /// Sampling seed (the same seed gives the same text)
+    #[arg(short = 's', long, default_value_t = SamplerConfig::default().seed)]
+    seed: u64,
+    /// Wrap the prompt in the model's chat template
+    #[arg(long, requires = "prompt")]
+    chat: bool,
+    /// System message for --chat
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Print one JSON object instead of streaming text
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonTimings {
+    prefill_tokens: usize,
+    prefill_tok_s: f64,
+    decode_tokens: usize,
+    decode_tok_s: f64,
+    load_s: f64,
+}
+
+#[derive(Serialize)]
+struct JsonOutput<'a> {
+    prompt_ids: &'a [u32],
+    tokens: &'a [u32],
+    text: &'a str,
+    stop: &'static str,
+    timings: JsonTimings,
+    backend: String,
+}
+
+fn stop_name(s: StopReason) -> &'static str {
+    match s {
+        StopReason::StopToken => "stop_token",
+        StopReason::MaxTokens => "max_tokens",
+        StopReason::ContextFull => "context_full",
+        StopReason::Cancelled => "cancelled",
+    }
+}
+
+pub fn run(a: GenerateArgs) -> Result<()> {
+    let path = super::model_path(&a.model)?;
+    let tok = super::load_tokenizer(&path)?;
+    let prompt = match (&a.prompt, &a.prompt_ids) {
+        (_, Some(ids)) => Prompt::Ids(&ids.0),
+        (Some(text), None) if a.chat => Prompt::Chat {
+            system: a.system.as_deref(),
+            user: text,
+        },
+        (Some(text), None) => Prompt::Text(text),
+        (None, None) => return Err(Error::Invalid("give --prompt or --prompt-ids".into())),
+    };
+    let ids = prompt_ids(&tok, &prompt)?;
+    let be = super::open_backend(&a.backend)?;
+    let (mut model, load_s) = super::load_model(be, &path, a.backend.ctx)?;
+    let opts = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampler: SamplerConfig {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: a.repeat_last_n,
+            seed: a.seed,
+        },
+    };
+    // A failed write (stdout closed) stops generation; the error is reported after.
+    let mut write_err = None;
+    let mut on_token = |_: u32, text: &str| {
+        if a.json || text.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        match super::print_flush(text) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                write_err = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    };
+    let res = generate(&mut model, &tok, &ids, &opts, &mut on_token)?;
+    if let Some(e) = write_err {
+        return Err(e);
+    }
+    let t = res.timings;
+    if a.json {
+        return super::print_json(&JsonOutput {
+            prompt_ids: &ids,
+            tokens: &res.tokens,
+            text: &res.text,
+            stop: stop_name(res.stop),
+            timings: JsonTimings {
+                prefill_tokens: t.prefill_tokens,
+                prefill_tok_s: t.prefill_tok_s(),
+                decode_tokens: t.decode_tokens,
+                decode_tok_s: t.decode_tok_s(),
+                load_s,
+            },
+            backend: model.backend_name(),
+        });
+    }
+    if !res.text.ends_with('\n') {
+        super::print_flush("\n")?;
+    }
+    eprintln!(
+        "prefill {} tok at {:.1} tok/s, decode {} tok at {:.1} tok/s, load {:.2} s, backend {}",
+        t.prefill_tokens,
+        t.prefill_tok_s(),
+        t.decode_tokens,
+        t.decode_tok_s(),
+        load_s,
+        model.backend_name()
+    );
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! `vkllm info`: what this machine offers and, given a model, what it holds.
+
+use clap::Args;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use vkllm::model::gguf::GgufFile;
+use vkllm::model::hf::HfCheckpoint;
+use vkllm::model::source::TensorSource;
+use vkllm::model::ModelConfig;
+use vkllm::{DType, Result};
+
+#[derive(Args)]
+pub struct InfoArgs {
+    /// GGUF file or Hugging Face model directory to describe
+    #[arg(short = 'm', long, value_name = "PATH")]
+    model: Option<PathBuf>,
+}
+
+pub fn run(a: InfoArgs) -> Result<()> {
+    let mut out = String::new();
+    devices(&mut out);
+    if let Some(path) = &a.model {
+        let path = super::model_path(&super::ModelArg {
+            model: Some(path.clone()),
+        })?;
+        model(&mut out, &path)?;
+    }
+    super::print_flush(&out)
+}
+
+fn devices(out: &mut String) {
+    out.push_str("Vulkan devices:\n");
+    match vkllm::vk::list_devices() {
+        Ok(list) if list.is_empty() => out.push_str("  none: the Vulkan loader reports no devices\n"),
+        Ok(list) => {
+            for (i, d) in list.iter().enumerate() {
+                let _ = writeln!(out, "  {i}: {d}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  none: {e}");
+        }
+    }
+    let _ = writeln!(out, "CPU: {}", vkllm::cpu::features());
+}
+
+/// Bytes as a short human figure.
+fn size(bytes: usize) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    if bytes as f64 >= 1024.0 * MIB {
+        format!("{:.2} GiB", bytes as f64 / (1024.0 * MIB))
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB)
+    }
+}
+
+fn model(out: &mut String, path: &Path) -> Result<()> {
+    // dtype -> (tensor count, bytes)
+    let mut types: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
+    let mut add = |dtype: DType, bytes: usize| {
+        let e = types.entry(dtype.name()).or_default();
+        e.0 += 1;
+        e.1 += bytes;
+    };
+    let cfg = if path.is_dir() {
+        let hf = HfCheckpoint::open(path)?;
+        for name in hf.names() {
+            if let Some(t) = hf.tensor(&name)? {
+                add(t.dtype, t.data.len());
+            }
+        }
+        hf.config
+    } else {
+        let g = GgufFile::open(path)?;
+        for t in g.tensors() {
+            add(t.dtype, t.size);
+        }
+        ModelConfig::from_gguf(&g, None)?
+    };
+    let _ = writeln!(out, "Model: {}", path.display());
+    config(out, &cfg);
+    out.push_str("  tensors:\n");
+    let mut total = 0;
+    for (name, (count, bytes)) in &types {
+        let _ = writeln!(out, "    {name:<6} {count:>5} tensors  {:>10}", size(*bytes));
+        total += bytes;
+    }
+    let _ = writeln!(out, "  total: {} ({total} bytes)", size(total));
+    Ok(())
+}
+
+fn config(out: &mut String, c: &ModelConfig) {
+    let _ = writeln!(out, "  arch: {}", c.arch.gguf_name());
+    let _ = writeln!(
+        out,
+        "  layers: {}, hidden: {}, ffn: {}, heads: {} (kv {}), head dim: {}",
+        c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim
+    );
+    let _ = writeln!(out, "  context: {}, vocab: {}", c.n_ctx, c.vocab);
+}

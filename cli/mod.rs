@@ -1,0 +1,251 @@
+//! The `vkllm` command line: argument parsing, model/backend set-up shared by
+//! the subcommands, and turning errors into one `error: ...` line.
+
+mod generate;
+mod info;
+mod logits;
+mod tokenize;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use vkllm::model::gguf::GgufFile;
+use vkllm::model::tokenizer::Tokenizer;
+use vkllm::model::{LoadOptions, Model};
+use vkllm::{ComputeBackend, Error, Result};
+
+/// The model used when `--model` is not given, relative to the current
+/// directory or to the source checkout the binary was built from.
+const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Parser)]
+#[command(
+    name = "vkllm",
+    version,
+    about = "LLM inference on a Vulkan compute backend or the CPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout
+    Generate(generate::GenerateArgs),
+    /// Show the token ids of a text
+    Tokenize(tokenize::TokenizeArgs),
+    /// Print the logits of every position of a prompt
+    Logits(logits::LogitsArgs),
+    /// Show Vulkan devices, CPU features and, given a model, its metadata
+    Info(info::InfoArgs),
+}
+
+#[derive(Args)]
+pub struct ModelArg {
+    /// GGUF file or Hugging Face model directory
+    /// [default: models/SmolLM2-135M-Instruct.Q4_1.gguf]
+    #[arg(short = 'm', long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Vulkan on a discrete or integrated GPU, the CPU otherwise
+    Auto,
+    Cpu,
+    Vulkan,
+}
+
+#[derive(Args)]
+pub struct BackendArgs {
+    /// Compute backend
+    #[arg(short = 'b', long, value_enum, default_value_t = BackendKind::Auto)]
+    pub backend: BackendKind,
+    /// CPU threads [default: all cores]
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<NonZeroUsize>,
+    /// KV-cache size in positions [default: the model's context, at most 8192]
+    #[arg(short = 'c', long = "ctx", value_name = "N")]
+    pub ctx: Option<NonZeroUsize>,
+}
+
+/// Token ids given on the command line as `1,2,3`.
+#[derive(Clone, Debug)]
+pub struct TokenIds(pub Vec<u32>);
+
+/// clap value parser for [`TokenIds`].
+pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
+    let ids = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>()
+                .map_err(|_| format!("'{t}' is not a token id (expected numbers like 1,2,3)"))
+        })
+        .collect::<std::result::Result<Vec<u32>, String>>()?;
+    if ids.is_empty() {
+        return Err("no token ids given".into());
+    }
+    Ok(TokenIds(ids))
+}
+
+/// Entry point of the binary: clap exits with 2 on bad flags; runtime errors
+/// print one line and exit with 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A bug must still read as one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error: {info}");
+    }));
+    let result = std::panic::catch_unwind(|| match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Logits(a) => logits::run(a),
+        Command::Info(a) => info::run(a),
+    });
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) if is_closed_stdout(&e) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+/// Writes to stdout fail as this error (a reader such as `head` may close it).
+pub fn stdout_error(e: std::io::Error) -> Error {
+    Error::io("<stdout>", e)
+}
+
+fn is_closed_stdout(e: &Error) -> bool {
+    matches!(e, Error::Io { path, source } if path.as_os_str() == "<stdout>"
+        && source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Write `text` to stdout and flush it.
+pub fn print_flush(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).map_err(stdout_error)?;
+    out.flush().map_err(stdout_error)
+}
+
+/// Serialize `value` as one JSON line on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| Error::Invalid(format!("cannot write JSON: {e}")))?;
+    print_flush(&format!("{text}\n"))
+}
+
+/// `--model`, or the default model, which must exist.
+pub fn model_path(arg: &ModelArg) -> Result<PathBuf> {
+    if let Some(p) = &arg.model {
+        if !p.exists() {
+            return Err(Error::Invalid(format!(
+                "model {} does not exist",
+                p.display()
+            )));
+        }
+        return Ok(p.clone());
+    }
+    let candidates = [
+        PathBuf::from(DEFAULT_MODEL),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "no --model given and the default model {DEFAULT_MODEL} is missing; fetch it with scripts/fetch-model.sh"
+            ))
+        })
+}
+
+/// The tokenizer of a GGUF file or Hugging Face directory.
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    if path.is_dir() {
+        Tokenizer::from_hf_dir(path)
+    } else {
+        Tokenizer::from_gguf(&GgufFile::open(path)?)
+    }
+}
+
+/// The backend `--backend` asks for; `auto` says on stderr what it picked.
+pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
+    let cpu = || -> Box<dyn ComputeBackend> {
+        Box::new(vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get)))
+    };
+    match args.backend {
+        BackendKind::Cpu => Ok(cpu()),
+        BackendKind::Vulkan => vkllm::vk::open(&vkllm::vk::Options::from_env()),
+        BackendKind::Auto => match auto_gpu() {
+            Ok((opts, name)) => {
+                let be = vkllm::vk::open(&opts)?;
+                eprintln!("backend: vulkan ({name})");
+                Ok(be)
+            }
+            Err(why) => {
+                eprintln!("backend: cpu ({why})");
+                Ok(cpu())
+            }
+        },
+    }
+}
+
+/// Vulkan options for the GPU `auto` should use, or why there is none.
+fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
+    let mut opts = vkllm::vk::Options::from_env();
+    let devices = vkllm::vk::list_devices().map_err(|e| e.to_string())?;
+    let pick = devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.is_gpu())
+        .find(|(i, d)| match &opts.device {
+            Some(want) => *want == i.to_string() || d.name.contains(want.as_str()),
+            None => true,
+        });
+    match pick {
+        Some((i, d)) => {
+            opts.device = Some(i.to_string());
+            Ok((opts, d.name.clone()))
+        }
+        None if devices.is_empty() => Err("no Vulkan device".into()),
+        None => Err("no Vulkan GPU; the Vulkan devices here run on the CPU".into()),
+    }
+}
+
+/// Load `path` onto `be` with a progress bar on a terminal; returns the load time.
+pub fn load_model(
+    be: Box<dyn ComputeBackend>,
+    path: &Path,
+    ctx: Option<NonZeroUsize>,
+) -> Result<(Model, f64)> {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    if let Ok(style) = ProgressStyle::with_template("loading {bar:40} {pos}/{len} {elapsed}") {
+        bar.set_style(style);
+    }
+    let opts = LoadOptions {
+        context: ctx.map(NonZeroUsize::get),
+        ..LoadOptions::default()
+    };
+    let start = Instant::now();
+    let model = Model::load(be, path, &opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    Ok((model?, start.elapsed().as_secs_f64()))
+}

@@ -1,0 +1,226 @@
+//! Text generation on top of [`Model`]: turning a prompt (plain text, a chat
+//! turn, or ids) into token ids, and the decode loop with sampling, stop
+//! tokens, streaming text and timings. The CLI is a thin shell over this.
+
+use crate::error::{Error, Result};
+use crate::model::chat::{render_chat, ChatMessage};
+use crate::model::runner::{Model, Output, Want};
+use crate::model::sampling::{Sampler, SamplerConfig};
+use crate::model::tokenizer::Tokenizer;
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+/// What to generate from.
+#[derive(Clone, Copy, Debug)]
+pub enum Prompt<'a> {
+    /// Plain text; BOS is added when the tokenizer says the model expects it.
+    Text(&'a str),
+    /// One user turn rendered with the model's chat template (optionally after
+    /// a system message); the template writes its own special tokens, so no
+    /// BOS is added (as transformers' `apply_chat_template` does).
+    Chat {
+        system: Option<&'a str>,
+        user: &'a str,
+    },
+    /// Token ids, used verbatim.
+    Ids(&'a [u32]),
+}
+
+/// Token ids for `prompt`.
+pub fn prompt_ids(tok: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>> {
+    match *prompt {
+        Prompt::Text(text) => tok.encode(text, tok.add_bos_by_default()),
+        Prompt::Chat { system, user } => {
+            let text = render_chat_prompt(tok, system, user)?;
+            tok.encode(&text, false)
+        }
+        Prompt::Ids(ids) => Ok(ids.to_vec()),
+    }
+}
+
+/// The chat template applied to an optional system message and one user
+/// message, ending with the assistant's generation prompt.
+pub fn render_chat_prompt(tok: &Tokenizer, system: Option<&str>, user: &str) -> Result<String> {
+    let template = tok
+        .chat_template()
+        .ok_or_else(|| Error::Template("the model has no chat template".into()))?;
+    let mut messages = Vec::with_capacity(2);
+    if let Some(s) = system {
+        messages.push(ChatMessage::new("system", s));
+    }
+    messages.push(ChatMessage::new("user", user));
+    let piece = |id: Option<u32>| id.and_then(|i| tok.id_to_piece(i)).unwrap_or_default();
+    render_chat(
+        template,
+        &messages,
+        true,
+        &piece(tok.bos_id()),
+        &piece(tok.eos_id()),
+    )
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    /// Most tokens to generate (a stop token counts as one).
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 128,
+            sampler: SamplerConfig::greedy(),
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced one of the tokenizer's stop ids.
+    StopToken,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The KV cache is full.
+    ContextFull,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// Wall-clock time of the prompt pass and of the one-token decode passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens evaluated (the pass that also yields the first new token).
+    pub prefill_tokens: usize,
+    pub prefill_s: f64,
+    /// One-token passes after the prompt (each yields one more token).
+    pub decode_tokens: usize,
+    pub decode_s: f64,
+}
+
+fn rate(tokens: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        tokens as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+impl Timings {
+    pub fn prefill_tok_s(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill_s)
+    }
+    pub fn decode_tok_s(&self) -> f64 {
+        rate(self.decode_tokens, self.decode_s)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateResult {
+    /// Every generated id, the stop token included when there was one.
+    pub tokens: Vec<u32>,
+    /// The generated text (a stop token's own text left out).
+    pub text: String,
+    pub stop: StopReason,
+    pub timings: Timings,
+}
+
+/// Generate after `prompt` from an empty cache (the model is reset first).
+///
+/// `on_token(id, text)` runs once per generated id with the text that id
+/// completes (empty while a multi-byte character is still partial; for a stop
+/// token, only what was still pending); returning `ControlFlow::Break` ends
+/// generation after that token.
+pub fn generate(
+    model: &mut Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
+) -> Result<GenerateResult> {
+    check_prompt(model, prompt)?;
+    model.reset();
+    let mut sampler = Sampler::new(opts.sampler.clone());
+    let cfg = sampler.config();
+    // The device argmax sees raw logits, so it only stands in for the
+    // sampler when no repetition penalty would change them.
+    let penalty = cfg.repeat_penalty != 1.0 && cfg.repeat_last_n > 0;
+    let want = if sampler.is_greedy() && !penalty {
+        Want::Argmax
+    } else {
+        Want::LastLogits
+    };
+    let mut history = prompt.to_vec();
+    let mut decoder = tok.stream_decoder();
+    let mut result = GenerateResult {
+        tokens: Vec::new(),
+        text: String::new(),
+        stop: StopReason::MaxTokens,
+        timings: Timings::default(),
+    };
+    while result.tokens.len() < opts.max_tokens {
+        let input = match result.tokens.last() {
+            Some(prev) => std::slice::from_ref(prev),
+            None => prompt,
+        };
+        let start = Instant::now();
+        let id = match model.forward(input, want)? {
+            Output::Token(t) => t,
+            Output::Logits(l) => sampler.sample(&l, &history),
+        };
+        let secs = start.elapsed().as_secs_f64();
+        if result.tokens.is_empty() {
+            result.timings.prefill_tokens = prompt.len();
+            result.timings.prefill_s = secs;
+        } else {
+            result.timings.decode_tokens += 1;
+            result.timings.decode_s += secs;
+        }
+        result.tokens.push(id);
+        history.push(id);
+        let is_stop = tok.stop_ids().contains(&id);
+        let full = model.n_past() >= model.capacity();
+        let ends = is_stop || full || result.tokens.len() == opts.max_tokens;
+        let mut chunk = if is_stop { String::new() } else { decoder.push(id) };
+        if ends {
+            chunk.push_str(&decoder.finish());
+        }
+        result.text.push_str(&chunk);
+        if on_token(id, &chunk).is_break() {
+            result.stop = StopReason::Cancelled;
+            break;
+        }
+        if is_stop {
+            result.stop = StopReason::StopToken;
+            break;
+        }
+        if full {
+            result.stop = StopReason::ContextFull;
+            break;
+        }
+    }
+    Ok(result)
+}
+
+/// Clear errors for prompts `model` cannot take (empty, ids outside the
+/// vocabulary, longer than the context), before any work is done.
+pub fn check_prompt(model: &Model, prompt: &[u32]) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(Error::Invalid("the prompt is empty".into()));
+    }
+    let vocab = model.config().vocab;
+    if let Some(bad) = prompt.iter().find(|&&id| id as usize >= vocab) {
+        return Err(Error::Invalid(format!(
+            "prompt token id {bad} is outside the model's vocabulary of {vocab} tokens"
+        )));
+    }
+    if prompt.len() > model.capacity() {
+        return Err(Error::Invalid(format!(
+            "the prompt has {} tokens but the context holds only {}",
+            prompt.len(),
+            model.capacity()
+        )));
+    }
+    Ok(())
+}

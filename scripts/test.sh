@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Everything CI checks, on a fresh machine: system packages, the default
+# model, formatting, lints, and the full test suite in release mode with the
+# Vulkan validation layer on and a Vulkan device required (lavapipe counts).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/install-deps.sh
+scripts/fetch-model.sh
+if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+echo "== cargo test --release (VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1)"
+VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1 cargo test --release
