@@ -1,6 +1,6 @@
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for few rows m: one workgroup per
-// (output row n, input row m); the invocations stride over k and the partial
-// dot products are reduced with subgroupAdd.
+// output row n; the invocations stride over k and the partial dot products
+// are reduced with subgroupAdd.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -22,29 +22,44 @@ layout(push_constant) uniform Push {
 #include "dequant.glsl"
 #include "reduce.glsl"
 
+// Rows of x handled by one dispatch (vk/ops/matmul.rs GEMV_MAX_ROWS): each
+// weight value is dequantized once and used for all of them.
+const uint MAX_M = 4u;
+
 void main() {
     uint row = wg_linear();
-    uint r = gl_WorkGroupID.z;
     if (row >= pc.n) {
         return;
     }
     uint wbase = row * pc.k;
-    uint xbase = r * pc.k;
     uint lane = gl_LocalInvocationID.x;
     uint stride = gl_WorkGroupSize.x;
-    float acc = 0.0;
+    uint m = min(pc.m, MAX_M);
+    float acc[MAX_M];
+    for (uint r = 0u; r < MAX_M; r++) {
+        acc[r] = 0.0;
+    }
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += stride * 4u) {
-            vec4 xv = vec4(x[xbase + i], x[xbase + i + 1u], x[xbase + i + 2u], x[xbase + i + 3u]);
-            acc += dot(dq4(wbase + i), xv);
+            vec4 wv = dq4(wbase + i);
+            for (uint r = 0u; r < m; r++) {
+                uint xb = r * pc.k + i;
+                acc[r] += dot(wv, vec4(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
+            }
         }
     } else {
         for (uint i = lane; i < pc.k; i += stride) {
-            acc += dq1(wbase + i) * x[xbase + i];
+            float wv = dq1(wbase + i);
+            for (uint r = 0u; r < m; r++) {
+                acc[r] += wv * x[r * pc.k + i];
+            }
         }
     }
-    float total = wg_sum(acc);
-    if (lane == 0u) {
-        y[r * pc.n + row] = total + (pc.has_bias != 0u ? bias[row] : 0.0);
+    float b = pc.has_bias != 0u ? bias[row] : 0.0;
+    for (uint r = 0u; r < m; r++) {
+        float total = wg_sum(acc[r]);
+        if (lane == 0u) {
+            y[r * pc.n + row] = total + b;
+        }
     }
 }

@@ -8,13 +8,13 @@ layout(local_size_x = 256) in;
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer Pos { uint pos[]; };
+layout(binding = 2) readonly buffer Freq { float inv_freq[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
     uint n_heads;
     uint head_dim;
     uint rot_dim;
-    float base;
     uint neox;
 } pc;
 
@@ -27,9 +27,7 @@ void main() {
         uint head = g / half_rot;
         uint row = head / pc.n_heads;
         uint base = head * pc.head_dim;
-        // freq = base^(-2i/rot_dim); exp2/log2 keeps it one instruction pair.
-        float freq = exp2(-2.0 * float(i) / float(pc.rot_dim) * log2(pc.base));
-        float theta = float(pos[row]) * freq;
+        float theta = float(pos[row]) * inv_freq[i];
         float c = cos(theta);
         float s = sin(theta);
         uint a = pc.neox != 0u ? base + i : base + 2u * i;

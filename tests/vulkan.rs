@@ -9,6 +9,9 @@
 //! absolute terms, so matmul and attention are checked against
 //! `TOL · Σ|terms|`; elementwise ops against a few ulps.
 
+mod common;
+
+use common::{download_f32, download_u32, rand_f32, upload_f32, upload_u32};
 use vkllm::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
 use vkllm::cpu::quant::quantize_row;
 use vkllm::vk::{Options, VulkanBackend};
@@ -18,6 +21,7 @@ use vkllm::{reference, DType, Error};
 /// at k = 512, with margin for the different summation order).
 const TOL: f32 = 1e-4;
 
+/// `common::vulkan()`, same skip rules, but the concrete type (for `stats()`).
 fn vulkan() -> Option<VulkanBackend> {
     match VulkanBackend::new(&Options::from_env()) {
         Ok(b) => Some(b),
@@ -31,42 +35,11 @@ fn vulkan() -> Option<VulkanBackend> {
     }
 }
 
-fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn up_f32(b: &mut VulkanBackend, data: &[f32]) -> Buffer {
-    let buf = b.alloc(data.len() * 4).unwrap();
-    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
-    buf
-}
-
-fn up_u32(b: &mut VulkanBackend, data: &[u32]) -> Buffer {
-    let buf = b.alloc(data.len() * 4).unwrap();
-    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
-    buf
-}
-
-fn down_f32(b: &mut VulkanBackend, buf: &Buffer, n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n];
-    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
-        .unwrap();
-    out
-}
-
-fn down_u32(b: &mut VulkanBackend, buf: &Buffer, n: usize) -> Vec<u32> {
-    let mut out = vec![0u32; n];
-    b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
-        .unwrap();
-    out
+/// Run `f` inside one pass.
+fn pass(b: &mut VulkanBackend, f: impl FnOnce(&mut VulkanBackend)) {
+    b.begin_pass().unwrap();
+    f(b);
+    b.end_pass().unwrap();
 }
 
 /// `got` within `tol * scale[i]` of `want`, element by element.
@@ -114,6 +87,12 @@ fn abs_dot(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize
 }
 
 #[test]
+fn backend_is_send() {
+    fn is_send<T: Send>() {}
+    is_send::<VulkanBackend>();
+}
+
+#[test]
 fn create_and_destroy_repeatedly_with_validation() {
     if vulkan().is_none() {
         return;
@@ -125,13 +104,13 @@ fn create_and_destroy_repeatedly_with_validation() {
     for i in 0..5 {
         let mut b = VulkanBackend::new(&opts).unwrap();
         let data = rand_f32(1000, i);
-        let buf = up_f32(&mut b, &data);
-        assert_eq!(down_f32(&mut b, &buf, 1000), data);
+        let buf = upload_f32(&mut b, &data);
+        assert_eq!(download_f32(&mut b, &buf, 1000), data);
         b.begin_pass().unwrap();
         b.scale(&buf, 2.0, &buf, 1000).unwrap();
         b.end_pass().unwrap();
         let want: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
-        assert_eq!(down_f32(&mut b, &buf, 1000), want);
+        assert_eq!(download_f32(&mut b, &buf, 1000), want);
         b.free(buf);
     }
 }
@@ -144,18 +123,18 @@ fn matmul_every_dtype_gemv_and_tiled() {
         let wb = weight_bytes(dtype, rows, cols, 100 + di as u64);
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
         let bias = rand_f32(rows, 7);
-        let bias_buf = up_f32(&mut b, &bias);
+        let bias_buf = upload_f32(&mut b, &bias);
         // m = 1 and 3 take the GEMV kernel, 9 and 67 the tiled one (67 crosses a tile edge).
         for m in [1, 3, 9, 67] {
             let x = rand_f32(m * cols, 200 + m as u64);
-            let xb = up_f32(&mut b, &x);
+            let xb = upload_f32(&mut b, &x);
             let yb = b.alloc(m * rows * 4).unwrap();
             let with_bias = m % 2 == 1;
             b.begin_pass().unwrap();
             b.matmul(&w, with_bias.then_some(&bias_buf), &xb, &yb, m)
                 .unwrap();
             b.end_pass().unwrap();
-            let got = down_f32(&mut b, &yb, m * rows);
+            let got = download_f32(&mut b, &yb, m * rows);
             let want = reference::matmul(
                 dtype,
                 &wb,
@@ -185,10 +164,10 @@ fn matmul_float_weights_with_odd_columns() {
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
         for m in [1, 10] {
             let x = rand_f32(m * cols, 9);
-            let xb = up_f32(&mut b, &x);
+            let xb = upload_f32(&mut b, &x);
             let yb = b.alloc(m * rows * 4).unwrap();
-            b.matmul(&w, None, &xb, &yb, m).unwrap();
-            let got = down_f32(&mut b, &yb, m * rows);
+            pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+            let got = download_f32(&mut b, &yb, m * rows);
             let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
             let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
             assert_close(
@@ -210,10 +189,12 @@ fn embedding_every_dtype() {
     for (di, dtype) in DType::ALL.into_iter().enumerate() {
         let wb = weight_bytes(dtype, rows, cols, 300 + di as u64);
         let table = b.upload_weight(dtype, rows, cols, &wb).unwrap();
-        let idb = up_u32(&mut b, &ids);
+        let idb = upload_u32(&mut b, &ids);
         let out = b.alloc(ids.len() * cols * 4).unwrap();
-        b.embedding(&table, &idb, &out, ids.len()).unwrap();
-        let got = down_f32(&mut b, &out, ids.len() * cols);
+        pass(&mut b, |b| {
+            b.embedding(&table, &idb, &out, ids.len()).unwrap()
+        });
+        let got = download_f32(&mut b, &out, ids.len() * cols);
         let want = reference::embedding(dtype, &wb, rows, cols, &ids).unwrap();
         // Same formulas as ggml; at most an FMA's rounding apart.
         assert_ulps(&format!("embedding {dtype}"), &got, &want, 1e-6);
@@ -231,9 +212,9 @@ fn rms_norm_and_layer_norm() {
         let w = rand_f32(dim, 2);
         let bias = rand_f32(dim, 3);
         let (xb, wb, bb) = (
-            up_f32(&mut b, &x),
-            up_f32(&mut b, &w),
-            up_f32(&mut b, &bias),
+            upload_f32(&mut b, &x),
+            upload_f32(&mut b, &w),
+            upload_f32(&mut b, &bias),
         );
         let (o1, o2) = (
             b.alloc(rows * dim * 4).unwrap(),
@@ -244,10 +225,15 @@ fn rms_norm_and_layer_norm() {
         b.layer_norm(&xb, &wb, &bb, &o2, rows, dim, 1e-5).unwrap();
         b.end_pass().unwrap();
         let want = reference::rms_norm(&x, &w, dim, 1e-5).unwrap();
-        assert_ulps("rms_norm", &down_f32(&mut b, &o1, rows * dim), &want, 1e-5);
+        assert_ulps(
+            "rms_norm",
+            &download_f32(&mut b, &o1, rows * dim),
+            &want,
+            1e-5,
+        );
         let want = reference::layer_norm(&x, &w, &bias, dim, 1e-5).unwrap();
         // The centred values cancel down to |x - mean|, so compare against the row's scale.
-        let got = down_f32(&mut b, &o2, rows * dim);
+        let got = download_f32(&mut b, &o2, rows * dim);
         let scale = vec![1.0f32; rows * dim];
         assert_close("layer_norm", &got, &want, &scale, 1e-5);
     }
@@ -269,22 +255,21 @@ fn rope_both_styles_partial_rotary() {
             };
             let n = p.rows * p.n_heads * head_dim;
             let x = rand_f32(n, 11);
-            let xb = up_f32(&mut b, &x);
-            let pb = up_u32(&mut b, &positions);
-            b.rope(&xb, &pb, &p).unwrap();
-            let got = down_f32(&mut b, &xb, n);
+            let xb = upload_f32(&mut b, &x);
+            let pb = upload_u32(&mut b, &positions);
+            pass(&mut b, |b| b.rope(&xb, &pb, &p).unwrap());
+            let got = download_f32(&mut b, &xb, n);
             let mut want = x.clone();
             reference::rope(&mut want, &positions, &p).unwrap();
-            // Angles up to 500 rad: the GPU's sin/cos are accurate to a few
-            // ulps of the angle (~3e-5 at 500), so outputs of magnitude <= 1.4
-            // may differ by about that much.
+            // Same f32 angles as the reference (host-computed frequencies);
+            // the GPU's sin/cos of angles up to 500 rad stay within ~1e-5.
             let scale = vec![1.0f32; n];
             assert_close(
                 &format!("rope {style:?} rot {rot_dim}"),
                 &got,
                 &want,
                 &scale,
-                2e-4,
+                2e-5,
             );
         }
     }
@@ -309,11 +294,17 @@ fn attention_gqa_causal_and_window() {
         let q = rand_f32(p.rows * p.n_heads * head_dim, 21);
         let k = rand_f32(p.capacity * p.n_kv_heads * head_dim, 22);
         let v = rand_f32(p.capacity * p.n_kv_heads * head_dim, 23);
-        let (qb, kb, vb) = (up_f32(&mut b, &q), up_f32(&mut b, &k), up_f32(&mut b, &v));
-        let pb = up_u32(&mut b, &positions);
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let pb = upload_u32(&mut b, &positions);
         let ob = b.alloc(q.len() * 4).unwrap();
-        b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
-        let got = down_f32(&mut b, &ob, q.len());
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(&mut b, &ob, q.len());
         let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
         // Outputs are convex combinations of values in [-1, 1].
         let scale = vec![1.0f32; q.len()];
@@ -333,17 +324,19 @@ fn glu_add_scale_with_aliasing() {
     let n = 5000;
     let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();
     let up = rand_f32(n, 32);
-    let (gb, ub) = (up_f32(&mut b, &gate), up_f32(&mut b, &up));
+    let (gb, ub) = (upload_f32(&mut b, &gate), upload_f32(&mut b, &up));
     for act in [Activation::Silu, Activation::GeluTanh] {
         for with_up in [true, false] {
             let ob = b.alloc(n * 4).unwrap();
-            b.glu(act, &gb, with_up.then_some(&ub), &ob, n).unwrap();
+            pass(&mut b, |b| {
+                b.glu(act, &gb, with_up.then_some(&ub), &ob, n).unwrap()
+            });
             let want = reference::glu(act, &gate, with_up.then_some(&up[..])).unwrap();
             let scale = vec![1.0f32; n];
             // exp/tanh are a few ulps off on GPUs; values are at most 8.
             assert_close(
                 &format!("glu {act:?} up={with_up}"),
-                &down_f32(&mut b, &ob, n),
+                &download_f32(&mut b, &ob, n),
                 &want,
                 &scale,
                 1e-5,
@@ -358,7 +351,7 @@ fn glu_add_scale_with_aliasing() {
     let sum = reference::add(&gate, &up).unwrap();
     let want = reference::scale(&sum, 0.5);
     assert_eq!(
-        down_f32(&mut b, &gb, n),
+        download_f32(&mut b, &gb, n),
         want,
         "add then scale are exact in f32"
     );
@@ -373,15 +366,18 @@ fn argmax_first_on_ties_and_copy_offsets() {
     x[700] = 3.0;
     x[n + 999] = 2.0;
     x[2 * n] = 2.5;
-    let xb = up_f32(&mut b, &x);
+    let xb = upload_f32(&mut b, &x);
     let ob = b.alloc(12).unwrap();
-    b.argmax(&xb, &ob, 3, n).unwrap();
-    assert_eq!(down_u32(&mut b, &ob, 3), reference::argmax(&x, n).unwrap());
-    assert_eq!(down_u32(&mut b, &ob, 3), vec![5, 999, 0]);
+    pass(&mut b, |b| b.argmax(&xb, &ob, 3, n).unwrap());
+    assert_eq!(
+        download_u32(&mut b, &ob, 3),
+        reference::argmax(&x, n).unwrap()
+    );
+    assert_eq!(download_u32(&mut b, &ob, 3), vec![5, 999, 0]);
 
     let dst = b.alloc(64).unwrap();
-    b.copy(&xb, 8, &dst, 16, 20).unwrap();
-    let got = down_f32(&mut b, &dst, 16);
+    pass(&mut b, |b| b.copy(&xb, 8, &dst, 16, 20).unwrap());
+    let got = download_f32(&mut b, &dst, 16);
     assert_eq!(&got[4..9], &x[2..7]);
     assert!(
         got[..4].iter().chain(&got[9..]).all(|v| *v == 0.0),
@@ -397,7 +393,7 @@ fn barriers_only_between_dependent_ops() {
     let wq = weight_bytes(DType::F32, n, dim, 52);
     let wk = weight_bytes(DType::F32, n, dim, 53);
     let wv = weight_bytes(DType::F32, n, dim, 54);
-    let xb = up_f32(&mut b, &x);
+    let xb = upload_f32(&mut b, &x);
     let mut ws = Vec::new();
     for wb in [&wq, &wk, &wv] {
         ws.push(b.upload_weight(DType::F32, n, dim, wb).unwrap());
@@ -431,12 +427,38 @@ fn barriers_only_between_dependent_ops() {
     eprintln!("projections + dependent chain: {s:?}");
     assert_eq!((s.dispatches, s.barriers, s.submits), (6, 3, 1));
 
+    // KV-cache append then attention over the cache: the copy's write is
+    // read by attention (one barrier); the second copy, into the other
+    // cache, is independent of the first.
+    let cache = b.alloc(2 * n * 4).unwrap();
+    let vcache = b.alloc(2 * n * 4).unwrap();
+    let pos = upload_u32(&mut b, &[1]);
+    let att_out = b.alloc(n * 4).unwrap();
+    let att = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: n,
+        capacity: 2,
+        scale: 0.125,
+        window: 0,
+    };
+    b.begin_pass().unwrap();
+    b.copy(&outs[1], 0, &cache, n * 4, n * 4).unwrap();
+    b.copy(&outs[2], 0, &vcache, n * 4, n * 4).unwrap();
+    b.attention(&outs[0], &cache, &vcache, &pos, &att_out, &att)
+        .unwrap();
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("kv append + attention: {s:?}");
+    assert_eq!((s.copies, s.dispatches, s.barriers), (2, 1, 1));
+
     let q = reference::matmul(DType::F32, &wq, n, dim, None, &x, 1).unwrap();
     let k = reference::matmul(DType::F32, &wk, n, dim, None, &x, 1).unwrap();
     let v = reference::matmul(DType::F32, &wv, n, dim, None, &x, 1).unwrap();
     let want: Vec<f32> = (0..n).map(|i| (q[i] + k[i]) * 2.0 + v[i]).collect();
     let scale = vec![dim as f32; n];
-    assert_close("chain", &down_f32(&mut b, &sum, n), &want, &scale, TOL);
+    assert_close("chain", &download_f32(&mut b, &sum, n), &want, &scale, TOL);
 }
 
 #[test]
@@ -477,12 +499,8 @@ fn bad_device_selection_is_a_typed_error() {
 fn out_of_range_shapes_are_errors() {
     let Some(mut b) = vulkan() else { return };
     let small = b.alloc(16).unwrap();
+    let big = b.alloc(64).unwrap();
     let wb = weight_bytes(DType::Q4_0, 4, 32, 1);
-    let w = b.upload_weight(DType::Q4_0, 4, 32, &wb).unwrap();
-    assert!(
-        b.matmul(&w, None, &small, &small, 1).is_err(),
-        "x too small"
-    );
     assert!(
         b.upload_weight(DType::Q4_0, 4, 33, &wb).is_err(),
         "cols not whole blocks"
@@ -491,6 +509,23 @@ fn out_of_range_shapes_are_errors() {
         b.upload_weight(DType::Q4_0, 5, 32, &wb).is_err(),
         "too few bytes"
     );
+    assert!(
+        b.upload(&small, 10, &[0u8; 8]).is_err(),
+        "upload past the end"
+    );
+    match b.alloc(1 << 50) {
+        Err(Error::Vulkan(msg)) => assert!(msg.contains("memory"), "{msg}"),
+        other => panic!("a 1 PiB buffer should be out of memory, got {other:?}"),
+    }
+    let w = b.upload_weight(DType::Q4_0, 4, 32, &wb).unwrap();
+    assert!(
+        b.scale(&small, 1.0, &small, 4).is_err(),
+        "op outside a pass"
+    );
+
+    b.begin_pass().unwrap();
+    assert!(b.matmul(&w, None, &small, &big, 1).is_err(), "x too small");
+    assert!(b.matmul(&w, None, &big, &big, 1).is_err(), "y aliases x");
     let rope = RopeParams {
         rows: 1,
         n_heads: 1,
@@ -499,7 +534,7 @@ fn out_of_range_shapes_are_errors() {
         base: 1e4,
         style: RopeStyle::Neox,
     };
-    assert!(b.rope(&small, &small, &rope).is_err(), "odd rot_dim");
+    assert!(b.rope(&small, &big, &rope).is_err(), "odd rot_dim");
     let att = AttentionParams {
         rows: 1,
         n_heads: 3,
@@ -510,31 +545,49 @@ fn out_of_range_shapes_are_errors() {
         window: 0,
     };
     assert!(
-        b.attention(&small, &small, &small, &small, &small, &att)
+        b.attention(&small, &small, &small, &small, &big, &att)
             .is_err(),
         "3 heads over 2"
     );
     assert!(
-        b.copy(&small, 0, &small, 8, 12).is_err(),
+        b.copy(&small, 0, &big, 56, 12).is_err(),
         "copy past the end"
     );
-    assert!(b.copy(&small, 2, &small, 8, 4).is_err(), "unaligned copy");
+    assert!(b.copy(&small, 2, &big, 8, 4).is_err(), "unaligned copy");
+    assert!(b.argmax(&small, &big, 1, 0).is_err(), "empty rows");
     assert!(
-        b.upload(&small, 10, &[0u8; 8]).is_err(),
-        "upload past the end"
+        b.rms_norm(&small, &small, &small, 1, 4, 1e-5).is_err(),
+        "out aliases x"
     );
-    assert!(b.argmax(&small, &small, 1, 0).is_err(), "empty rows");
-    b.begin_pass().unwrap();
     assert!(
         b.download(&small, 0, &mut [0u8; 4]).is_err(),
         "download inside a pass"
     );
+    assert!(b.begin_pass().is_err(), "nested pass");
     b.end_pass().unwrap();
+    assert!(b.end_pass().is_err(), "end without begin");
+
     let gone = b.alloc(4).unwrap();
     b.free(gone);
-    assert!(b.scale(&gone, 1.0, &gone, 1).is_err(), "freed buffer");
+    b.begin_pass().unwrap();
+    assert!(b.scale(&gone, 1.0, &big, 1).is_err(), "freed buffer");
+    b.end_pass().unwrap();
+
+    // A token id past the table is reported when the pass ends.
+    let table = b.upload_weight(DType::F32, 2, 4, &[0u8; 32]).unwrap();
+    let ids = upload_u32(&mut b, &[1, 5]);
+    b.begin_pass().unwrap();
+    b.embedding(&table, &ids, &big, 2).unwrap();
+    match b.end_pass() {
+        Err(Error::Op {
+            op: "embedding",
+            msg,
+        }) => assert!(msg.contains('5'), "{msg}"),
+        other => panic!("expected a bad token id error, got {other:?}"),
+    }
+
     // The backend still works after all of that.
-    let x = up_f32(&mut b, &[1.0, 2.0, 3.0, 4.0]);
-    b.scale(&x, 3.0, &x, 4).unwrap();
-    assert_eq!(down_f32(&mut b, &x, 4), vec![3.0, 6.0, 9.0, 12.0]);
+    let x = upload_f32(&mut b, &[1.0, 2.0, 3.0, 4.0]);
+    pass(&mut b, |b| b.scale(&x, 3.0, &x, 4).unwrap());
+    assert_eq!(download_f32(&mut b, &x, 4), vec![3.0, 6.0, 9.0, 12.0]);
 }

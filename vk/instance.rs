@@ -13,6 +13,21 @@ const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 /// Validation messages of severity warning or error, in arrival order.
 type Messages = Arc<Mutex<Vec<String>>>;
 
+fn messenger_info(messages: &Messages) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
+    vk::DebugUtilsMessengerCreateInfoEXT::default()
+        .message_severity(
+            vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+        )
+        .message_type(
+            vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+        )
+        .pfn_user_callback(Some(on_message))
+        .user_data(messages as *const Messages as *mut c_void)
+}
+
 pub struct Instance {
     pub entry: ash::Entry,
     pub instance: ash::Instance,
@@ -51,10 +66,16 @@ impl Instance {
             layers.push(VALIDATION_LAYER.as_ptr());
             extensions.push(ash::ext::debug_utils::NAME.as_ptr());
         }
-        let info = vk::InstanceCreateInfo::default()
+        let messages: Box<Messages> = Box::default();
+        let mut chained = messenger_info(&messages);
+        let mut info = vk::InstanceCreateInfo::default()
             .application_info(&app)
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
+        if validate {
+            // Chained so messages from instance creation itself are caught too.
+            info = info.push_next(&mut chained);
+        }
         // SAFETY: `info` and everything it points to outlive the call.
         let instance = unsafe { entry.create_instance(&info, None) }
             .map_err(vk_err("creating the instance"))?;
@@ -65,33 +86,17 @@ impl Instance {
             messages: None,
         };
         if validate {
-            inst.install_messenger()?;
+            let loader = ash::ext::debug_utils::Instance::new(&inst.entry, &inst.instance);
+            // SAFETY: the user-data pointer targets the heap allocation moved
+            // into `inst.messages`, which outlives the messenger (Drop).
+            let messenger =
+                unsafe { loader.create_debug_utils_messenger(&messenger_info(&messages), None) }
+                    .map_err(vk_err("creating the debug messenger"))?;
+            inst.messenger = Some((loader, messenger));
+            inst.messages = Some(messages);
+            inst.check_messages()?;
         }
         Ok(inst)
-    }
-
-    fn install_messenger(&mut self) -> Result<()> {
-        let messages: Box<Messages> = Box::default();
-        let loader = ash::ext::debug_utils::Instance::new(&self.entry, &self.instance);
-        let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
-            .message_severity(
-                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
-                    | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
-            )
-            .message_type(
-                vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
-                    | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
-                    | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
-            )
-            .pfn_user_callback(Some(on_message))
-            .user_data(&*messages as *const Messages as *mut c_void);
-        // SAFETY: the user-data pointer targets a heap allocation owned by
-        // `self` that outlives the messenger (destroyed first in Drop).
-        let messenger = unsafe { loader.create_debug_utils_messenger(&info, None) }
-            .map_err(vk_err("creating the debug messenger"))?;
-        self.messenger = Some((loader, messenger));
-        self.messages = Some(messages);
-        Ok(())
     }
 
     /// `Err` listing every validation warning/error reported since the last call.
@@ -132,7 +137,7 @@ unsafe extern "system" fn on_message(
     if user.is_null() || data.is_null() {
         return vk::FALSE;
     }
-    // SAFETY: `user` is the `Messages` registered in install_messenger and
+    // SAFETY: `user` is the `Messages` registered in messenger_info and
     // `data` is valid for the duration of the callback.
     let (messages, data) = unsafe { (&*(user as *const Messages), &*data) };
     let text = unsafe { data.message_as_c_str() }

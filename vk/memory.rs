@@ -67,7 +67,9 @@ impl Memory {
     fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {
         let usage = match location {
             MemoryLocation::CpuToGpu => vk::BufferUsageFlags::TRANSFER_SRC,
-            MemoryLocation::GpuToCpu => vk::BufferUsageFlags::TRANSFER_DST,
+            MemoryLocation::GpuToCpu => {
+                vk::BufferUsageFlags::TRANSFER_DST | vk::BufferUsageFlags::STORAGE_BUFFER
+            }
             _ => {
                 vk::BufferUsageFlags::STORAGE_BUFFER
                     | vk::BufferUsageFlags::TRANSFER_SRC
@@ -134,14 +136,30 @@ impl Memory {
     pub fn alloc(&mut self, bytes: usize) -> Result<(u32, vk::Buffer, u64)> {
         let size = (bytes.max(4) as u64).div_ceil(4) * 4;
         let buf = self.create(size, MemoryLocation::GpuOnly, "a device buffer")?;
+        Ok(self.register(buf))
+    }
+
+    /// A small host-visible storage buffer that shaders write and the host
+    /// reads without a copy (the status word of checks done on the GPU).
+    pub fn alloc_host_readable(&mut self, bytes: usize) -> Result<u32> {
+        let size = (bytes.max(4) as u64).div_ceil(4) * 4;
+        let buf = self.create(size, MemoryLocation::GpuToCpu, "the status buffer")?;
+        Ok(self.register(buf).0)
+    }
+
+    fn register(&mut self, buf: DeviceBuffer) -> (u32, vk::Buffer, u64) {
         let id = self.next_id;
-        self.next_id = self
-            .next_id
-            .checked_add(1)
-            .ok_or_else(|| Error::Vulkan("ran out of buffer ids".into()))?;
-        let handle = buf.buffer;
+        // Wraps only after 2^32 allocations, far beyond any run.
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let out = (id, buf.buffer, buf.size);
         self.buffers.insert(id, buf);
-        Ok((id, handle, size))
+        out
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> Result<&mut DeviceBuffer> {
+        self.buffers
+            .get_mut(&id)
+            .ok_or_else(|| Error::Vulkan(format!("buffer {id} does not exist")))
     }
 
     pub fn free(&mut self, id: u32) {

@@ -31,6 +31,7 @@ use instance::Instance;
 use memory::{Memory, STAGING_CAP};
 use pipeline::Pipelines;
 use recorder::Recorder;
+use std::collections::HashMap;
 
 /// How to open the Vulkan backend.
 #[derive(Clone, Debug, Default)]
@@ -95,6 +96,10 @@ pub struct VulkanBackend {
     /// Buffers freed while recorded commands may use them, destroyed after submit.
     pending_frees: Vec<u32>,
     last_pass: PassStats,
+    /// Host-readable status word shaders flag input errors in (bad token ids).
+    status: Buffer,
+    /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
+    rope_tables: HashMap<(u32, u32), Buffer>,
 }
 
 impl VulkanBackend {
@@ -115,6 +120,19 @@ impl VulkanBackend {
                 return Err(e);
             }
         };
+        let mut mem = mem;
+        let status = match mem.alloc_host_readable(4) {
+            Ok(id) => Buffer::new(id, 4),
+            Err(e) => {
+                mem.destroy_all();
+                let (mut pipes, mut rec) = (pipes, rec);
+                pipes.destroy();
+                rec.destroy();
+                // SAFETY: every child of the device was destroyed above.
+                unsafe { dev.device.destroy_device(None) };
+                return Err(e);
+            }
+        };
         let backend = VulkanBackend {
             rec,
             pipes,
@@ -125,6 +143,8 @@ impl VulkanBackend {
             pending_fills: Vec::new(),
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
+            rope_tables: HashMap::new(),
+            status,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -146,6 +166,8 @@ impl VulkanBackend {
     /// Begin a command buffer, zeroing buffers allocated since the last one.
     fn begin_recording(&mut self) -> Result<()> {
         self.rec.begin()?;
+        // The previous submission has completed, so the host may reset it.
+        self.mem.get_mut(self.status.id)?.mapped()?[..4].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
             if let Ok(b) = self.mem.get(id) {
                 let buffer = b.buffer;
@@ -164,26 +186,44 @@ impl VulkanBackend {
     /// Submit, wait, release deferred frees and surface validation messages.
     fn finish_recording(&mut self) -> Result<()> {
         let result = self.rec.submit();
+        if result.is_err() {
+            self.forget_tables();
+        }
         for id in std::mem::take(&mut self.pending_frees) {
             self.mem.free(id);
         }
         result?;
-        self.inst.check_messages()
+        self.inst.check_messages()?;
+        let status = self.mem.get_mut(self.status.id)?.mapped()?;
+        let bad = u32::from_le_bytes([status[0], status[1], status[2], status[3]]);
+        if bad != 0 {
+            return Err(Error::op(
+                "embedding",
+                format!(
+                    "token id {} is past the end of the embedding table",
+                    bad - 1
+                ),
+            ));
+        }
+        Ok(())
     }
 
-    /// Run `record` inside the current pass, or in a pass of its own.
-    fn record<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        if self.in_pass {
-            return f(self);
+    /// Drop cached tables whose contents were written by a command buffer
+    /// that may never have run; they are rebuilt on next use.
+    fn forget_tables(&mut self) {
+        let tables: Vec<Buffer> = self.rope_tables.drain().map(|(_, b)| b).collect();
+        for t in tables {
+            self.free(t);
         }
-        self.begin_recording()?;
-        let out = f(self);
-        if out.is_err() {
-            self.rec.abandon();
-            return out;
+    }
+
+    /// Record an op into the current pass; ops outside a pass are errors,
+    /// as on every backend.
+    fn record(&mut self, op: &'static str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if !self.in_pass {
+            return Err(Error::op(op, "recorded outside begin_pass/end_pass"));
         }
-        self.finish_recording()?;
-        out
+        f(self)
     }
 
     fn check_range(op: &'static str, buf: &Buffer, offset: usize, len: usize) -> Result<()> {
@@ -359,7 +399,7 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()> {
-        self.record(|b| b.encode_embedding(table, ids, out, rows))
+        self.record("embedding", |b| b.encode_embedding(table, ids, out, rows))
     }
 
     fn matmul(
@@ -370,7 +410,7 @@ impl ComputeBackend for VulkanBackend {
         y: &Buffer,
         m: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_matmul(w, bias, x, y, m))
+        self.record("matmul", |b| b.encode_matmul(w, bias, x, y, m))
     }
 
     fn rms_norm(
@@ -382,7 +422,7 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record(|b| b.encode_rms_norm(x, w, out, rows, dim, eps))
+        self.record("rms_norm", |b| b.encode_rms_norm(x, w, out, rows, dim, eps))
     }
 
     fn layer_norm(
@@ -395,11 +435,13 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record(|b| b.encode_layer_norm(x, w, bias, out, rows, dim, eps))
+        self.record("layer_norm", |b| {
+            b.encode_layer_norm(x, w, bias, out, rows, dim, eps)
+        })
     }
 
     fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
-        self.record(|b| b.encode_rope(x, positions, p))
+        self.record("rope", |b| b.encode_rope(x, positions, p))
     }
 
     fn attention(
@@ -411,7 +453,9 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         p: &AttentionParams,
     ) -> Result<()> {
-        self.record(|b| b.encode_attention(q, k_cache, v_cache, positions, out, p))
+        self.record("attention", |b| {
+            b.encode_attention(q, k_cache, v_cache, positions, out, p)
+        })
     }
 
     fn glu(
@@ -422,15 +466,15 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         n: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_glu(act, gate, up, out, n))
+        self.record("glu", |b| b.encode_glu(act, gate, up, out, n))
     }
 
     fn add(&mut self, a: &Buffer, bv: &Buffer, out: &Buffer, n: usize) -> Result<()> {
-        self.record(|b| b.encode_add(a, bv, out, n))
+        self.record("add", |b| b.encode_add(a, bv, out, n))
     }
 
     fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
-        self.record(|b| b.encode_scale(x, s, out, n))
+        self.record("scale", |b| b.encode_scale(x, s, out, n))
     }
 
     fn copy(
@@ -441,10 +485,48 @@ impl ComputeBackend for VulkanBackend {
         dst_offset: usize,
         bytes: usize,
     ) -> Result<()> {
-        self.record(|b| b.encode_copy(src, src_offset, dst, dst_offset, bytes))
+        self.record("copy", |b| {
+            b.encode_copy(src, src_offset, dst, dst_offset, bytes)
+        })
     }
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
-        self.record(|b| b.encode_argmax(x, out, rows, n))
+        self.record("argmax", |b| b.encode_argmax(x, out, rows, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
+    #[test]
+    fn validation_messages_become_errors() {
+        let opts = Options {
+            validate: true,
+            ..Options::from_env()
+        };
+        let b = match VulkanBackend::new(&opts) {
+            Ok(b) => b,
+            Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
+                eprintln!("skipping Vulkan: {e}");
+                return;
+            }
+            Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
+        };
+        // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
+        let info = vk::BufferCreateInfo::default().size(16);
+        // SAFETY: deliberately invalid create info on a live device; the
+        // buffer, if the driver makes one, is destroyed at once.
+        unsafe {
+            if let Ok(buf) = b.dev.device.create_buffer(&info, None) {
+                b.dev.device.destroy_buffer(buf, None);
+            }
+        }
+        match b.inst.check_messages() {
+            Err(Error::Vulkan(msg)) => assert!(msg.contains("usage"), "{msg}"),
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+        assert!(b.inst.check_messages().is_ok(), "messages are drained");
     }
 }

@@ -4,6 +4,7 @@
 //! [`PUSH_BYTES`] of push constants.
 
 use super::vk_err;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;
@@ -33,7 +34,7 @@ pub struct Pipelines {
     cache: vk::PipelineCache,
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
-    kernels: HashMap<(String, u32), Kernel>,
+    kernels: HashMap<(&'static str, Option<DType>, u32), Kernel>,
 }
 
 fn spirv(name: &str) -> Result<Vec<u32>> {
@@ -98,18 +99,30 @@ impl Pipelines {
         result.map(|l| (set_layout, l))
     }
 
-    /// The pipeline of shader `name` (a key of the generated table) with
-    /// `bindings` storage buffers; `spec` is specialization constant 0 (the
-    /// workgroup size of shaders that declare `local_size_x_id = 0`), 0 if none.
-    pub fn get(&mut self, name: &str, bindings: u32, spec: u32) -> Result<&Kernel> {
-        let key = (name.to_string(), spec);
+    /// The pipeline of shader `stem` (compiled for `dtype` when the shader
+    /// reads weights) with `bindings` storage buffers; `spec` is
+    /// specialization constant 0 (the workgroup size of shaders that declare
+    /// `local_size_x_id = 0`), 0 if none. The key allocates nothing, so
+    /// lookups cost no heap traffic per dispatch.
+    pub fn get(
+        &mut self,
+        stem: &'static str,
+        dtype: Option<DType>,
+        bindings: u32,
+        spec: u32,
+    ) -> Result<&Kernel> {
+        let key = (stem, dtype, spec);
         if !self.kernels.contains_key(&key) {
-            let kernel = self.create(name, bindings, spec)?;
-            self.kernels.insert(key.clone(), kernel);
+            let name = match dtype {
+                Some(d) => format!("{stem}.{}", d.name()),
+                None => stem.to_string(),
+            };
+            let kernel = self.create(&name, bindings, spec)?;
+            self.kernels.insert(key, kernel);
         }
         self.kernels
             .get(&key)
-            .ok_or_else(|| Error::Vulkan(format!("pipeline {name} missing")))
+            .ok_or_else(|| Error::Vulkan(format!("pipeline {stem} missing")))
     }
 
     fn create(&mut self, name: &str, bindings: u32, spec: u32) -> Result<Kernel> {

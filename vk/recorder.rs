@@ -229,15 +229,6 @@ impl Recorder {
         Ok(())
     }
 
-    /// Abandon a recording (after an error): end the buffer unsubmitted.
-    pub fn abandon(&mut self) {
-        if self.recording {
-            self.recording = false;
-            // SAFETY: recording command buffer; it is reset on the next begin.
-            let _ = unsafe { self.device.end_command_buffer(self.cmd) };
-        }
-    }
-
     /// Destroy everything; the device must be idle.
     pub fn destroy(&mut self) {
         // SAFETY: the device is idle and these objects belong to it.

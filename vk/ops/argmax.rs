@@ -1,7 +1,7 @@
 //! `argmax` (glsl/argmax.comp): one workgroup per row, `u32` results.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -40,8 +40,7 @@ impl VulkanBackend {
         let groups = self.split_groups(OP, push.rows)?;
         self.dispatch(
             OP,
-            "argmax",
-            0,
+            plain("argmax"),
             &[read(x), write(out)],
             bytemuck::bytes_of(&push),
             groups,

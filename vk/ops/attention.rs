@@ -1,7 +1,7 @@
 //! `attention` (glsl/attention.comp): one workgroup per (head, row).
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -32,7 +32,7 @@ impl VulkanBackend {
         p: &AttentionParams,
     ) -> Result<()> {
         const OP: &str = "attention";
-        if p.n_heads == 0 || p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
+        if p.n_heads == 0 || p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(Error::op(
                 OP,
                 format!(
@@ -82,8 +82,7 @@ impl VulkanBackend {
         }
         self.dispatch(
             OP,
-            "attention",
-            0,
+            plain("attention"),
             &[
                 read(q),
                 read(k_cache),

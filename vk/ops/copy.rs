@@ -15,7 +15,10 @@ impl VulkanBackend {
         bytes: usize,
     ) -> Result<()> {
         const OP: &str = "copy";
-        if src_offset % 4 != 0 || dst_offset % 4 != 0 || bytes % 4 != 0 {
+        if !src_offset.is_multiple_of(4)
+            || !dst_offset.is_multiple_of(4)
+            || !bytes.is_multiple_of(4)
+        {
             return Err(Error::op(
                 OP,
                 format!(

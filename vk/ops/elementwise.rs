@@ -2,7 +2,7 @@
 //! (glsl/scale.comp), each a grid-stride loop of 256-wide workgroups.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, read_in_place, u32_of, write};
 use crate::backend::{check, Activation, Buffer};
 use crate::error::Result;
 use bytemuck::{Pod, Zeroable};
@@ -56,7 +56,7 @@ impl VulkanBackend {
         let groups = self.stride_groups(n, WG);
         // Without `up`, gate stands in at binding 1 (never read).
         let binds = [read(gate), read(up.unwrap_or(gate)), write(out)];
-        self.dispatch(OP, "glu", 0, &binds, bytemuck::bytes_of(&push), groups)
+        self.dispatch(OP, plain("glu"), &binds, bytemuck::bytes_of(&push), groups)
     }
 
     pub(in crate::vk) fn encode_add(
@@ -79,9 +79,8 @@ impl VulkanBackend {
         let groups = self.stride_groups(n, WG);
         self.dispatch(
             OP,
-            "add",
-            0,
-            &[read(a), read(b), write(out)],
+            plain("add"),
+            &[read_in_place(a), read_in_place(b), write(out)],
             bytemuck::bytes_of(&push),
             groups,
         )
@@ -107,9 +106,8 @@ impl VulkanBackend {
         let groups = self.stride_groups(n, WG);
         self.dispatch(
             OP,
-            "scale",
-            0,
-            &[read(x), write(out)],
+            plain("scale"),
+            &[read_in_place(x), write(out)],
             bytemuck::bytes_of(&push),
             groups,
         )

@@ -1,8 +1,9 @@
 //! `embedding` (glsl/embedding.comp): gather and dequantize table rows by
-//! ids read from a buffer; one workgroup per output row.
+//! ids read from a buffer; one workgroup per output row. Ids past the table
+//! are flagged in the status buffer and reported when the pass ends.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{atomic, read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -39,12 +40,11 @@ impl VulkanBackend {
             table_rows: u32_of(OP, "table rows", table.rows)?,
         };
         let groups = self.split_groups(OP, push.rows)?;
-        let kernel = format!("embedding.{}", table.dtype.name());
+        let status = self.status;
         self.dispatch(
             OP,
-            &kernel,
-            0,
-            &[read(&table.buf), read(ids), write(out)],
+            typed("embedding", table.dtype),
+            &[read(&table.buf), read(ids), write(out), atomic(&status)],
             bytemuck::bytes_of(&push),
             groups,
         )

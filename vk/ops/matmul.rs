@@ -2,12 +2,12 @@
 //! rows, shared-memory tiled GEMM (glsl/mul_mat.comp) beyond that.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
-/// Up to this many rows, re-reading the weight per row (GEMV) beats tiling.
+/// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
@@ -60,10 +60,14 @@ impl VulkanBackend {
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
         if m <= GEMV_MAX_ROWS {
             let wg = self.caps().gemv_workgroup();
-            let mut groups = self.split_groups(OP, push.n)?;
-            groups[2] = push.m;
-            let kernel = format!("mul_mat_vec.{}", w.dtype.name());
-            self.dispatch(OP, &kernel, wg, &binds, bytemuck::bytes_of(&push), groups)
+            let groups = self.split_groups(OP, push.n)?;
+            self.dispatch(
+                OP,
+                typed("mul_mat_vec", w.dtype).spec(wg),
+                &binds,
+                bytemuck::bytes_of(&push),
+                groups,
+            )
         } else {
             let groups = [
                 u32_of(OP, "n tiles", n.div_ceil(TILE))?,
@@ -77,8 +81,13 @@ impl VulkanBackend {
                     format!("{m} x {n} output exceeds the device's workgroup limits"),
                 ));
             }
-            let kernel = format!("mul_mat.{}", w.dtype.name());
-            self.dispatch(OP, &kernel, 0, &binds, bytemuck::bytes_of(&push), groups)
+            self.dispatch(
+                OP,
+                typed("mul_mat", w.dtype),
+                &binds,
+                bytemuck::bytes_of(&push),
+                groups,
+            )
         }
     }
 }

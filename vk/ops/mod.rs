@@ -14,6 +14,7 @@ mod rope;
 use super::pipeline::PUSH_BYTES;
 use super::VulkanBackend;
 use crate::backend::Buffer;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 
@@ -21,14 +22,77 @@ use ash::vk;
 pub(super) struct Bind<'a> {
     buf: &'a Buffer,
     write: bool,
+    /// Left out of barrier tracking: only updated with atomics whose order
+    /// does not matter (the status word).
+    tracked: bool,
+    /// A read that may be the op's output buffer too (elementwise in place).
+    may_alias: bool,
 }
 
 pub(super) fn read(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: false }
+    Bind {
+        buf,
+        write: false,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+/// A read of an elementwise op whose output may be this same buffer.
+pub(super) fn read_in_place(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        may_alias: true,
+        ..read(buf)
+    }
 }
 
 pub(super) fn write(buf: &Buffer) -> Bind<'_> {
-    Bind { buf, write: true }
+    Bind {
+        buf,
+        write: true,
+        tracked: true,
+        may_alias: false,
+    }
+}
+
+pub(super) fn atomic(buf: &Buffer) -> Bind<'_> {
+    Bind {
+        buf,
+        write: true,
+        tracked: false,
+        may_alias: false,
+    }
+}
+
+/// Which pipeline a dispatch runs.
+pub(super) struct KernelRef {
+    name: &'static str,
+    /// The weight dtype variant, for shaders compiled per dtype.
+    dtype: Option<DType>,
+    /// Specialization constant 0 (workgroup size), 0 when the shader has none.
+    spec: u32,
+}
+
+pub(super) fn plain(name: &'static str) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: None,
+        spec: 0,
+    }
+}
+
+pub(super) fn typed(name: &'static str, dtype: DType) -> KernelRef {
+    KernelRef {
+        name,
+        dtype: Some(dtype),
+        spec: 0,
+    }
+}
+
+impl KernelRef {
+    pub(super) fn spec(self, spec: u32) -> KernelRef {
+        KernelRef { spec, ..self }
+    }
 }
 
 /// `v` as a u32 shader parameter, or an error naming the op.
@@ -72,12 +136,21 @@ impl VulkanBackend {
     pub(super) fn dispatch(
         &mut self,
         op: &'static str,
-        kernel: &str,
-        spec: u32,
+        kernel: KernelRef,
         binds: &[Bind<'_>],
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        // Workgroups read inputs while others write the output, so an output
+        // may only alias inputs that are read and written at the same index.
+        for w in binds.iter().filter(|b| b.write) {
+            if binds
+                .iter()
+                .any(|r| !r.write && !r.may_alias && r.buf.id == w.buf.id)
+            {
+                return Err(Error::op(op, "the output buffer aliases an input"));
+            }
+        }
         let max_range = self.caps().max_storage_buffer_range;
         let mut infos = Vec::with_capacity(binds.len());
         for b in binds {
@@ -104,7 +177,9 @@ impl VulkanBackend {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
-        let kernel = self.pipes.get(kernel, binds.len() as u32, spec)?;
+        let kernel = self
+            .pipes
+            .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
         let set = self.rec.descriptor_set(set_layout)?;
         let writes: Vec<_> = infos
@@ -118,12 +193,13 @@ impl VulkanBackend {
                     .buffer_info(std::slice::from_ref(info))
             })
             .collect();
-        let reads: Vec<u32> = binds
-            .iter()
+        let tracked = binds.iter().filter(|b| b.tracked);
+        let reads: Vec<u32> = tracked
+            .clone()
             .filter(|b| !b.write)
             .map(|b| b.buf.id)
             .collect();
-        let written: Vec<u32> = binds.iter().filter(|b| b.write).map(|b| b.buf.id).collect();
+        let written: Vec<u32> = tracked.filter(|b| b.write).map(|b| b.buf.id).collect();
         self.rec.access(&reads, &written);
         let d = &self.dev.device;
         let cmd = self.rec.cmd;

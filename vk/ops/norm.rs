@@ -2,7 +2,7 @@
 //! one workgroup per row.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -57,8 +57,7 @@ impl VulkanBackend {
         let groups = self.split_groups(OP, push.rows)?;
         self.dispatch(
             OP,
-            "rms_norm",
-            0,
+            plain("rms_norm"),
             &[read(x), read(w), write(out)],
             bytemuck::bytes_of(&push),
             groups,
@@ -86,8 +85,7 @@ impl VulkanBackend {
         let groups = self.split_groups(OP, push.rows)?;
         self.dispatch(
             OP,
-            "layer_norm",
-            0,
+            plain("layer_norm"),
             &[read(x), read(w), read(b), write(out)],
             bytemuck::bytes_of(&push),
             groups,

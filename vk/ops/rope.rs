@@ -1,7 +1,10 @@
-//! `rope` (glsl/rope.comp): in place, per-row positions from a buffer.
+//! `rope` (glsl/rope.comp): in place, per-row positions from a buffer. The
+//! inverse frequencies come from a table computed on the host like the
+//! reference (f64 power rounded to f32), so angles at long positions match it
+//! instead of inheriting the GPU's `pow` error.
 
 use super::super::VulkanBackend;
-use super::{read, u32_of, write};
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -13,7 +16,6 @@ struct Push {
     n_heads: u32,
     head_dim: u32,
     rot_dim: u32,
-    base: f32,
     neox: u32,
 }
 
@@ -25,7 +27,7 @@ impl VulkanBackend {
         p: &RopeParams,
     ) -> Result<()> {
         const OP: &str = "rope";
-        if p.rot_dim % 2 != 0 || p.rot_dim > p.head_dim {
+        if !p.rot_dim.is_multiple_of(2) || p.rot_dim > p.head_dim {
             return Err(Error::op(
                 OP,
                 format!(
@@ -51,17 +53,43 @@ impl VulkanBackend {
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
             head_dim: u32_of(OP, "head_dim", p.head_dim)?,
             rot_dim: u32_of(OP, "rot_dim", p.rot_dim)?,
-            base: p.base,
             neox: (p.style == RopeStyle::Neox) as u32,
         };
+        let table = self.rope_table(push.rot_dim, p.base)?;
         let groups = self.stride_groups(pairs, 256);
         self.dispatch(
             OP,
-            "rope",
-            0,
-            &[write(x), read(positions)],
+            plain("rope"),
+            &[write(x), read(positions), read(&table)],
             bytemuck::bytes_of(&push),
             groups,
         )
+    }
+
+    /// The `rot_dim / 2` inverse frequencies `base^(-2i/rot_dim)`, written into
+    /// the current command buffer the first time they are needed.
+    fn rope_table(&mut self, rot_dim: u32, base: f32) -> Result<Buffer> {
+        if let Some(t) = self.rope_tables.get(&(rot_dim, base.to_bits())) {
+            return Ok(*t);
+        }
+        let freqs: Vec<f32> = (0..rot_dim / 2)
+            .map(|i| (base as f64).powf(-2.0 * i as f64 / rot_dim as f64) as f32)
+            .collect();
+        let data: &[u8] = bytemuck::cast_slice(&freqs);
+        // vkCmdUpdateBuffer takes at most 65536 bytes.
+        if data.len() > 65536 {
+            return Err(Error::op("rope", format!("rot_dim {rot_dim} is too large")));
+        }
+        let (id, handle, _) = self.mem.alloc(data.len())?;
+        self.rec.access(&[], &[id]);
+        // SAFETY: recording command buffer; the new buffer holds `data`.
+        unsafe {
+            self.dev
+                .device
+                .cmd_update_buffer(self.rec.cmd, handle, 0, data)
+        };
+        let table = Buffer::new(id, data.len());
+        self.rope_tables.insert((rot_dim, base.to_bits()), table);
+        Ok(table)
     }
 }
