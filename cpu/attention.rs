@@ -1,10 +1,10 @@
 //! Causal GQA attention against the KV cache, one task per (row, head):
 //! scores in f32, max-subtracted softmax, then the weighted sum of values.
 
-use super::simd::{self, Isa};
+use super::par::{self, Ctx};
+use super::simd;
 use crate::backend::AttentionParams;
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 /// Validates `p`; returns (values in q/out, values in each cache).
 pub(crate) fn check(p: &AttentionParams) -> Result<(usize, usize)> {
@@ -30,7 +30,7 @@ pub(crate) fn check(p: &AttentionParams) -> Result<(usize, usize)> {
 }
 
 pub(crate) fn run(
-    isa: Isa,
+    ctx: Ctx,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -50,9 +50,9 @@ pub(crate) fn run(
     }
     let group = nh / p.n_kv_heads;
     let stride = p.n_kv_heads * hd;
-    out.par_chunks_mut(hd)
-        .enumerate()
-        .for_each_init(Vec::new, |scores, (t, o)| {
+    par::chunks(ctx.par, out, hd, |t, o| {
+        let mut scores = Vec::new();
+        {
             let (r, h) = (t / nh, t % nh);
             let pos = positions[r] as usize;
             let first = if p.window > 0 {
@@ -64,7 +64,7 @@ pub(crate) fn run(
             let qv = &q[t * hd..(t + 1) * hd];
             scores.clear();
             scores.extend(
-                (first..=pos).map(|j| simd::dot_f32(isa, qv, &k[j * stride + kvo..]) * p.scale),
+                (first..=pos).map(|j| simd::dot_f32(ctx.isa, qv, &k[j * stride + kvo..]) * p.scale),
             );
             let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             let mut total = 0f32;
@@ -83,6 +83,7 @@ pub(crate) fn run(
             for o in o.iter_mut() {
                 *o *= inv;
             }
-        });
+        }
+    });
     Ok(())
 }

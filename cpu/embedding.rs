@@ -1,11 +1,11 @@
 //! `out[r] = dequant(table[ids[r]])`.
 
 use super::buffers::CpuWeight;
-use super::simd::{self, Isa};
+use super::par::{self, Ctx};
+use super::simd;
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
-pub(crate) fn run(isa: Isa, w: &CpuWeight, ids: &[u32], out: &mut [f32]) -> Result<()> {
+pub(crate) fn run(ctx: Ctx, w: &CpuWeight, ids: &[u32], out: &mut [f32]) -> Result<()> {
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= w.rows) {
         return Err(Error::op(
             "embedding",
@@ -15,16 +15,10 @@ pub(crate) fn run(isa: Isa, w: &CpuWeight, ids: &[u32], out: &mut [f32]) -> Resu
     if w.cols == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(w.cols)
-        .zip(ids.par_iter())
-        .for_each(|(dst, &id)| {
-            let r = id as usize;
-            simd::dequant_row(
-                isa,
-                w.dtype,
-                &w.data[r * w.row_bytes..(r + 1) * w.row_bytes],
-                dst,
-            );
-        });
+    par::chunks(ctx.par, out, w.cols, |i, dst| {
+        let r = ids[i] as usize;
+        let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+        simd::dequant_row(ctx.isa, w.dtype, row, dst);
+    });
     Ok(())
 }

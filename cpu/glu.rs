@@ -1,7 +1,7 @@
 //! `out = act(gate) * up` (or `act(gate)`), f32.
 
+use super::par;
 use crate::backend::Activation;
-use rayon::prelude::*;
 
 #[inline]
 fn activate(act: Activation, x: f32) -> f32 {
@@ -15,24 +15,22 @@ fn activate(act: Activation, x: f32) -> f32 {
     }
 }
 
-pub(crate) fn run(act: Activation, gate: &[f32], up: Option<&[f32]>, out: &mut [f32]) {
+pub(crate) fn run(par: bool, act: Activation, gate: &[f32], up: Option<&[f32]>, out: &mut [f32]) {
     const CHUNK: usize = 4096;
-    match up {
-        Some(up) => out
-            .par_chunks_mut(CHUNK)
-            .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
-            .for_each(|(o, (g, u))| {
+    par::chunks(par, out, CHUNK, |c, o| {
+        let g = &gate[c * CHUNK..c * CHUNK + o.len()];
+        match up {
+            Some(up) => {
+                let u = &up[c * CHUNK..c * CHUNK + o.len()];
                 for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
                     *o = activate(act, *g) * u;
                 }
-            }),
-        None => out
-            .par_chunks_mut(CHUNK)
-            .zip(gate.par_chunks(CHUNK))
-            .for_each(|(o, g)| {
+            }
+            None => {
                 for (o, g) in o.iter_mut().zip(g) {
                     *o = activate(act, *g);
                 }
-            }),
-    }
+            }
+        }
+    });
 }

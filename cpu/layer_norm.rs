@@ -1,21 +1,24 @@
 //! `out = (x - mean) / sqrt(var + eps) * w + b` per row (population variance,
 //! statistics summed in f64).
 
-use rayon::prelude::*;
+use super::par;
 
-pub(crate) fn run(x: &[f32], w: &[f32], b: &[f32], out: &mut [f32], dim: usize, eps: f32) {
-    if dim == 0 {
-        return;
-    }
-    out.par_chunks_mut(dim)
-        .zip(x.par_chunks(dim))
-        .with_min_len(8)
-        .for_each(|(o, xr)| {
-            let mean = xr.iter().map(|v| *v as f64).sum::<f64>() / dim as f64;
-            let var = xr.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / dim as f64;
-            let (mean, inv) = (mean as f32, 1.0 / (var as f32 + eps).sqrt());
-            for (i, (o, v)) in o.iter_mut().zip(xr).enumerate() {
-                *o = ((v - mean) * inv) * w[i] + b[i];
-            }
-        });
+pub(crate) fn run(
+    par: bool,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    dim: usize,
+    eps: f32,
+) {
+    par::chunks(par, out, dim, |r, o| {
+        let xr = &x[r * dim..(r + 1) * dim];
+        let mean = xr.iter().map(|v| *v as f64).sum::<f64>() / dim as f64;
+        let var = xr.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / dim as f64;
+        let (mean, inv) = (mean as f32, 1.0 / (var as f32 + eps).sqrt());
+        for (i, (o, v)) in o.iter_mut().zip(xr).enumerate() {
+            *o = ((v - mean) * inv) * w[i] + b[i];
+        }
+    });
 }

@@ -7,8 +7,8 @@
 //! `m` activation rows; rayon splits the panels.
 
 use super::buffers::CpuWeight;
-use super::simd::{self, Isa};
-use rayon::prelude::*;
+use super::par::{self, Ctx};
+use super::simd;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -28,7 +28,7 @@ impl OutPtr {
 /// Shapes are checked by the caller: `x` is `[m, w.cols]`, `y` is `[m, w.rows]`,
 /// `bias` has `w.rows` values.
 pub(crate) fn run(
-    isa: Isa,
+    ctx: Ctx,
     w: &CpuWeight,
     bias: Option<&[f32]>,
     x: &[f32],
@@ -39,9 +39,9 @@ pub(crate) fn run(
     if m == 0 || n == 0 {
         return;
     }
-    match isa.gemm_nr() {
-        Some(nr) if m > GEMV_MAX_M => gemm(isa, nr, w, x, y, m),
-        _ => gemv(isa, w, x, y, m),
+    match ctx.isa.gemm_tile() {
+        Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
+        _ => gemv(ctx, w, x, y, m),
     }
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(n) {
@@ -52,44 +52,54 @@ pub(crate) fn run(
     }
 }
 
-fn gemv(isa: Isa, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+    let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
     // Enough tasks to balance the pool, few enough that each streams a
     // useful amount of weights.
     let per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
     let tasks = n.div_ceil(per_task);
     let yp = OutPtr(y.as_mut_ptr());
-    (0..tasks).into_par_iter().for_each(|t| {
-        let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
-        let rows = &w.data[r0 * rb..r1 * rb];
-        let mut tmp = vec![0f32; (r1 - r0) * 4];
-        for i0 in (0..m).step_by(4) {
-            let mm = (m - i0).min(4);
-            simd::dot_rows(
-                isa,
-                w.dtype,
-                rows,
-                rb,
-                k,
-                &x[i0 * k..(i0 + mm) * k],
-                mm,
-                &mut tmp,
-            );
-            for r in 0..r1 - r0 {
-                for i in 0..mm {
-                    // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
-                    // and owned by this task alone (rows r0..r1).
-                    unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
+    par::range_init(
+        ctx.par,
+        tasks,
+        || (),
+        |_, t| {
+            let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
+            let rows = &w.data[r0 * rb..r1 * rb];
+            let mut tmp = vec![0f32; (r1 - r0) * 4];
+            for i0 in (0..m).step_by(4) {
+                let mm = (m - i0).min(4);
+                simd::dot_rows(
+                    isa,
+                    w.dtype,
+                    rows,
+                    rb,
+                    k,
+                    &x[i0 * k..(i0 + mm) * k],
+                    mm,
+                    &mut tmp,
+                );
+                for r in 0..r1 - r0 {
+                    for i in 0..mm {
+                        // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
+                        // and owned by this task alone (rows r0..r1).
+                        unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
+                    }
                 }
             }
-        }
-    });
+        },
+    );
 }
 
-fn gemm(isa: Isa, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let xp = simd::pack_activations(x, m, k, mr);
     let yp = OutPtr(y.as_mut_ptr());
-    (0..n.div_ceil(nr)).into_par_iter().for_each_init(
+    let isa = ctx.isa;
+    par::range_init(
+        ctx.par,
+        n.div_ceil(nr),
         || (vec![0f32; k * nr], vec![0f32; k]),
         |(panel, row), p| {
             let r0 = p * nr;
@@ -106,7 +116,7 @@ fn gemm(isa: Isa, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) 
             }
             // SAFETY: columns r0..r0 + nc of every output row belong to this
             // panel alone and lie inside the [m, n] output.
-            unsafe { simd::gemm_panel(isa, panel, x, m, k, yp.get().add(r0), n, nc) };
+            unsafe { simd::gemm_panel(isa, panel, &xp, m, k, yp.get().add(r0), n, nc) };
         },
     );
 }

@@ -14,6 +14,7 @@ mod embedding;
 mod glu;
 mod layer_norm;
 mod matmul;
+mod par;
 pub mod quant;
 mod rms_norm;
 mod rope;
@@ -27,6 +28,7 @@ use crate::backend::{
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use buffers::{CpuWeight, Slot, Store};
+use par::Ctx;
 use rayon::ThreadPool;
 
 pub struct CpuBackend {
@@ -108,15 +110,18 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// Run `f` on the pool with the first `n` f32 values of `out` writable and
-    /// the rest of the store readable. `inputs` must not alias `out`.
+    /// Run `f` with the first `n` f32 values of `out` writable and the rest of
+    /// the store readable: on the pool when `work` (about one unit per value
+    /// or multiply-add) is worth a thread wake-up, else inline. `inputs` must
+    /// not alias `out`.
     fn with_out<R: Send>(
         &mut self,
         op: &'static str,
         out: &Buffer,
         n: usize,
+        work: usize,
         inputs: &[&Buffer],
-        f: impl FnOnce(&Store, &mut [f32], Isa) -> Result<R> + Send,
+        f: impl FnOnce(&Store, &mut [f32], Ctx) -> Result<R> + Send,
     ) -> Result<R> {
         self.in_pass(op)?;
         if inputs.iter().any(|b| b.id() == out.id()) {
@@ -135,8 +140,13 @@ impl CpuBackend {
         let result = match &mut slot {
             Slot::Data { words, bytes } if *bytes >= n * 4 => {
                 let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
-                let (store, isa) = (&self.store, self.isa);
-                self.pool.install(|| f(store, dst, isa))
+                let par = self.threads > 1 && work >= par::PAR_MIN_WORK;
+                let (store, ctx) = (&self.store, Ctx { isa: self.isa, par });
+                if par {
+                    self.pool.install(|| f(store, dst, ctx))
+                } else {
+                    f(store, dst, ctx)
+                }
             }
             Slot::Data { bytes, .. } => Err(Error::op(
                 op,
@@ -272,10 +282,10 @@ impl ComputeBackend for CpuBackend {
         let n = rows
             .checked_mul(table.cols)
             .ok_or_else(|| Error::op("embedding", "rows * cols overflows"))?;
-        self.with_out("embedding", out, n, &[&table.buf, ids], |s, dst, isa| {
+        self.with_out("embedding", out, n, n, &[&table.buf, ids], |s, dst, ctx| {
             let w = s.weight("embedding", table)?;
             let ids = s.u32s("embedding", "ids", ids, rows)?;
-            embedding::run(isa, w, ids, dst)
+            embedding::run(ctx, w, ids, dst)
         })
     }
 
@@ -292,13 +302,14 @@ impl ComputeBackend for CpuBackend {
             .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
         let mut inputs = vec![&w.buf, x];
         inputs.extend(bias);
-        self.with_out("matmul", y, n, &inputs, |s, dst, isa| {
+        let work = n.saturating_mul(w.cols);
+        self.with_out("matmul", y, n, work, &inputs, |s, dst, ctx| {
             let cw = s.weight("matmul", w)?;
             let xs = s.f32s("matmul", "x", x, m * w.cols)?;
             let b = bias
                 .map(|b| s.f32s("matmul", "bias", b, w.rows))
                 .transpose()?;
-            matmul::run(isa, cw, b, xs, dst, m);
+            matmul::run(ctx, cw, b, xs, dst, m);
             Ok(())
         })
     }
@@ -315,10 +326,10 @@ impl ComputeBackend for CpuBackend {
         let n = rows
             .checked_mul(dim)
             .ok_or_else(|| Error::op("rms_norm", "rows * dim overflows"))?;
-        self.with_out("rms_norm", out, n, &[x, w], |s, dst, _| {
+        self.with_out("rms_norm", out, n, n, &[x, w], |s, dst, ctx| {
             let xs = s.f32s("rms_norm", "x", x, n)?;
             let ws = s.f32s("rms_norm", "w", w, dim)?;
-            rms_norm::run(xs, ws, dst, dim, eps);
+            rms_norm::run(ctx.par, xs, ws, dst, dim, eps);
             Ok(())
         })
     }
@@ -336,11 +347,11 @@ impl ComputeBackend for CpuBackend {
         let n = rows
             .checked_mul(dim)
             .ok_or_else(|| Error::op("layer_norm", "rows * dim overflows"))?;
-        self.with_out("layer_norm", out, n, &[x, w, b], |s, dst, _| {
+        self.with_out("layer_norm", out, n, n, &[x, w, b], |s, dst, ctx| {
             let xs = s.f32s("layer_norm", "x", x, n)?;
             let ws = s.f32s("layer_norm", "w", w, dim)?;
             let bs = s.f32s("layer_norm", "b", b, dim)?;
-            layer_norm::run(xs, ws, bs, dst, dim, eps);
+            layer_norm::run(ctx.par, xs, ws, bs, dst, dim, eps);
             Ok(())
         })
     }
@@ -348,9 +359,9 @@ impl ComputeBackend for CpuBackend {
     fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
         let n = rope::check(p)?;
         let p = *p;
-        self.with_out("rope", x, n, &[positions], |s, dst, _| {
+        self.with_out("rope", x, n, n * 4, &[positions], |s, dst, ctx| {
             let pos = s.u32s("rope", "positions", positions, p.rows)?;
-            rope::run(dst, pos, &p);
+            rope::run(ctx.par, dst, pos, &p);
             Ok(())
         })
     }
@@ -366,19 +377,17 @@ impl ComputeBackend for CpuBackend {
     ) -> Result<()> {
         let (nq, nkv) = attention::check(p)?;
         let p = *p;
-        self.with_out(
-            "attention",
-            out,
-            nq,
-            &[q, k_cache, v_cache, positions],
-            |s, dst, isa| {
-                let qs = s.f32s("attention", "q", q, nq)?;
-                let ks = s.f32s("attention", "k_cache", k_cache, nkv)?;
-                let vs = s.f32s("attention", "v_cache", v_cache, nkv)?;
-                let pos = s.u32s("attention", "positions", positions, p.rows)?;
-                attention::run(isa, qs, ks, vs, pos, dst, &p)
-            },
-        )
+        // About rows * heads * head_dim * (2 * kv length); positions are only
+        // known inside, so assume half the cache.
+        let work = nq.saturating_mul(p.capacity);
+        let inputs = [q, k_cache, v_cache, positions];
+        self.with_out("attention", out, nq, work, &inputs, |s, dst, ctx| {
+            let qs = s.f32s("attention", "q", q, nq)?;
+            let ks = s.f32s("attention", "k_cache", k_cache, nkv)?;
+            let vs = s.f32s("attention", "v_cache", v_cache, nkv)?;
+            let pos = s.u32s("attention", "positions", positions, p.rows)?;
+            attention::run(ctx, qs, ks, vs, pos, dst, &p)
+        })
     }
 
     fn glu(
@@ -391,10 +400,10 @@ impl ComputeBackend for CpuBackend {
     ) -> Result<()> {
         let mut inputs = vec![gate];
         inputs.extend(up);
-        self.with_out("glu", out, n, &inputs, |s, dst, _| {
+        self.with_out("glu", out, n, n * 16, &inputs, |s, dst, ctx| {
             let g = s.f32s("glu", "gate", gate, n)?;
             let u = up.map(|u| s.f32s("glu", "up", u, n)).transpose()?;
-            glu::run(act, g, u, dst);
+            glu::run(ctx.par, act, g, u, dst);
             Ok(())
         })
     }
@@ -408,7 +417,7 @@ impl ComputeBackend for CpuBackend {
             .filter(|(_, aliased)| !aliased)
             .map(|(buf, _)| buf)
             .collect();
-        self.with_out("add", out, n, &inputs, |s, dst, _| {
+        self.with_out("add", out, n, 0, &inputs, |s, dst, _| {
             let other = match (a_is_out, b_is_out) {
                 (true, true) => None,
                 (true, false) => Some(s.f32s("add", "b", b, n)?),
@@ -426,7 +435,7 @@ impl ComputeBackend for CpuBackend {
     fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
         let aliased = x.id() == out.id();
         let inputs: Vec<&Buffer> = if aliased { vec![] } else { vec![x] };
-        self.with_out("scale", out, n, &inputs, |st, dst, _| {
+        self.with_out("scale", out, n, 0, &inputs, |st, dst, _| {
             if !aliased {
                 dst.copy_from_slice(st.f32s("scale", "x", x, n)?);
             }
@@ -451,7 +460,7 @@ impl ComputeBackend for CpuBackend {
         let total = rows
             .checked_mul(n)
             .ok_or_else(|| Error::op("argmax", "rows * n overflows"))?;
-        self.with_out("argmax", out, rows, &[x], |s, dst, _| {
+        self.with_out("argmax", out, rows, 0, &[x], |s, dst, _| {
             let xs = s.f32s("argmax", "x", x, total)?;
             argmax::run(xs, n, bytemuck::cast_slice_mut(dst));
             Ok(())

@@ -2,9 +2,9 @@
 //! embedding: `inv_freq_i = base^(-2i/rot_dim)` rounded to f32, `theta =
 //! pos * inv_freq_i` in f32, so large positions round as the reference does.
 
+use super::par;
 use crate::backend::{RopeParams, RopeStyle};
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 /// Validates `p`; returns the number of values rotated over (`rows * n_heads * head_dim`).
 pub(crate) fn check(p: &RopeParams) -> Result<usize> {
@@ -23,7 +23,7 @@ pub(crate) fn check(p: &RopeParams) -> Result<usize> {
         .ok_or_else(|| Error::op("rope", "rows * n_heads * head_dim overflows"))
 }
 
-pub(crate) fn run(x: &mut [f32], positions: &[u32], p: &RopeParams) {
+pub(crate) fn run(par: bool, x: &mut [f32], positions: &[u32], p: &RopeParams) {
     let half = p.rot_dim / 2;
     let row_len = p.n_heads * p.head_dim;
     if row_len == 0 || half == 0 {
@@ -32,26 +32,25 @@ pub(crate) fn run(x: &mut [f32], positions: &[u32], p: &RopeParams) {
     let inv_freq: Vec<f32> = (0..half)
         .map(|i| (p.base as f64).powf(-2.0 * i as f64 / p.rot_dim as f64) as f32)
         .collect();
-    x.par_chunks_mut(row_len)
-        .zip(positions.par_iter())
-        .for_each(|(row, &pos)| {
-            let (cos, sin): (Vec<f32>, Vec<f32>) = inv_freq
-                .iter()
-                .map(|f| {
-                    let theta = (pos as f32 * f) as f64;
-                    (theta.cos() as f32, theta.sin() as f32)
-                })
-                .unzip();
-            for head in row.chunks_exact_mut(p.head_dim) {
-                for i in 0..half {
-                    let (a, b) = match p.style {
-                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                        RopeStyle::Neox => (i, i + half),
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * cos[i] - x1 * sin[i];
-                    head[b] = x0 * sin[i] + x1 * cos[i];
-                }
+    par::chunks(par, x, row_len, |r, row| {
+        let pos = positions[r];
+        let (cos, sin): (Vec<f32>, Vec<f32>) = inv_freq
+            .iter()
+            .map(|f| {
+                let theta = (pos as f32 * f) as f64;
+                (theta.cos() as f32, theta.sin() as f32)
+            })
+            .unzip();
+        for head in row.chunks_exact_mut(p.head_dim) {
+            for i in 0..half {
+                let (a, b) = match p.style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos[i] - x1 * sin[i];
+                head[b] = x0 * sin[i] + x1 * cos[i];
             }
-        });
+        }
+    });
 }

@@ -67,14 +67,14 @@ impl Isa {
         }
     }
 
-    /// Weight rows per GEMM panel, or `None` when this instruction set has no
-    /// GEMM microkernel (the row-dot path serves every `m` then).
-    pub(crate) fn gemm_nr(self) -> Option<usize> {
+    /// GEMM microkernel tile (activation rows, weight rows), or `None` when
+    /// this instruction set has no GEMM kernel (row dots serve every `m` then).
+    pub(crate) fn gemm_tile(self) -> Option<(usize, usize)> {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(x86::avx512::NR),
+            Isa::Avx512 => Some((x86::avx512::MR, x86::avx512::NR)),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(x86::avx2::NR),
+            Isa::Avx2 => Some((x86::avx2::MR, x86::avx2::NR)),
             _ => None,
         }
     }
@@ -235,8 +235,25 @@ fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// `x` (`[m, k]`) regrouped as `[ceil(m / mr), k, mr]` (zero-padded), so the
+/// GEMM microkernel reads its `mr` activation rows as one contiguous stream:
+/// rows `k` floats apart would alias in L1 whenever `4k` is a multiple of 4 KiB.
+pub(crate) fn pack_activations(x: &[f32], m: usize, k: usize, mr: usize) -> Vec<f32> {
+    let blocks = m.div_ceil(mr);
+    let mut out = vec![0f32; blocks * k * mr];
+    for (i, row) in x.chunks_exact(k).take(m).enumerate() {
+        let block = &mut out[(i / mr) * k * mr..];
+        for (kk, v) in row.iter().enumerate() {
+            block[kk * mr + i % mr] = *v;
+        }
+    }
+    out
+}
+
 /// `y[i * ldy + j] = Σ_k x[i, k] * panel[k, j]` for `i < m`, `j < ncols`;
-/// `panel` is `[k, isa.gemm_nr()]`. Only for instruction sets with a GEMM kernel.
+/// `panel` is `[k, nr]` and `xp` the activations packed by
+/// [`pack_activations`] with this instruction set's [`Isa::gemm_tile`].
+/// Only for instruction sets with a GEMM kernel.
 ///
 /// # Safety
 /// `y` must be valid for writes of `ncols` values at `y + i * ldy` for every `i < m`.
@@ -244,20 +261,20 @@ fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) unsafe fn gemm_panel(
     isa: Isa,
     panel: &[f32],
-    x: &[f32],
+    xp: &[f32],
     m: usize,
     k: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
 ) {
-    let nr = isa.gemm_nr().unwrap_or(0);
-    assert!(panel.len() >= k * nr && x.len() >= m * k && ncols <= nr);
+    let (mr, nr) = isa.gemm_tile().unwrap_or((1, 0));
+    assert!(panel.len() >= k * nr && xp.len() >= m.div_ceil(mr) * mr * k && ncols <= nr);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512::gemm_panel(panel, x, m, k, y, ldy, ncols),
+        Isa::Avx512 => x86::avx512::gemm_panel(panel, xp, m, k, y, ldy, ncols),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2::gemm_panel(panel, x, m, k, y, ldy, ncols),
+        Isa::Avx2 => x86::avx2::gemm_panel(panel, xp, m, k, y, ldy, ncols),
         _ => {}
     }
 }

@@ -16,6 +16,13 @@ unsafe fn zero() -> V {
 unsafe fn splat(v: f32) -> V {
     V(_mm256_set1_ps(v), _mm256_set1_ps(v))
 }
+/// Lane 0 of `v` in every lane.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bcast(v: __m128) -> V {
+    let b = _mm256_broadcastss_ps(v);
+    V(b, b)
+}
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn loadu(p: *const f32) -> V {
@@ -98,9 +105,10 @@ unsafe fn bf16_to_f32(p: *const u8) -> V {
 pub(crate) const NR: usize = 16;
 /// Activation rows per microkernel call: 6 x 2 accumulators + 2 panel
 /// registers + 1 broadcast fit the 16 ymm registers.
-const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 
-/// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of `x`.
+/// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of the
+/// packed activation block `x` (`[k, MR]`).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro<const R: usize>(
     panel: *const f32,
@@ -115,7 +123,7 @@ unsafe fn micro<const R: usize>(
         let p0 = _mm256_loadu_ps(panel.add(kk * NR));
         let p1 = _mm256_loadu_ps(panel.add(kk * NR + 8));
         for (i, a) in acc.iter_mut().enumerate() {
-            let xv = _mm256_set1_ps(*x.add(i * k + kk));
+            let xv = _mm256_set1_ps(*x.add(kk * MR + i));
             a[0] = _mm256_fmadd_ps(xv, p0, a[0]);
             a[1] = _mm256_fmadd_ps(xv, p1, a[1]);
         }
@@ -134,7 +142,8 @@ unsafe fn micro<const R: usize>(
     }
 }
 
-/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`.
+/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`, packed as
+/// `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn gemm_panel(
     panel: &[f32],

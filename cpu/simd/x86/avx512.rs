@@ -15,6 +15,12 @@ unsafe fn zero() -> V {
 unsafe fn splat(v: f32) -> V {
     _mm512_set1_ps(v)
 }
+/// Lane 0 of `v` in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn bcast(v: __m128) -> V {
+    _mm512_broadcastss_ps(v)
+}
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn loadu(p: *const f32) -> V {
@@ -77,10 +83,10 @@ unsafe fn bf16_to_f32(p: *const u8) -> V {
 pub(crate) const NR: usize = 32;
 /// Activation rows per microkernel call: 12 x 2 accumulators + 2 panel
 /// registers fit the 32 zmm registers.
-const MR: usize = 12;
+pub(crate) const MR: usize = 12;
 
-/// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of `x`
-/// (stride `k`) and output rows of stride `ldy`. `panel` is `k x NR`.
+/// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of the
+/// packed activation block `x` (`[k, MR]`) and output rows of stride `ldy`. `panel` is `k x NR`.
 #[target_feature(enable = "avx512f")]
 unsafe fn micro<const R: usize>(
     panel: *const f32,
@@ -95,7 +101,7 @@ unsafe fn micro<const R: usize>(
         let p0 = _mm512_loadu_ps(panel.add(kk * NR));
         let p1 = _mm512_loadu_ps(panel.add(kk * NR + 16));
         for (i, a) in acc.iter_mut().enumerate() {
-            let xv = _mm512_set1_ps(*x.add(i * k + kk));
+            let xv = _mm512_set1_ps(*x.add(kk * MR + i));
             a[0] = _mm512_fmadd_ps(xv, p0, a[0]);
             a[1] = _mm512_fmadd_ps(xv, p1, a[1]);
         }
@@ -113,7 +119,8 @@ unsafe fn micro<const R: usize>(
     }
 }
 
-/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`.
+/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`, packed as
+/// `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`).
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn gemm_panel(
     panel: &[f32],

@@ -21,6 +21,24 @@ macro_rules! shared_kernels {
             _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
         }
 
+        /// Little-endian f16 at `p`, broadcast (stays in vector registers).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn h2f_splat(p: *const u8) -> V {
+            let bits = core::ptr::read_unaligned(p as *const u16);
+            bcast(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+        }
+
+        /// Two consecutive little-endian f16 at `p` (a block's `d` and `m`),
+        /// each broadcast: one conversion instead of two.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn h2f_pair(p: *const u8) -> (V, V) {
+            let bits = core::ptr::read_unaligned(p as *const i32);
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+            (bcast(dm), bcast(_mm_movehdup_ps(dm)))
+        }
+
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn load128(p: *const u8) -> __m128i {
@@ -68,7 +86,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn decode_q8_0(b: *const u8) -> [V; 2] {
-            let d = splat(h2f(b));
+            let d = h2f_splat(b);
             [
                 mul(i8_to_f32(load128(b.add(2))), d),
                 mul(i8_to_f32(load128(b.add(18))), d),
@@ -79,7 +97,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn decode_q4_0(b: *const u8) -> [V; 2] {
-            let d = splat(h2f(b));
+            let d = h2f_splat(b);
             let (lo, hi) = nibbles(load128(b.add(2)));
             let eight = _mm_set1_epi8(8);
             [
@@ -92,7 +110,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn decode_q4_1(b: *const u8) -> [V; 2] {
-            let (d, m) = (splat(h2f(b)), splat(h2f(b.add(2))));
+            let (d, m) = h2f_pair(b);
             let (lo, hi) = nibbles(load128(b.add(4)));
             [add(mul(u8_to_f32(lo), d), m), add(mul(u8_to_f32(hi), d), m)]
         }
@@ -101,7 +119,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn decode_q5_0(b: *const u8) -> [V; 2] {
-            let d = splat(h2f(b));
+            let d = h2f_splat(b);
             let qh = core::ptr::read_unaligned(b.add(2) as *const u32);
             let (lo, hi) = nibbles(load128(b.add(6)));
             let lo = _mm_or_si128(lo, bits_to_0x10(qh));
@@ -117,7 +135,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn decode_q5_1(b: *const u8) -> [V; 2] {
-            let (d, m) = (splat(h2f(b)), splat(h2f(b.add(2))));
+            let (d, m) = h2f_pair(b);
             let qh = core::ptr::read_unaligned(b.add(4) as *const u32);
             let (lo, hi) = nibbles(load128(b.add(8)));
             let lo = _mm_or_si128(lo, bits_to_0x10(qh));
