@@ -17,7 +17,11 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
-        .map_err(|e| Error::Invalid(format!("cannot start a thread pool for the copy benchmark: {e}")))?;
+        .map_err(|e| {
+            Error::Invalid(format!(
+                "cannot start a thread pool for the copy benchmark: {e}"
+            ))
+        })?;
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
     // Slices of a few MiB keep every thread busy without splitting pages finely.
@@ -46,7 +50,9 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
 pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize) -> Result<f64> {
     let bytes = bytes / 4 * 4;
     if bytes == 0 || copies == 0 {
-        return Err(Error::Invalid("the copy benchmark needs a nonzero size and count".into()));
+        return Err(Error::Invalid(
+            "the copy benchmark needs a nonzero size and count".into(),
+        ));
     }
     let a = be.alloc(bytes)?;
     let b = match be.alloc(bytes) {

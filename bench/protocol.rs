@@ -74,7 +74,12 @@ impl Protocol {
     /// llama-bench's matrix: every prompt length at every depth, then every
     /// generation length at every depth; zero lengths are skipped (`-p 0`
     /// runs only tg tests).
-    pub fn new(prompt: &[usize], gen: &[usize], depth: &[usize], repetitions: usize) -> Result<Protocol> {
+    pub fn new(
+        prompt: &[usize],
+        gen: &[usize],
+        depth: &[usize],
+        repetitions: usize,
+    ) -> Result<Protocol> {
         if repetitions == 0 {
             return Err(Error::Invalid("at least one repetition is needed".into()));
         }
@@ -83,7 +88,11 @@ impl Protocol {
         for (kind, lens) in [(TestKind::Pp, prompt), (TestKind::Tg, gen)] {
             for &tokens in lens.iter().filter(|&&n| n > 0) {
                 for &depth in depths {
-                    tests.push(TestSpec { kind, tokens, depth });
+                    tests.push(TestSpec {
+                        kind,
+                        tokens,
+                        depth,
+                    });
                 }
             }
         }
@@ -92,7 +101,11 @@ impl Protocol {
                 "no test to run: every prompt and generation length is 0".into(),
             ));
         }
-        Ok(Protocol { tests, repetitions, seed: 0 })
+        Ok(Protocol {
+            tests,
+            repetitions,
+            seed: 0,
+        })
     }
 
     /// A cache that holds the longest test and a batch as large as the
@@ -126,7 +139,10 @@ impl TestResult {
     /// Tokens per second of each repetition.
     pub fn samples_ts(&self) -> Vec<f64> {
         let n = self.spec.tokens as f64;
-        self.samples_ns.iter().map(|&ns| n * 1e9 / ns.max(1) as f64).collect()
+        self.samples_ns
+            .iter()
+            .map(|&ns| n * 1e9 / ns.max(1) as f64)
+            .collect()
     }
     pub fn avg_ts(&self) -> f64 {
         mean(&self.samples_ts())
@@ -150,7 +166,12 @@ fn stddev(v: &[f64]) -> f64 {
 }
 
 /// Warm up, then time `repetitions` runs of `spec` on `model`.
-pub fn run_test(model: &mut Model, spec: &TestSpec, repetitions: usize, seed: u64) -> Result<TestResult> {
+pub fn run_test(
+    model: &mut Model,
+    spec: &TestSpec,
+    repetitions: usize,
+    seed: u64,
+) -> Result<TestResult> {
     if spec.context() > model.capacity() {
         return Err(Error::Invalid(format!(
             "test {} needs {} cache positions but the model was loaded with {}",
@@ -186,7 +207,10 @@ pub fn run_test(model: &mut Model, spec: &TestSpec, repetitions: usize, seed: u6
         }
     }
     model.reset();
-    Ok(TestResult { spec: *spec, samples_ns })
+    Ok(TestResult {
+        spec: *spec,
+        samples_ns,
+    })
 }
 
 /// What the table says about a model file.
@@ -327,7 +351,14 @@ fn params_label(n: u64) -> String {
 /// The markdown table llama-bench prints, plus the tg roofline column.
 pub fn markdown_table(records: &[Record]) -> String {
     let header = [
-        "model", "size", "params", "backend", "device", "test", "t/s", "weights GB/s (% of copy BW)",
+        "model",
+        "size",
+        "params",
+        "backend",
+        "device",
+        "test",
+        "t/s",
+        "weights GB/s (% of copy BW)",
     ];
     let rows: Vec<[String; 8]> = records
         .iter()
@@ -374,7 +405,11 @@ pub fn markdown_table(records: &[Record]) -> String {
     out.push('|');
     for (w, r) in widths.iter().zip(right) {
         let dashes = "-".repeat(w + 1);
-        let _ = if r { write!(out, "{dashes}:|") } else { write!(out, "{dashes}-|") };
+        let _ = if r {
+            write!(out, "{dashes}:|")
+        } else {
+            write!(out, "{dashes}-|")
+        };
     }
     out.push('\n');
     for row in &rows {
@@ -402,7 +437,11 @@ mod tests {
     #[test]
     fn statistics_are_per_repetition() {
         let r = TestResult {
-            spec: TestSpec { kind: TestKind::Tg, tokens: 10, depth: 0 },
+            spec: TestSpec {
+                kind: TestKind::Tg,
+                tokens: 10,
+                depth: 0,
+            },
             samples_ns: vec![1_000_000_000, 500_000_000],
         };
         assert_eq!(r.samples_ts(), vec![10.0, 20.0]);

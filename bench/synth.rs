@@ -86,11 +86,66 @@ const fn llama(
 
 /// Every shape `synth` knows; the `tiny*` ones are for tests.
 pub const SHAPES: &[Shape] = &[
-    llama("smollm2-135m", 576, 30, 9, 3, 1536, 49152, 100_000.0, true, 8192),
-    llama("tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 10_000.0, false, 2048),
-    llama("llama3.2-1b", 2048, 16, 32, 8, 8192, 128_256, 500_000.0, true, 131_072),
-    llama("llama3.2-3b", 3072, 28, 24, 8, 8192, 128_256, 500_000.0, true, 131_072),
-    llama("llama3.1-8b", 4096, 32, 32, 8, 14336, 128_256, 500_000.0, false, 131_072),
+    llama(
+        "smollm2-135m",
+        576,
+        30,
+        9,
+        3,
+        1536,
+        49152,
+        100_000.0,
+        true,
+        8192,
+    ),
+    llama(
+        "tinyllama-1.1b",
+        2048,
+        22,
+        32,
+        4,
+        5632,
+        32000,
+        10_000.0,
+        false,
+        2048,
+    ),
+    llama(
+        "llama3.2-1b",
+        2048,
+        16,
+        32,
+        8,
+        8192,
+        128_256,
+        500_000.0,
+        true,
+        131_072,
+    ),
+    llama(
+        "llama3.2-3b",
+        3072,
+        28,
+        24,
+        8,
+        8192,
+        128_256,
+        500_000.0,
+        true,
+        131_072,
+    ),
+    llama(
+        "llama3.1-8b",
+        4096,
+        32,
+        32,
+        8,
+        14336,
+        128_256,
+        500_000.0,
+        false,
+        131_072,
+    ),
     Shape {
         name: "qwen3-0.6b",
         arch: Arch::Qwen3,
@@ -128,7 +183,10 @@ pub const SHAPES: &[Shape] = &[
 pub fn shape(name: &str) -> Result<&'static Shape> {
     SHAPES.iter().find(|s| s.name == name).ok_or_else(|| {
         let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
-        Error::Invalid(format!("unknown shape '{name}' (known: {})", known.join(", ")))
+        Error::Invalid(format!(
+            "unknown shape '{name}' (known: {})",
+            known.join(", ")
+        ))
     })
 }
 
@@ -143,7 +201,13 @@ pub enum Quant {
 }
 
 impl Quant {
-    pub const ALL: [Quant; 5] = [Quant::F16, Quant::Q8_0, Quant::Q4_0, Quant::Q4_1, Quant::Q4KM];
+    pub const ALL: [Quant; 5] = [
+        Quant::F16,
+        Quant::Q8_0,
+        Quant::Q4_0,
+        Quant::Q4_1,
+        Quant::Q4KM,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -157,10 +221,16 @@ impl Quant {
 
     pub fn from_name(name: &str) -> Result<Quant> {
         let lower = name.to_ascii_lowercase();
-        Quant::ALL.into_iter().find(|q| q.name() == lower).ok_or_else(|| {
-            let known: Vec<&str> = Quant::ALL.iter().map(|q| q.name()).collect();
-            Error::Invalid(format!("unknown quantization '{name}' (known: {})", known.join(", ")))
-        })
+        Quant::ALL
+            .into_iter()
+            .find(|q| q.name() == lower)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Quant::ALL.iter().map(|q| q.name()).collect();
+                Error::Invalid(format!(
+                    "unknown quantization '{name}' (known: {})",
+                    known.join(", ")
+                ))
+            })
     }
 
     /// llama.cpp's `general.file_type` (`llama_ftype`).
@@ -228,11 +298,18 @@ impl TensorPlan {
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third one between.
 fn use_more_bits(layer: usize, n_layers: usize) -> bool {
     let eighth = n_layers / 8;
-    layer < eighth || layer >= 7 * n_layers / 8 || (layer >= eighth && (layer - eighth) % 3 == 2)
+    layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2
 }
 
 /// The storage type of a tensor under `quant` (see the module docs).
-pub fn tensor_type(quant: Quant, role: Role, layer: usize, n_layers: usize, cols: usize, tied: bool) -> DType {
+pub fn tensor_type(
+    quant: Quant,
+    role: Role,
+    layer: usize,
+    n_layers: usize,
+    cols: usize,
+    tied: bool,
+) -> DType {
     if role == Role::Norm {
         return DType::F32;
     }
@@ -242,7 +319,7 @@ pub fn tensor_type(quant: Quant, role: Role, layer: usize, n_layers: usize, cols
     let base = quant.base();
     let is_output = role == Role::Output || (tied && role == Role::TokenEmbd);
     let dtype = if is_output {
-        if cols % QK_K != 0 || base == DType::Q8_0 {
+        if !cols.is_multiple_of(QK_K) || base == DType::Q8_0 {
             DType::Q8_0
         } else {
             DType::Q6K
@@ -255,7 +332,7 @@ pub fn tensor_type(quant: Quant, role: Role, layer: usize, n_layers: usize, cols
     } else {
         base
     };
-    if cols % QK_K == 0 {
+    if cols.is_multiple_of(QK_K) {
         return dtype;
     }
     match dtype {
@@ -273,9 +350,21 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
     let mut out = Vec::new();
     let mut add = |name: String, role: Role, layer: usize, rows: usize, cols: usize| {
         let dtype = tensor_type(quant, role, layer, s.layers, cols, s.tied);
-        out.push(TensorPlan { name, role, rows, cols, dtype });
+        out.push(TensorPlan {
+            name,
+            role,
+            rows,
+            cols,
+            dtype,
+        });
     };
-    add("token_embd.weight".into(), Role::TokenEmbd, 0, s.vocab, s.hidden);
+    add(
+        "token_embd.weight".into(),
+        Role::TokenEmbd,
+        0,
+        s.vocab,
+        s.hidden,
+    );
     for i in 0..s.layers {
         let n = |t: &str| format!("blk.{i}.{t}.weight");
         add(n("attn_norm"), Role::Norm, i, 1, s.hidden);
@@ -335,14 +424,21 @@ pub fn write(
         Some(d) => donor_tokenizer(d, shape.vocab)?,
         None => byte_tokenizer(shape.vocab)?,
     });
-    let sizes = tensors.iter().map(TensorPlan::bytes).collect::<Result<Vec<usize>>>()?;
+    let sizes = tensors
+        .iter()
+        .map(TensorPlan::bytes)
+        .collect::<Result<Vec<usize>>>()?;
     let total: u64 = sizes.iter().map(|&b| b as u64).sum();
 
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    let mut out = Counted { inner: BufWriter::with_capacity(8 << 20, file), pos: 0 };
+    let mut out = Counted {
+        inner: BufWriter::with_capacity(8 << 20, file),
+        pos: 0,
+    };
     let io = |e| Error::io(path, e);
     out.put(&header(&metadata, &tensors, &sizes)).map_err(io)?;
-    out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64)).map_err(io)?;
+    out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
+        .map_err(io)?;
     let mut done = 0u64;
     for (index, t) in tensors.iter().enumerate() {
         let rows_per_block = (BLOCK_VALUES / t.cols).max(1);
@@ -361,7 +457,8 @@ pub fn write(
             }
             progress(done, total);
         }
-        out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64)).map_err(io)?;
+        out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
+            .map_err(io)?;
     }
     out.inner.flush().map_err(io)?;
     Ok(Summary {
@@ -374,7 +471,8 @@ pub fn write(
 
 /// Independent stream per (seed, tensor, block), so threads cannot change the values.
 fn block_seed(seed: u64, tensor: usize, block: usize) -> u64 {
-    let mut x = seed ^ (tensor as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (block as u64).rotate_left(32);
+    let mut x =
+        seed ^ (tensor as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (block as u64).rotate_left(32);
     // splitmix64 finalizer: nearby inputs give unrelated seeds.
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -413,9 +511,18 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
     let a = s.arch.gguf_name();
     let u32v = |v: usize| GgufValue::U32(v as u32);
     let mut m = vec![
-        ("general.architecture".to_owned(), GgufValue::String(a.to_owned())),
-        ("general.name".to_owned(), GgufValue::String(format!("synthetic-{}-{}", s.name, quant.name()))),
-        ("general.file_type".to_owned(), GgufValue::U32(quant.file_type())),
+        (
+            "general.architecture".to_owned(),
+            GgufValue::String(a.to_owned()),
+        ),
+        (
+            "general.name".to_owned(),
+            GgufValue::String(format!("synthetic-{}-{}", s.name, quant.name())),
+        ),
+        (
+            "general.file_type".to_owned(),
+            GgufValue::U32(quant.file_type()),
+        ),
         ("general.quantization_version".to_owned(), GgufValue::U32(2)),
     ];
     let arch_keys = [
@@ -427,7 +534,10 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
         ("attention.head_count_kv", u32v(s.kv_heads)),
         ("attention.key_length", u32v(s.head_dim)),
         ("attention.value_length", u32v(s.head_dim)),
-        ("attention.layer_norm_rms_epsilon", GgufValue::F32(s.norm_eps)),
+        (
+            "attention.layer_norm_rms_epsilon",
+            GgufValue::F32(s.norm_eps),
+        ),
         ("rope.freq_base", GgufValue::F32(s.rope_base)),
         ("rope.dimension_count", u32v(s.head_dim)),
         ("vocab_size", u32v(s.vocab)),
@@ -455,7 +565,10 @@ fn fit_vocab(tokens: &mut Vec<GgufValue>, types: &mut Vec<GgufValue>, vocab: usi
 /// special-token ids outside the new vocabulary are dropped.
 fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)>> {
     let g = GgufFile::open(donor)?;
-    let bad = |msg: &str| Error::Gguf { path: donor.to_path_buf(), msg: msg.to_owned() };
+    let bad = |msg: &str| Error::Gguf {
+        path: donor.to_path_buf(),
+        msg: msg.to_owned(),
+    };
     let list = |key: &str| -> Result<Vec<GgufValue>> {
         g.get_array(key)?
             .map(<[GgufValue]>::to_vec)
@@ -464,7 +577,9 @@ fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)
     let mut tokens = list("tokenizer.ggml.tokens")?;
     let mut types = list("tokenizer.ggml.token_type")?;
     if tokens.len() != types.len() {
-        return Err(bad("tokenizer.ggml.tokens and tokenizer.ggml.token_type differ in length"));
+        return Err(bad(
+            "tokenizer.ggml.tokens and tokenizer.ggml.token_type differ in length",
+        ));
     }
     fit_vocab(&mut tokens, &mut types, vocab);
     let mut out = Vec::new();
@@ -475,7 +590,11 @@ fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)
         let value = match key.as_str() {
             "tokenizer.ggml.tokens" => GgufValue::Array(tokens.clone()),
             "tokenizer.ggml.token_type" => GgufValue::Array(types.clone()),
-            k if k.ends_with("_token_id") && value.as_u64().is_some_and(|id| id >= vocab as u64) => continue,
+            k if k.ends_with("_token_id")
+                && value.as_u64().is_some_and(|id| id >= vocab as u64) =>
+            {
+                continue
+            }
             _ => value.clone(),
         };
         out.push((key.clone(), value));
@@ -486,7 +605,9 @@ fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)
 /// GPT-2's byte-to-character map: printable bytes stand for themselves, the
 /// rest map to code points from 256 up, so every byte is one visible char.
 fn byte_char(b: u8) -> char {
-    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let printable = |b: u8| {
+        (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+    };
     if printable(b) {
         return char::from(b);
     }
@@ -516,13 +637,19 @@ fn byte_tokenizer(vocab: usize) -> Result<Vec<(String, GgufValue)>> {
     let s = |v: &str| GgufValue::String(v.to_owned());
     Ok(vec![
         ("tokenizer.ggml.model".into(), s("gpt2")),
-        ("tokenizer.ggml.pre".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("default")),
         ("tokenizer.ggml.tokens".into(), GgufValue::Array(tokens)),
         ("tokenizer.ggml.token_type".into(), GgufValue::Array(types)),
-        ("tokenizer.ggml.merges".into(), GgufValue::Array(vec![s(&format!("{space} t"))])),
+        (
+            "tokenizer.ggml.merges".into(),
+            GgufValue::Array(vec![s(&format!("{space} t"))]),
+        ),
         ("tokenizer.ggml.bos_token_id".into(), GgufValue::U32(0)),
         ("tokenizer.ggml.eos_token_id".into(), GgufValue::U32(0)),
-        ("tokenizer.ggml.add_bos_token".into(), GgufValue::Bool(false)),
+        (
+            "tokenizer.ggml.add_bos_token".into(),
+            GgufValue::Bool(false),
+        ),
     ])
 }
 
@@ -576,7 +703,9 @@ fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
         GgufValue::String(s) => put_str(out, s),
         GgufValue::Array(items) => {
             // Element type from the first item; an empty array reads back the same as any type.
-            let ty = items.first().map_or(GgufValue::U8(0).type_id(), GgufValue::type_id);
+            let ty = items
+                .first()
+                .map_or(GgufValue::U8(0).type_id(), GgufValue::type_id);
             out.extend_from_slice(&ty.to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
             for item in items {
@@ -617,7 +746,9 @@ mod tests {
         let s = shape("llama3.1-8b").unwrap();
         let p = plan(s, Quant::Q4KM);
         let count = |suffix: &str, t: DType| {
-            p.iter().filter(|x| x.name.ends_with(suffix) && x.dtype == t).count()
+            p.iter()
+                .filter(|x| x.name.ends_with(suffix) && x.dtype == t)
+                .count()
         };
         assert_eq!(count("attn_v.weight", DType::Q6K), 16);
         assert_eq!(count("ffn_down.weight", DType::Q6K), 16);

@@ -19,19 +19,48 @@ pub struct BenchArgs {
     #[arg(short = 'm', long, value_name = "PATH", num_args = 1..)]
     model: Vec<PathBuf>,
     /// Backends to compare, comma-separated
-    #[arg(short = 'b', long, value_enum, value_delimiter = ',', default_value = "auto")]
+    #[arg(
+        short = 'b',
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "auto"
+    )]
     backend: Vec<BackendKind>,
     /// Prompt lengths (pp tests), comma-separated; 0 skips pp
-    #[arg(short = 'p', long = "n-prompt", value_name = "N", value_delimiter = ',', default_value = "512")]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
     prompt: Vec<usize>,
     /// Generation lengths (tg tests), comma-separated; 0 skips tg
-    #[arg(short = 'n', long = "n-gen", value_name = "N", value_delimiter = ',', default_value = "128")]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     gen: Vec<usize>,
     /// Cache depths each test starts from, comma-separated
-    #[arg(short = 'd', long = "n-depth", value_name = "N", value_delimiter = ',', default_value = "0")]
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
     depth: Vec<usize>,
     /// Timed repetitions of each test (after one warm-up)
-    #[arg(short = 'r', long = "repetitions", value_name = "N", default_value = "5")]
+    #[arg(
+        short = 'r',
+        long = "repetitions",
+        value_name = "N",
+        default_value = "5"
+    )]
     repetitions: NonZeroUsize,
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
@@ -59,7 +88,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     } else {
         a.model
             .iter()
-            .map(|m| super::model_path(&ModelArg { model: Some(m.clone()) }))
+            .map(|m| {
+                super::model_path(&ModelArg {
+                    model: Some(m.clone()),
+                })
+            })
             .collect::<Result<Vec<_>>>()?
     };
     let threads = a.threads.map(NonZeroUsize::get);
@@ -69,7 +102,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     for path in &models {
         let info = ModelInfo::read(path)?;
         for &kind in &a.backend {
-            let be = super::open_backend(&BackendArgs { backend: kind, threads: a.threads, ctx: None })?;
+            let be = super::open_backend(&BackendArgs {
+                backend: kind,
+                threads: a.threads,
+                ctx: None,
+            })?;
             let mut model = Model::load(be, path, &protocol.load_options(), &mut |_, _| {})?;
             let full = model.backend_name();
             let (backend, device) = split_name(&full);
@@ -82,7 +119,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 }
             };
             let n_threads = (backend == "cpu").then(|| {
-                threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+                threads.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+                })
             });
             let ctx = RunContext {
                 model: info.clone(),

@@ -38,13 +38,22 @@ pub fn run(a: SynthArgs) -> Result<()> {
         ProgressDrawTarget::hidden()
     };
     let bar = ProgressBar::with_draw_target(None, target);
-    if let Ok(style) = ProgressStyle::with_template("writing {bar:40} {bytes}/{total_bytes} {elapsed}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("writing {bar:40} {bytes}/{total_bytes} {elapsed}")
+    {
         bar.set_style(style);
     }
-    let summary = synth::write(shape, quant, &a.output, a.seed, a.donor.as_deref(), &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
+    let summary = synth::write(
+        shape,
+        quant,
+        &a.output,
+        a.seed,
+        a.donor.as_deref(),
+        &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    );
     bar.finish_and_clear();
     let s = summary?;
     eprintln!(

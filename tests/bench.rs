@@ -19,20 +19,35 @@ fn donor() -> PathBuf {
 
 /// Every tensor of `g` as name -> (ggml dims, dtype).
 fn tensor_map(g: &GgufFile) -> HashMap<String, (Vec<u64>, DType)> {
-    g.tensors().iter().map(|t| (t.name.clone(), (t.dims.clone(), t.dtype))).collect()
+    g.tensors()
+        .iter()
+        .map(|t| (t.name.clone(), (t.dims.clone(), t.dtype)))
+        .collect()
 }
 
 /// Load `path` on the CPU and check one forward pass gives finite logits and an in-vocabulary token.
 fn forward_on_cpu(path: &Path) -> ModelConfig {
-    let opts = LoadOptions { context: Some(32), max_batch: 8, ..LoadOptions::default() };
+    let opts = LoadOptions {
+        context: Some(32),
+        max_batch: 8,
+        ..LoadOptions::default()
+    };
     let mut m = Model::load(common::cpu(), path, &opts, &mut |_, _| {}).unwrap();
     let cfg = m.config().clone();
     let ModelOutput::Logits(logits) = m.forward(&[1, 2, 3, 4], Want::LastLogits).unwrap() else {
         panic!("asked for logits");
     };
     assert_eq!(logits.len(), cfg.vocab);
-    assert!(logits.iter().all(|x| x.is_finite()), "{}: non-finite logits", path.display());
-    assert!(logits.iter().any(|&x| x != logits[0]), "{}: constant logits", path.display());
+    assert!(
+        logits.iter().all(|x| x.is_finite()),
+        "{}: non-finite logits",
+        path.display()
+    );
+    assert!(
+        logits.iter().any(|&x| x != logits[0]),
+        "{}: constant logits",
+        path.display()
+    );
     let t = m.next_token(&[5]).unwrap();
     assert!((t as usize) < cfg.vocab);
     cfg
@@ -52,15 +67,45 @@ fn synth_tiny_shapes_reload_with_planned_types_and_run() {
             assert_eq!(g.tensors().len(), plan.len());
             let got = tensor_map(&g);
             for t in &plan {
-                assert_eq!(got.get(&t.name), Some(&(t.dims(), t.dtype)), "{name} {}: {}", quant.name(), t.name);
+                assert_eq!(
+                    got.get(&t.name),
+                    Some(&(t.dims(), t.dtype)),
+                    "{name} {}: {}",
+                    quant.name(),
+                    t.name
+                );
             }
             assert_eq!(g.architecture().unwrap(), shape.arch.gguf_name());
-            assert_eq!(g.get_u64("general.file_type").unwrap(), Some(quant.file_type() as u64));
-            assert_eq!(g.get_array("tokenizer.ggml.tokens").unwrap().map(|a| a.len()), Some(shape.vocab));
+            assert_eq!(
+                g.get_u64("general.file_type").unwrap(),
+                Some(quant.file_type() as u64)
+            );
+            assert_eq!(
+                g.get_array("tokenizer.ggml.tokens")
+                    .unwrap()
+                    .map(|a| a.len()),
+                Some(shape.vocab)
+            );
             let cfg = forward_on_cpu(&path);
             assert_eq!(
-                (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, cfg.vocab),
-                (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.ffn, shape.vocab)
+                (
+                    cfg.n_layer,
+                    cfg.n_embd,
+                    cfg.n_head,
+                    cfg.n_head_kv,
+                    cfg.head_dim,
+                    cfg.n_ff,
+                    cfg.vocab
+                ),
+                (
+                    shape.layers,
+                    shape.hidden,
+                    shape.heads,
+                    shape.kv_heads,
+                    shape.head_dim,
+                    shape.ffn,
+                    shape.vocab
+                )
             );
             assert_eq!(cfg.qk_norm, name == "tiny-qwen3");
         }
@@ -85,7 +130,15 @@ fn synth_is_deterministic_in_the_seed() {
 fn synth_weights_are_well_scaled() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f16.gguf");
-    synth::write(synth::shape("tiny").unwrap(), Quant::F16, &path, 3, None, &mut |_, _| {}).unwrap();
+    synth::write(
+        synth::shape("tiny").unwrap(),
+        Quant::F16,
+        &path,
+        3,
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let g = GgufFile::open(&path).unwrap();
     let values = |name: &str| {
         let t = g.tensor(name).unwrap();
@@ -96,9 +149,15 @@ fn synth_weights_are_well_scaled() {
     let q = values("blk.0.attn_q.weight");
     let mean = q.iter().sum::<f32>() / q.len() as f32;
     let std = (q.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / q.len() as f32).sqrt();
-    assert!(mean.abs() < 1e-3 && (std - 0.02).abs() < 1e-3, "attn_q mean {mean} std {std}");
+    assert!(
+        mean.abs() < 1e-3 && (std - 0.02).abs() < 1e-3,
+        "attn_q mean {mean} std {std}"
+    );
     let norm = values("blk.0.attn_norm.weight");
-    assert!(norm.iter().all(|x| (x - 1.0).abs() < 0.1), "norm weights should be near 1");
+    assert!(
+        norm.iter().all(|x| (x - 1.0).abs() < 0.1),
+        "norm weights should be near 1"
+    );
 }
 
 #[test]
@@ -123,13 +182,22 @@ fn synth_smollm2_matches_the_real_file() {
 }
 
 fn vkllm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vkllm")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn tiny_model(dir: &Path) -> String {
     let path = dir.join("tiny.gguf").display().to_string();
-    let out = vkllm(&["synth", "--shape", "tiny", "--quant", "q4_0", "-o", &path, "--seed", "5"]);
-    assert!(out.status.success(), "synth failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = vkllm(&[
+        "synth", "--shape", "tiny", "--quant", "q4_0", "-o", &path, "--seed", "5",
+    ]);
+    assert!(
+        out.status.success(),
+        "synth failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     path
 }
 
@@ -138,24 +206,59 @@ fn bench_json_has_every_record_and_repetition() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
     let out = vkllm(&[
-        "bench", "-m", &model, "-b", "cpu", "-p", "8", "-n", "4", "-d", "0,8", "-r", "2", "-t", "1", "--copy-mib",
-        "1", "--json",
+        "bench",
+        "-m",
+        &model,
+        "-b",
+        "cpu",
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-d",
+        "0,8",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--copy-mib",
+        "1",
+        "--json",
     ]);
-    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let records: Value = serde_json::from_slice(&out.stdout).unwrap();
     let records = records.as_array().unwrap();
-    let tests: Vec<&str> = records.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    let tests: Vec<&str> = records
+        .iter()
+        .map(|r| r["test"].as_str().unwrap())
+        .collect();
     assert_eq!(tests, ["pp8", "pp8 @ d8", "tg4", "tg4 @ d8"]);
     for r in records {
         assert_eq!(r["model_filename"], "tiny.gguf");
         assert_eq!(r["backend"], "cpu");
         assert_eq!(r["n_threads"], 1);
         assert!(r["device"].is_string());
-        for key in ["model_size", "model_n_params", "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns"] {
+        for key in [
+            "model_size",
+            "model_n_params",
+            "n_prompt",
+            "n_gen",
+            "n_depth",
+            "avg_ns",
+            "stddev_ns",
+        ] {
             assert!(r[key].is_u64(), "{key} should be an integer: {}", r[key]);
         }
         for key in ["avg_ts", "stddev_ts", "copy_gbs"] {
-            assert!(r[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {}", r[key]);
+            assert!(
+                r[key].as_f64().is_some_and(|x| x >= 0.0),
+                "{key}: {}",
+                r[key]
+            );
         }
         let ts = r["samples_ts"].as_array().unwrap();
         let ns = r["samples_ns"].as_array().unwrap();
@@ -167,21 +270,54 @@ fn bench_json_has_every_record_and_repetition() {
         assert_eq!(r["weight_gbs"].is_f64(), tg, "weight_gbs only for tg");
         assert_eq!(r["roofline_pct"].is_f64(), tg, "roofline_pct only for tg");
     }
-    assert_eq!((records[1]["n_prompt"].as_u64(), records[1]["n_depth"].as_u64()), (Some(8), Some(8)));
-    assert_eq!((records[2]["n_gen"].as_u64(), records[2]["n_prompt"].as_u64()), (Some(4), Some(0)));
+    assert_eq!(
+        (
+            records[1]["n_prompt"].as_u64(),
+            records[1]["n_depth"].as_u64()
+        ),
+        (Some(8), Some(8))
+    );
+    assert_eq!(
+        (
+            records[2]["n_gen"].as_u64(),
+            records[2]["n_prompt"].as_u64()
+        ),
+        (Some(4), Some(0))
+    );
 }
 
 #[test]
 fn bench_table_and_bad_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
-    let out = vkllm(&["bench", "-m", &model, "-b", "cpu", "-p", "4", "-n", "2", "-r", "1", "--copy-mib", "0"]);
-    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = vkllm(&[
+        "bench",
+        "-m",
+        &model,
+        "-b",
+        "cpu",
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--copy-mib",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "header, rule, pp4, tg2:\n{table}");
     assert!(lines[0].starts_with("| model") && lines[0].contains("t/s"));
-    assert!(lines[2].contains(" pp4 |") && lines[3].contains(" tg2 |"), "{table}");
+    assert!(
+        lines[2].contains(" pp4 |") && lines[3].contains(" tg2 |"),
+        "{table}"
+    );
 
     let fails = |args: &[&str], why: &str| {
         let out = vkllm(args);
@@ -190,8 +326,14 @@ fn bench_table_and_bad_arguments() {
         assert!(err.contains(why), "{args:?}: expected '{why}' in: {err}");
     };
     fails(&["bench", "-m", &model, "-r", "0"], "repetitions");
-    fails(&["bench", "-m", &model, "-b", "cpu", "-p", "0", "-n", "0"], "no test to run");
-    fails(&["bench", "-m", "/nonexistent.gguf", "-b", "cpu"], "does not exist");
+    fails(
+        &["bench", "-m", &model, "-b", "cpu", "-p", "0", "-n", "0"],
+        "no test to run",
+    );
+    fails(
+        &["bench", "-m", "/nonexistent.gguf", "-b", "cpu"],
+        "does not exist",
+    );
     fails(&["bench", "-m", &model, "-b", "cuda"], "cuda");
     fails(&["synth", "--shape", "gpt5", "-o", "x.gguf"], "gpt5");
 }
