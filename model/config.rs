@@ -137,7 +137,7 @@ impl ModelConfig {
                 self.n_layer, self.n_embd, self.n_head, self.head_dim
             ));
         }
-        if self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!(
                 "{} query heads cannot share {} kv heads evenly",
                 self.n_head, self.n_head_kv
@@ -158,7 +158,11 @@ impl ModelConfig {
             ));
         }
         if self.layers.len() != self.n_layer {
-            return bad(format!("{} layer configs for {} layers", self.layers.len(), self.n_layer));
+            return bad(format!(
+                "{} layer configs for {} layers",
+                self.layers.len(),
+                self.n_layer
+            ));
         }
         Ok(self)
     }
@@ -170,14 +174,19 @@ impl ModelConfig {
         let key = |k: &str| format!("{p}.{k}");
         let need = |k: &str| -> Result<usize> {
             let full = key(k);
-            g.get_u64(&full)?
-                .map(|v| v as usize)
-                .ok_or_else(|| Error::Config(format!("{} lacks metadata key '{full}'", g.path().display())))
+            g.get_u64(&full)?.map(|v| v as usize).ok_or_else(|| {
+                Error::Config(format!(
+                    "{} lacks metadata key '{full}'",
+                    g.path().display()
+                ))
+            })
         };
         let n_layer = need("block_count")?;
         let n_embd = need("embedding_length")?;
         let n_head = need("attention.head_count")?;
-        let n_head_kv = g.get_u64(&key("attention.head_count_kv"))?.map_or(n_head, |v| v as usize);
+        let n_head_kv = g
+            .get_u64(&key("attention.head_count_kv"))?
+            .map_or(n_head, |v| v as usize);
         let head_dim = match g.get_u64(&key("attention.key_length"))? {
             Some(v) => v as usize,
             None if n_head > 0 => n_embd / n_head,
@@ -191,37 +200,66 @@ impl ModelConfig {
             (None, None) => g
                 .get_array("tokenizer.ggml.tokens")?
                 .map(|a| a.len())
-                .ok_or_else(|| Error::Config(format!("{}: vocabulary size unknown", g.path().display())))?,
+                .ok_or_else(|| {
+                    Error::Config(format!("{}: vocabulary size unknown", g.path().display()))
+                })?,
         };
         let f32_key = |k: &str| g.get_f32(&key(k));
         let (norm, norm_eps) = match arch {
-            Arch::Gpt2 => (NormKind::Layer, f32_key("attention.layer_norm_epsilon")?.unwrap_or(1e-5)),
-            _ => (NormKind::Rms, f32_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5)),
+            Arch::Gpt2 => (
+                NormKind::Layer,
+                f32_key("attention.layer_norm_epsilon")?.unwrap_or(1e-5),
+            ),
+            _ => (
+                NormKind::Rms,
+                f32_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+            ),
         };
         let rope_base = f32_key("rope.freq_base")?.unwrap_or(10_000.0);
         let rope = match arch {
             Arch::Gpt2 => None,
             _ => Some(RopeConfig {
                 // llama.cpp permutes llama q/k at conversion so pairs are interleaved.
-                style: if arch == Arch::Llama { RopeStyle::Interleaved } else { RopeStyle::Neox },
-                rot_dim: g.get_u64(&key("rope.dimension_count"))?.map_or(head_dim, |v| v as usize),
+                style: if arch == Arch::Llama {
+                    RopeStyle::Interleaved
+                } else {
+                    RopeStyle::Neox
+                },
+                rot_dim: g
+                    .get_u64(&key("rope.dimension_count"))?
+                    .map_or(head_dim, |v| v as usize),
             }),
         };
         let layers = match arch {
             Arch::Gemma3 => {
                 let window = g.get_u64(&key("attention.sliding_window"))?.unwrap_or(0) as usize;
                 let local_base = f32_key("rope.freq_base_swa")?.unwrap_or(10_000.0);
-                let pattern = gemma_swa_pattern(g, &key("attention.sliding_window_pattern"), n_layer)?;
+                let pattern =
+                    gemma_swa_pattern(g, &key("attention.sliding_window_pattern"), n_layer)?;
                 pattern
                     .into_iter()
-                    .map(|local| if local {
-                        LayerConfig { window, rope_base: local_base }
-                    } else {
-                        LayerConfig { window: 0, rope_base }
+                    .map(|local| {
+                        if local {
+                            LayerConfig {
+                                window,
+                                rope_base: local_base,
+                            }
+                        } else {
+                            LayerConfig {
+                                window: 0,
+                                rope_base,
+                            }
+                        }
                     })
                     .collect()
             }
-            _ => vec![LayerConfig { window: 0, rope_base }; n_layer],
+            _ => vec![
+                LayerConfig {
+                    window: 0,
+                    rope_base
+                };
+                n_layer
+            ],
         };
         let attn_scale = match f32_key("attention.scale")? {
             Some(s) => s,
@@ -239,7 +277,11 @@ impl ModelConfig {
             n_ctx,
             norm,
             norm_eps,
-            act: if matches!(arch, Arch::Gemma3 | Arch::Gpt2) { Activation::GeluTanh } else { Activation::Silu },
+            act: if matches!(arch, Arch::Gemma3 | Arch::Gpt2) {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
             gated_ffn: arch != Arch::Gpt2,
             rope,
             layers,
@@ -267,9 +309,16 @@ impl ModelConfig {
         let arch = Arch::from_hf_model_type(model_type)?;
         let uint = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as usize);
         let float = |k: &str| c.get(k).and_then(Value::as_f64).map(|v| v as f32);
-        let need = |k: &str| uint(k).ok_or_else(|| Error::Config(format!("{origin}: missing or non-integer '{k}'")));
+        let need = |k: &str| {
+            uint(k).ok_or_else(|| Error::Config(format!("{origin}: missing or non-integer '{k}'")))
+        };
         let (n_layer, n_embd, n_head, n_ctx) = if arch == Arch::Gpt2 {
-            (need("n_layer")?, need("n_embd")?, need("n_head")?, need("n_positions")?)
+            (
+                need("n_layer")?,
+                need("n_embd")?,
+                need("n_head")?,
+                need("n_positions")?,
+            )
         } else {
             (
                 need("num_hidden_layers")?,
@@ -292,15 +341,23 @@ impl ModelConfig {
                 let rp = layer_type.and_then(|t| rp.get(t)).unwrap_or(rp);
                 rp.get("rope_theta").and_then(Value::as_f64)
             });
-            from_params.map(|v| v as f32).or_else(|| float("rope_theta")).unwrap_or(default)
+            from_params
+                .map(|v| v as f32)
+                .or_else(|| float("rope_theta"))
+                .unwrap_or(default)
         };
         if let Some(kind) = rope_params
             .and_then(|rp| rp.get("rope_type"))
-            .or_else(|| c.get("rope_scaling").and_then(|s| s.get("rope_type").or_else(|| s.get("type"))))
+            .or_else(|| {
+                c.get("rope_scaling")
+                    .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+            })
             .and_then(Value::as_str)
         {
             if kind != "default" {
-                return Err(Error::Unsupported(format!("{origin}: rope scaling type '{kind}'")));
+                return Err(Error::Unsupported(format!(
+                    "{origin}: rope scaling type '{kind}'"
+                )));
             }
         }
         let partial = rope_params
@@ -316,24 +373,47 @@ impl ModelConfig {
             Arch::Gemma3 => {
                 let window = uint("sliding_window").unwrap_or(0);
                 let types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
-                    Some(t) => t.iter().map(|v| v.as_str().unwrap_or("").to_string()).collect(),
+                    Some(t) => t
+                        .iter()
+                        .map(|v| v.as_str().unwrap_or("").to_string())
+                        .collect(),
                     None => {
-                        let period = uint("sliding_window_pattern").or(uint("_sliding_window_pattern")).unwrap_or(6);
+                        let period = uint("sliding_window_pattern")
+                            .or(uint("_sliding_window_pattern"))
+                            .unwrap_or(6);
                         (0..n_layer)
-                            .map(|i| if period > 0 && (i + 1) % period == 0 { "full_attention" } else { "sliding_attention" }.to_string())
+                            .map(|i| {
+                                if period > 0 && (i + 1) % period == 0 {
+                                    "full_attention"
+                                } else {
+                                    "sliding_attention"
+                                }
+                                .to_string()
+                            })
                             .collect()
                     }
                 };
                 if types.len() != n_layer {
-                    return Err(Error::Config(format!("{origin}: {} layer_types for {n_layer} layers", types.len())));
+                    return Err(Error::Config(format!(
+                        "{origin}: {} layer_types for {n_layer} layers",
+                        types.len()
+                    )));
                 }
                 let local_default = float("rope_local_base_freq").unwrap_or(10_000.0);
                 types
                     .iter()
                     .map(|t| match t.as_str() {
-                        "sliding_attention" => Ok(LayerConfig { window, rope_base: theta_of(Some(t), local_default) }),
-                        "full_attention" => Ok(LayerConfig { window: 0, rope_base: theta_of(Some(t), 1_000_000.0) }),
-                        other => Err(Error::Unsupported(format!("{origin}: layer type '{other}'"))),
+                        "sliding_attention" => Ok(LayerConfig {
+                            window,
+                            rope_base: theta_of(Some(t), local_default),
+                        }),
+                        "full_attention" => Ok(LayerConfig {
+                            window: 0,
+                            rope_base: theta_of(Some(t), 1_000_000.0),
+                        }),
+                        other => Err(Error::Unsupported(format!(
+                            "{origin}: layer type '{other}'"
+                        ))),
                     })
                     .collect::<Result<Vec<_>>>()?
             }
@@ -342,7 +422,13 @@ impl ModelConfig {
                     (Arch::Qwen2 | Arch::Qwen3, Some(false) | None) => 0,
                     _ => uint("sliding_window").unwrap_or(0),
                 };
-                vec![LayerConfig { window, rope_base: theta_of(None, 10_000.0) }; n_layer]
+                vec![
+                    LayerConfig {
+                        window,
+                        rope_base: theta_of(None, 10_000.0)
+                    };
+                    n_layer
+                ]
             }
         };
         let act_name = c
@@ -354,14 +440,22 @@ impl ModelConfig {
         let act = match act_name {
             "silu" | "swish" => Activation::Silu,
             "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Activation::GeluTanh,
-            other => return Err(Error::Unsupported(format!("{origin}: activation '{other}'"))),
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "{origin}: activation '{other}'"
+                )))
+            }
         };
         let (norm, norm_eps) = match arch {
             Arch::Gpt2 => (NormKind::Layer, float("layer_norm_epsilon").unwrap_or(1e-5)),
             _ => (NormKind::Rms, float("rms_norm_eps").unwrap_or(1e-6)),
         };
         let attn_scale = match arch {
-            Arch::Gemma3 => 1.0 / float("query_pre_attn_scalar").unwrap_or(head_dim as f32).sqrt(),
+            Arch::Gemma3 => {
+                1.0 / float("query_pre_attn_scalar")
+                    .unwrap_or(head_dim as f32)
+                    .sqrt()
+            }
             _ => 1.0 / (head_dim as f32).sqrt(),
         };
         ModelConfig {
@@ -399,9 +493,14 @@ fn gemma_swa_pattern(g: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<bool
         let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();
         return match v {
             Some(v) if v.len() == n_layer => Ok(v),
-            _ => Err(Error::Config(format!("{}: '{key}' must hold {n_layer} bools", g.path().display()))),
+            _ => Err(Error::Config(format!(
+                "{}: '{key}' must hold {n_layer} bools",
+                g.path().display()
+            ))),
         };
     }
     let period = g.get_u64(key)?.unwrap_or(6) as usize;
-    Ok((0..n_layer).map(|i| period == 0 || (i + 1) % period != 0).collect())
+    Ok((0..n_layer)
+        .map(|i| period == 0 || (i + 1) % period != 0)
+        .collect())
 }

@@ -25,12 +25,19 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
     metadata(&mut w, c, &dir.display().to_string());
     for name in hf.names() {
-        let t = hf.tensor(&name)?.ok_or_else(|| Error::Tensor { name: name.clone(), msg: "vanished".into() })?;
+        let t = hf.tensor(&name)?.ok_or_else(|| Error::Tensor {
+            name: name.clone(),
+            msg: "vanished".into(),
+        })?;
         let is_norm = name.contains("norm");
         let mut data = t.data.to_vec();
         let mut dtype = t.dtype;
         if is_norm && c.norm_weight_offset != 0.0 && name.ends_with(".weight") {
-            let v: Vec<f32> = t.to_f32(&name)?.iter().map(|x| x + c.norm_weight_offset).collect();
+            let v: Vec<f32> = t
+                .to_f32(&name)?
+                .iter()
+                .map(|x| x + c.norm_weight_offset)
+                .collect();
             data = bytemuck::cast_slice(&v).to_vec();
             dtype = DType::F32;
         }
@@ -44,7 +51,12 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
         if let Some(q) = quantize {
             let matrix = t.rows > 1 && !is_norm && !name.starts_with("position_embd");
             if matrix && !dtype.is_quantized() && t.cols % q.block_elems() == 0 {
-                let src = crate::model::source::RawTensor { dtype, rows: t.rows, cols: t.cols, data: data.into() };
+                let src = crate::model::source::RawTensor {
+                    dtype,
+                    rows: t.rows,
+                    cols: t.cols,
+                    data: data.into(),
+                };
                 let vals = src.to_f32(&name)?;
                 let rb = q.row_bytes(t.cols)?;
                 let mut qd = vec![0u8; rb * t.rows];
@@ -55,7 +67,11 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
                 dtype = q;
             }
         }
-        let dims: Vec<u64> = if t.rows == 1 { vec![t.cols as u64] } else { vec![t.cols as u64, t.rows as u64] };
+        let dims: Vec<u64> = if t.rows == 1 {
+            vec![t.cols as u64]
+        } else {
+            vec![t.cols as u64, t.rows as u64]
+        };
         w.add_tensor(&name, &dims, dtype, data)?;
     }
     Ok(w)
@@ -64,8 +80,10 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
 /// llama.cpp's `permute` for llama q/k: within each head, rows of the two rope
 /// halves are interleaved so rotary pairs become adjacent.
 fn permute_rows(data: &[u8], rows: usize, n_head: usize) -> Result<Vec<u8>> {
-    if n_head == 0 || rows % (2 * n_head) != 0 {
-        return Err(Error::Shape(format!("cannot permute {rows} rows into {n_head} rope heads")));
+    if n_head == 0 || !rows.is_multiple_of(2 * n_head) {
+        return Err(Error::Shape(format!(
+            "cannot permute {rows} rows into {n_head} rope heads"
+        )));
     }
     let rb = data.len() / rows;
     let hd = rows / n_head;
@@ -103,17 +121,37 @@ fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
     w.add(&format!("{a}.{eps_key}"), GgufValue::F32(c.norm_eps));
     if let Some(r) = c.rope {
         w.add(&format!("{a}.rope.dimension_count"), u(r.rot_dim));
-        let global = c.layers.iter().find(|l| l.window == 0).unwrap_or(&c.layers[0]);
-        w.add(&format!("{a}.rope.freq_base"), GgufValue::F32(global.rope_base));
+        let global = c
+            .layers
+            .iter()
+            .find(|l| l.window == 0)
+            .unwrap_or(&c.layers[0]);
+        w.add(
+            &format!("{a}.rope.freq_base"),
+            GgufValue::F32(global.rope_base),
+        );
     }
     if c.arch == Arch::Gemma3 {
         let window = c.layers.iter().map(|l| l.window).max().unwrap_or(0);
         w.add(&format!("{a}.attention.sliding_window"), u(window));
-        let pattern = c.layers.iter().map(|l| GgufValue::Bool(l.window > 0)).collect();
-        w.add(&format!("{a}.attention.sliding_window_pattern"), GgufValue::Array(pattern));
+        let pattern = c
+            .layers
+            .iter()
+            .map(|l| GgufValue::Bool(l.window > 0))
+            .collect();
+        w.add(
+            &format!("{a}.attention.sliding_window_pattern"),
+            GgufValue::Array(pattern),
+        );
         if let Some(local) = c.layers.iter().find(|l| l.window > 0) {
-            w.add(&format!("{a}.rope.freq_base_swa"), GgufValue::F32(local.rope_base));
+            w.add(
+                &format!("{a}.rope.freq_base_swa"),
+                GgufValue::F32(local.rope_base),
+            );
         }
-        w.add(&format!("{a}.attention.scale"), GgufValue::F32(c.attn_scale));
+        w.add(
+            &format!("{a}.attention.scale"),
+            GgufValue::F32(c.attn_scale),
+        );
     }
 }

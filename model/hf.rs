@@ -59,7 +59,10 @@ impl HfCheckpoint {
             // SAFETY: the map is read-only; a file truncated underneath us is the
             // same hazard every mmap-based loader accepts.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-            let bad = |msg: String| Error::Safetensors { path: path.clone(), msg };
+            let bad = |msg: String| Error::Safetensors {
+                path: path.clone(),
+                msg,
+            };
             let (header_len, meta) =
                 safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
             let data_start = 8 + header_len;
@@ -68,28 +71,52 @@ impl HfCheckpoint {
                     safetensors::Dtype::F32 => DType::F32,
                     safetensors::Dtype::F16 => DType::F16,
                     safetensors::Dtype::BF16 => DType::BF16,
-                    other => return Err(bad(format!("tensor '{name}' has unsupported dtype {other:?}"))),
+                    other => {
+                        return Err(bad(format!(
+                            "tensor '{name}' has unsupported dtype {other:?}"
+                        )))
+                    }
                 };
                 let Some((gguf_name, transpose)) = gguf_name(config.arch, &name) else {
                     continue;
                 };
                 if info.shape.len() > 2 || (transpose && info.shape.len() != 2) {
-                    return Err(bad(format!("tensor '{name}' has unexpected shape {:?}", info.shape)));
+                    return Err(bad(format!(
+                        "tensor '{name}' has unexpected shape {:?}",
+                        info.shape
+                    )));
                 }
                 tensors.insert(
                     gguf_name,
-                    Entry { shard: shards.len(), dtype, shape: info.shape.clone(), range: info.data_offsets, transpose },
+                    Entry {
+                        shard: shards.len(),
+                        dtype,
+                        shape: info.shape.clone(),
+                        range: info.data_offsets,
+                        transpose,
+                    },
                 );
             }
-            shards.push(Shard { path, map, data_start });
+            shards.push(Shard {
+                path,
+                map,
+                data_start,
+            });
         }
-        Ok(HfCheckpoint { dir: dir.to_path_buf(), config, shards, tensors })
+        Ok(HfCheckpoint {
+            dir: dir.to_path_buf(),
+            config,
+            shards,
+            tensors,
+        })
     }
 }
 
 impl TensorSource for HfCheckpoint {
     fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
-        let Some(e) = self.tensors.get(name) else { return Ok(None) };
+        let Some(e) = self.tensors.get(name) else {
+            return Ok(None);
+        };
         let shard = &self.shards[e.shard];
         let bytes = shard
             .map
@@ -105,7 +132,12 @@ impl TensorSource for HfCheckpoint {
             _ => unreachable!("shapes were checked at open"),
         };
         if !e.transpose {
-            return Ok(Some(RawTensor { dtype: e.dtype, rows, cols, data: Cow::Borrowed(bytes) }));
+            return Ok(Some(RawTensor {
+                dtype: e.dtype,
+                rows,
+                cols,
+                data: Cow::Borrowed(bytes),
+            }));
         }
         let es = e.dtype.block_bytes();
         let mut out = vec![0u8; bytes.len()];
@@ -116,7 +148,12 @@ impl TensorSource for HfCheckpoint {
                 out[dst..dst + es].copy_from_slice(&bytes[src..src + es]);
             }
         }
-        Ok(Some(RawTensor { dtype: e.dtype, rows: cols, cols: rows, data: Cow::Owned(out) }))
+        Ok(Some(RawTensor {
+            dtype: e.dtype,
+            rows: cols,
+            cols: rows,
+            data: Cow::Owned(out),
+        }))
     }
 
     fn names(&self) -> Vec<String> {

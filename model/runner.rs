@@ -24,7 +24,11 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { context: None, max_batch: 512, weights: WeightOptions::default() }
+        LoadOptions {
+            context: None,
+            max_batch: 512,
+            weights: WeightOptions::default(),
+        }
     }
 }
 
@@ -63,6 +67,7 @@ struct Scratch {
     att: Buffer,
     gate: Buffer,
     up: Buffer,
+    act: Buffer,
     last: Buffer,
     logits: Buffer,
     token: Buffer,
@@ -139,11 +144,22 @@ impl Model {
             att: f32_buf(b, rows * cfg.q_dim())?,
             gate: f32_buf(b, rows * cfg.n_ff)?,
             up: f32_buf(b, rows * cfg.n_ff)?,
+            act: f32_buf(b, rows * cfg.n_ff)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
             token: f32_buf(b, 1)?,
         };
-        Ok(Model { be, cfg, w, k_cache, v_cache, capacity, n_past: 0, s, logits_rows: 1 })
+        Ok(Model {
+            be,
+            cfg,
+            w,
+            k_cache,
+            v_cache,
+            capacity,
+            n_past: 0,
+            s,
+            logits_rows: 1,
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -174,7 +190,10 @@ impl Model {
     /// Pretend `n` positions are cached (benchmarks at depth; contents are whatever is there).
     pub fn set_n_past(&mut self, n: usize) -> Result<()> {
         if n > self.capacity {
-            return Err(Error::Invalid(format!("depth {n} exceeds the context of {} positions", self.capacity)));
+            return Err(Error::Invalid(format!(
+                "depth {n} exceeds the context of {} positions",
+                self.capacity
+            )));
         }
         self.n_past = n;
         Ok(())
@@ -194,7 +213,10 @@ impl Model {
             )));
         }
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab)));
+            return Err(Error::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.cfg.vocab
+            )));
         }
         let mut all = Vec::new();
         let mut out = None;
@@ -254,7 +276,8 @@ impl Model {
         let s = self.s;
         let positions: Vec<u32> = (self.n_past..self.n_past + m).map(|p| p as u32).collect();
         self.be.upload(&s.ids, 0, bytemuck::cast_slice(ids))?;
-        self.be.upload(&s.pos, 0, bytemuck::cast_slice(&positions))?;
+        self.be
+            .upload(&s.pos, 0, bytemuck::cast_slice(&positions))?;
         let logit_rows = if want == Want::AllLogits { m } else { 1 };
         if logit_rows > self.logits_rows {
             self.be.free(self.s.logits);
@@ -283,8 +306,10 @@ impl Model {
             self.linear(&lw.v, s.h, s.v, m)?;
             let (mut q, mut k) = (s.q, s.k);
             if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
-                self.be.rms_norm(&s.q, &qn.w, &s.qn, m * c.n_head, c.head_dim, c.norm_eps)?;
-                self.be.rms_norm(&s.k, &kn.w, &s.kn, m * c.n_head_kv, c.head_dim, c.norm_eps)?;
+                self.be
+                    .rms_norm(&s.q, &qn.w, &s.qn, m * c.n_head, c.head_dim, c.norm_eps)?;
+                self.be
+                    .rms_norm(&s.k, &kn.w, &s.kn, m * c.n_head_kv, c.head_dim, c.norm_eps)?;
                 (q, k) = (s.qn, s.kn);
             }
             if let Some(r) = c.rope {
@@ -311,7 +336,14 @@ impl Model {
                 scale: c.attn_scale,
                 window: lc.window,
             };
-            self.be.attention(&q, &self.k_cache[il], &self.v_cache[il], &s.pos, &s.att, &ap)?;
+            self.be.attention(
+                &q,
+                &self.k_cache[il],
+                &self.v_cache[il],
+                &s.pos,
+                &s.att,
+                &ap,
+            )?;
             self.linear(&lw.o, s.att, s.h, m)?;
             if let Some(n) = lw.attn_post_norm {
                 self.norm(&n, s.h, s.t, m)?;
@@ -325,14 +357,15 @@ impl Model {
                 Some(g) => {
                     self.linear(&g, s.h, s.gate, m)?;
                     self.linear(&lw.up, s.h, s.up, m)?;
-                    self.be.glu(c.act, &s.gate, Some(&s.up), &s.gate, m * c.n_ff)?;
+                    self.be
+                        .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
                 }
                 None => {
                     self.linear(&lw.up, s.h, s.up, m)?;
-                    self.be.glu(c.act, &s.up, None, &s.gate, m * c.n_ff)?;
+                    self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
                 }
             }
-            self.linear(&lw.down, s.gate, s.h, m)?;
+            self.linear(&lw.down, s.act, s.h, m)?;
             if let Some(n) = lw.ffn_post_norm {
                 self.norm(&n, s.h, s.t, m)?;
                 self.be.add(&s.x, &s.t, &s.x, m * e)?;
@@ -367,7 +400,8 @@ impl Model {
             }
             _ => {
                 let mut v = vec![0f32; logit_rows * c.vocab];
-                self.be.download(&logits, 0, bytemuck::cast_slice_mut(&mut v))?;
+                self.be
+                    .download(&logits, 0, bytemuck::cast_slice_mut(&mut v))?;
                 Output::Logits(v)
             }
         }))

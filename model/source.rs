@@ -21,10 +21,13 @@ impl RawTensor<'_> {
         let mut out = vec![0f32; self.rows * self.cols];
         let row_bytes = self.dtype.row_bytes(self.cols)?;
         for (r, dst) in out.chunks_mut(self.cols.max(1)).enumerate() {
-            let src = self.data.get(r * row_bytes..(r + 1) * row_bytes).ok_or_else(|| Error::Tensor {
-                name: name.to_string(),
-                msg: "data shorter than its shape".into(),
-            })?;
+            let src = self
+                .data
+                .get(r * row_bytes..(r + 1) * row_bytes)
+                .ok_or_else(|| Error::Tensor {
+                    name: name.to_string(),
+                    msg: "data shorter than its shape".into(),
+                })?;
             crate::cpu::quant::dequantize_row(self.dtype, src, dst)?;
         }
         Ok(out)

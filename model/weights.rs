@@ -71,7 +71,11 @@ impl<'a> Loader<'a> {
     fn missing(&self, name: &str) -> Error {
         Error::Tensor {
             name: name.to_string(),
-            msg: format!("missing from {} (needed by {:?})", self.src.origin(), self.cfg.arch),
+            msg: format!(
+                "missing from {} (needed by {:?})",
+                self.src.origin(),
+                self.cfg.arch
+            ),
         }
     }
 
@@ -98,9 +102,14 @@ impl<'a> Loader<'a> {
 
     /// An f32 vector of `n` values; `offset` is added (Gemma's `1 + w`).
     fn vector(&mut self, name: &str, n: usize, offset: f32) -> Result<Option<Buffer>> {
-        let Some(t) = self.raw(name)? else { return Ok(None) };
+        let Some(t) = self.raw(name)? else {
+            return Ok(None);
+        };
         if t.rows * t.cols != n {
-            return Err(Error::Tensor { name: name.into(), msg: format!("{} values, expected {n}", t.rows * t.cols) });
+            return Err(Error::Tensor {
+                name: name.into(),
+                msg: format!("{} values, expected {n}", t.rows * t.cols),
+            });
         }
         let mut v = t.to_f32(name)?;
         v.iter_mut().for_each(|x| *x += offset);
@@ -109,7 +118,9 @@ impl<'a> Loader<'a> {
 
     fn norm(&mut self, prefix: &str, n: usize) -> Result<Option<Norm>> {
         let offset = self.cfg.norm_weight_offset;
-        let Some(w) = self.vector(&format!("{prefix}.weight"), n, offset)? else { return Ok(None) };
+        let Some(w) = self.vector(&format!("{prefix}.weight"), n, offset)? else {
+            return Ok(None);
+        };
         let b = match self.cfg.norm {
             NormKind::Layer => Some(
                 self.vector(&format!("{prefix}.bias"), n, 0.0)?
@@ -121,12 +132,13 @@ impl<'a> Loader<'a> {
     }
 
     fn need_norm(&mut self, prefix: &str, n: usize) -> Result<Norm> {
-        self.norm(prefix, n)?.ok_or_else(|| self.missing(&format!("{prefix}.weight")))
+        self.norm(prefix, n)?
+            .ok_or_else(|| self.missing(&format!("{prefix}.weight")))
     }
 
     fn matrix(&mut self, name: &str, t: RawTensor) -> Result<Weight> {
         let (dtype, data): (DType, Cow<[u8]>) = match self.opts.quantize {
-            Some(q) if !t.dtype.is_quantized() && t.cols % q.block_elems() == 0 => {
+            Some(q) if !t.dtype.is_quantized() && t.cols.is_multiple_of(q.block_elems()) => {
                 let vals = t.to_f32(name)?;
                 let row_bytes = q.row_bytes(t.cols)?;
                 let mut out = vec![0u8; row_bytes * t.rows];
@@ -138,15 +150,19 @@ impl<'a> Loader<'a> {
             _ => (t.dtype, t.data),
         };
         self.bytes += data.len();
-        self.be.upload_weight(dtype, t.rows, t.cols, &data).map_err(|e| Error::Tensor {
-            name: name.to_string(),
-            msg: format!("upload failed: {e}"),
-        })
+        self.be
+            .upload_weight(dtype, t.rows, t.cols, &data)
+            .map_err(|e| Error::Tensor {
+                name: name.to_string(),
+                msg: format!("upload failed: {e}"),
+            })
     }
 
     fn linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Option<Linear>> {
         let wname = format!("{prefix}.weight");
-        let Some(t) = self.raw(&wname)? else { return Ok(None) };
+        let Some(t) = self.raw(&wname)? else {
+            return Ok(None);
+        };
         Self::expect_shape(&wname, &t, rows, cols)?;
         let w = self.matrix(&wname, t)?;
         let b = self.vector(&format!("{prefix}.bias"), rows, 0.0)?;
@@ -154,14 +170,17 @@ impl<'a> Loader<'a> {
     }
 
     fn need_linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Linear> {
-        self.linear(prefix, rows, cols)?.ok_or_else(|| self.missing(&format!("{prefix}.weight")))
+        self.linear(prefix, rows, cols)?
+            .ok_or_else(|| self.missing(&format!("{prefix}.weight")))
     }
 
     /// Split a fused `[sum(parts), cols]` projection (Phi-3 qkv / gate_up, GPT-2
     /// c_attn) into consecutive row blocks; row bytes are contiguous for every dtype.
     fn split(&mut self, prefix: &str, parts: &[usize], cols: usize) -> Result<Option<Vec<Linear>>> {
         let wname = format!("{prefix}.weight");
-        let Some(t) = self.raw(&wname)? else { return Ok(None) };
+        let Some(t) = self.raw(&wname)? else {
+            return Ok(None);
+        };
         let total: usize = parts.iter().sum();
         Self::expect_shape(&wname, &t, total, cols)?;
         let bias = match self.raw(&format!("{prefix}.bias"))? {
@@ -169,7 +188,10 @@ impl<'a> Loader<'a> {
             None => None,
         };
         if bias.as_ref().is_some_and(|b| b.len() != total) {
-            return Err(Error::Tensor { name: format!("{prefix}.bias"), msg: format!("expected {total} values") });
+            return Err(Error::Tensor {
+                name: format!("{prefix}.bias"),
+                msg: format!("expected {total} values"),
+            });
         }
         let row_bytes = t.dtype.row_bytes(cols)?;
         let mut out = Vec::new();
@@ -207,23 +229,50 @@ impl<'a> Loader<'a> {
         };
         let o = self.need_linear(&p("attn_output"), e, qd)?;
         let (q_norm, k_norm) = if c.qk_norm {
-            (Some(self.need_norm(&p("attn_q_norm"), c.head_dim)?), Some(self.need_norm(&p("attn_k_norm"), c.head_dim)?))
+            (
+                Some(self.need_norm(&p("attn_q_norm"), c.head_dim)?),
+                Some(self.need_norm(&p("attn_k_norm"), c.head_dim)?),
+            )
         } else {
             (None, None)
         };
-        let attn_post_norm = if c.post_norms { Some(self.need_norm(&p("attn_post_norm"), e)?) } else { None };
+        let attn_post_norm = if c.post_norms {
+            Some(self.need_norm(&p("attn_post_norm"), e)?)
+        } else {
+            None
+        };
         let ffn_norm = self.need_norm(&p("ffn_norm"), e)?;
         let (gate, up) = if !c.gated_ffn {
             (None, self.need_linear(&p("ffn_up"), ff, e)?)
         } else if let Some(g) = self.linear(&p("ffn_gate"), ff, e)? {
             (Some(g), self.need_linear(&p("ffn_up"), ff, e)?)
         } else {
-            let gu = self.split(&p("ffn_up"), &[ff, ff], e)?.ok_or_else(|| self.missing(&p("ffn_gate.weight")))?;
+            let gu = self
+                .split(&p("ffn_up"), &[ff, ff], e)?
+                .ok_or_else(|| self.missing(&p("ffn_gate.weight")))?;
             (Some(gu[0]), gu[1])
         };
         let down = self.need_linear(&p("ffn_down"), e, ff)?;
-        let ffn_post_norm = if c.post_norms { Some(self.need_norm(&p("ffn_post_norm"), e)?) } else { None };
-        Ok(LayerWeights { attn_norm, q, k, v, o, q_norm, k_norm, attn_post_norm, ffn_norm, gate, up, down, ffn_post_norm })
+        let ffn_post_norm = if c.post_norms {
+            Some(self.need_norm(&p("ffn_post_norm"), e)?)
+        } else {
+            None
+        };
+        Ok(LayerWeights {
+            attn_norm,
+            q,
+            k,
+            v,
+            o,
+            q_norm,
+            k_norm,
+            attn_post_norm,
+            ffn_norm,
+            gate,
+            up,
+            down,
+            ffn_post_norm,
+        })
     }
 }
 
@@ -236,17 +285,29 @@ impl ModelWeights {
         opts: WeightOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<ModelWeights> {
-        let mut l = Loader { src, be, cfg, opts, bytes: 0 };
+        let mut l = Loader {
+            src,
+            be,
+            cfg,
+            opts,
+            bytes: 0,
+        };
         let total = cfg.n_layer + 2;
-        let embd = l.raw("token_embd.weight")?.ok_or_else(|| l.missing("token_embd.weight"))?;
+        let embd = l
+            .raw("token_embd.weight")?
+            .ok_or_else(|| l.missing("token_embd.weight"))?;
         Loader::expect_shape("token_embd.weight", &embd, cfg.vocab, cfg.n_embd)?;
         // Embeddings stay in their stored type: the gather dequantizes rows.
         l.bytes += embd.data.len();
-        let tok_embd = l.be.upload_weight(embd.dtype, embd.rows, embd.cols, &embd.data)?;
+        let tok_embd =
+            l.be.upload_weight(embd.dtype, embd.rows, embd.cols, &embd.data)?;
         let pos_embd = match l.raw("position_embd.weight")? {
             Some(t) if cfg.learned_pos => {
                 if t.cols != cfg.n_embd {
-                    return Err(Error::Tensor { name: "position_embd.weight".into(), msg: format!("{} columns, expected {}", t.cols, cfg.n_embd) });
+                    return Err(Error::Tensor {
+                        name: "position_embd.weight".into(),
+                        msg: format!("{} columns, expected {}", t.cols, cfg.n_embd),
+                    });
                 }
                 l.bytes += t.data.len();
                 Some(l.be.upload_weight(t.dtype, t.rows, t.cols, &t.data)?)
@@ -266,6 +327,13 @@ impl ModelWeights {
             None => tok_embd,
         };
         progress(total, total);
-        Ok(ModelWeights { tok_embd, pos_embd, layers, output_norm, output, bytes: l.bytes })
+        Ok(ModelWeights {
+            tok_embd,
+            pos_embd,
+            layers,
+            output_norm,
+            output,
+            bytes: l.bytes,
+        })
     }
 }

@@ -1,26 +1,14 @@
 //! GGUF reader and writer: the real SmolLM2 file, writer round trips, and a
 //! corpus of corrupt files that must each fail with a clear error.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::smollm2;
+use std::path::Path;
 
 use vkllm::model::gguf::{GgufFile, GgufValue};
 use vkllm::model::gguf_write::GgufWriter;
 use vkllm::DType;
-
-/// The default model. `tests/common` needs the CPU backend to compile, which
-/// this branch does not have yet, so the path is resolved here.
-fn smollm2() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let path = root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        let status = std::process::Command::new("bash")
-            .arg(root.join("scripts/fetch-model.sh"))
-            .status()
-            .expect("run scripts/fetch-model.sh");
-        assert!(status.success(), "scripts/fetch-model.sh failed");
-    }
-    path
-}
 
 #[test]
 fn reads_smollm2() {

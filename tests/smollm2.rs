@@ -42,6 +42,9 @@ fn refs() -> Vec<Ref> {
         .collect()
 }
 
+/// `<|im_end|>`, the GGUF's `tokenizer.ggml.eos_token_id`.
+const EOS: u32 = 2;
+
 fn top10(logits: &[f32]) -> Vec<u32> {
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     idx.sort_by(|&a, &b| {
@@ -78,7 +81,17 @@ fn smollm2_matches_transformers_on_every_backend() {
             }
             let mut tokens = vec![top10(&logits)[0]];
             while tokens.len() < r.greedy.len() {
-                let next = model.next_token(&tokens[tokens.len() - 1..]).unwrap();
+                let last = tokens[tokens.len() - 1];
+                let mut next = model.next_token(&[last]).unwrap();
+                if next == EOS {
+                    // The reference ran transformers' generate with EOS barred
+                    // (min_new_tokens) so all 32 tokens exist: rewind one
+                    // position and take the best non-EOS logit, as it did.
+                    model.set_n_past(model.n_past() - 1).unwrap();
+                    let mut l = model.logits(&[last]).unwrap();
+                    l[EOS as usize] = f32::NEG_INFINITY;
+                    next = top10(&l)[0];
+                }
                 tokens.push(next);
             }
             assert_eq!(tokens, r.greedy, "{name}: prompt {i} greedy_32");

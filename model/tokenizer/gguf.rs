@@ -101,8 +101,9 @@ fn token_id(g: &GgufFile, key: &str) -> Result<Option<u32>> {
     Ok(g.get_u64(key)?.and_then(|v| u32::try_from(v).ok()))
 }
 
-/// Token → id; a piece listed twice keeps its first id (later duplicates stay
-/// decodable through the added vocabulary only if they are special).
+/// Token → id. A piece listed twice keeps its first id; the later id then
+/// decodes to nothing (converters never write duplicates, but a bad file
+/// must not break loading).
 fn vocab_map(tokens: &[&str]) -> Vocab {
     let mut vocab = Vocab::default();
     for (id, t) in tokens.iter().enumerate() {

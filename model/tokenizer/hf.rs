@@ -6,6 +6,7 @@ use super::{PieceBytes, SpecialIds, Tokenizer};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
+use tokenizers::pre_tokenizers::metaspace::PrependScheme;
 use tokenizers::DecoderWrapper;
 
 fn read_json(path: &Path) -> Result<Option<Value>> {
@@ -53,17 +54,21 @@ fn piece_bytes(decoder: Option<&DecoderWrapper>) -> PieceBytes {
         return PieceBytes::Decoded;
     };
     let parts = parts(d);
-    if parts
-        .iter()
-        .any(|p| matches!(p, DecoderWrapper::ByteLevel(_)))
-    {
+    let has = |f: fn(&DecoderWrapper) -> bool| parts.iter().any(|p| f(p));
+    let metaspace = parts.iter().find_map(|p| match p {
+        DecoderWrapper::Metaspace(m) => Some(m),
+        _ => None,
+    });
+    if has(|p| matches!(p, DecoderWrapper::ByteLevel(_))) {
         PieceBytes::ByteLevel
-    } else if parts
-        .iter()
-        .any(|p| matches!(p, DecoderWrapper::ByteFallback(_)))
-    {
+    } else if has(|p| matches!(p, DecoderWrapper::ByteFallback(_))) {
         PieceBytes::SentencePiece {
-            strip_first_space: parts.iter().any(|p| matches!(p, DecoderWrapper::Strip(_))),
+            strip_first_space: has(|p| matches!(p, DecoderWrapper::Strip(_))),
+        }
+    } else if let Some(m) = metaspace {
+        // Metaspace drops the first token's ▁ unless it never prepends one.
+        PieceBytes::SentencePiece {
+            strip_first_space: m.get_prepend_scheme() != PrependScheme::Never,
         }
     } else {
         PieceBytes::Decoded

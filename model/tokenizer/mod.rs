@@ -42,6 +42,8 @@ pub struct Tokenizer {
     stop: Vec<u32>,
     add_bos: bool,
     chat_template: Option<String>,
+    /// Cached: `tokenizers` rebuilds its whole vocabulary map to count it.
+    vocab_size: usize,
 }
 
 /// What the loaders found beside the vocabulary itself.
@@ -60,7 +62,11 @@ impl Tokenizer {
         pieces: PieceBytes,
         ids: SpecialIds,
     ) -> Tokenizer {
-        let vocab = inner.get_vocab_size(true);
+        let vocab = inner
+            .get_vocab(true)
+            .values()
+            .max()
+            .map_or(0, |&max| max as usize + 1);
         let mut stop: Vec<u32> = ids.eos.into_iter().chain(ids.extra_stops).collect();
         stop.extend(
             STOP_TOKEN_TEXTS
@@ -80,6 +86,7 @@ impl Tokenizer {
             stop,
             add_bos: ids.add_bos && in_vocab(ids.bos).is_some(),
             chat_template: ids.chat_template,
+            vocab_size: vocab,
             inner,
         }
     }
@@ -137,9 +144,9 @@ impl Tokenizer {
         self.chat_template.as_deref()
     }
 
-    /// Number of ids, added tokens included.
+    /// Number of ids (one past the largest), added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 
     /// The raw vocabulary entry of `id` (`ĠParis`, `▁Paris`, `<|im_end|>`).

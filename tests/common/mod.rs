@@ -6,13 +6,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use vkllm::backend::ComputeBackend;
 
+/// The checkout: cargo's run-time `CARGO_MANIFEST_DIR` (so test binaries
+/// copied to another machine can be pointed at a copy), else the build's.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
-/// `../shared/reference` beside the checkout.
+/// `../shared/reference` beside the checkout, or `VKLLM_REFERENCE`.
 pub fn reference_dir() -> PathBuf {
-    root().join("..").join("shared").join("reference")
+    std::env::var_os("VKLLM_REFERENCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("..").join("shared").join("reference"))
 }
 
 /// Path of SmolLM2-135M-Instruct Q4_1, fetched with scripts/fetch-model.sh if absent.

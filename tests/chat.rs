@@ -1,0 +1,175 @@
+//! Chat template rendering with Hugging Face semantics. Expected strings were
+//! worked out by hand from each template and checked against Python Jinja2
+//! configured as transformers configures it.
+
+mod common;
+
+use vkllm::model::chat::{render_chat, ChatMessage};
+use vkllm::model::gguf::GgufFile;
+use vkllm::Error;
+
+fn smollm2_template() -> String {
+    let g = GgufFile::open(&common::smollm2()).unwrap();
+    g.get_str("tokenizer.chat_template")
+        .unwrap()
+        .unwrap()
+        .to_string()
+}
+
+fn msg(role: &str, content: &str) -> ChatMessage {
+    ChatMessage::new(role, content)
+}
+
+#[test]
+fn smollm2_template_adds_default_system_prompt() {
+    let out = render_chat(
+        &smollm2_template(),
+        &[msg("user", "Hello")],
+        true,
+        "<|im_start|>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nHello<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn smollm2_template_with_system_message() {
+    let messages = [
+        msg("system", "You are a pirate."),
+        msg("user", "Hello"),
+        msg("assistant", "Arr!"),
+        msg("user", "Where is the gold?"),
+    ];
+    let out = render_chat(&smollm2_template(), &messages, false, "", "").unwrap();
+    assert_eq!(
+        out,
+        "<|im_start|>system\nYou are a pirate.<|im_end|>\n\
+         <|im_start|>user\nHello<|im_end|>\n\
+         <|im_start|>assistant\nArr!<|im_end|>\n\
+         <|im_start|>user\nWhere is the gold?<|im_end|>\n"
+    );
+}
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+#[test]
+fn chatml_template() {
+    let messages = [msg("system", "Be brief."), msg("user", "2+2?")];
+    assert_eq!(
+        render_chat(CHATML, &messages, true, "", "").unwrap(),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(
+        render_chat(CHATML, &messages, false, "", "").unwrap(),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+    );
+}
+
+/// Meta-Llama-3-8B-Instruct's template.
+const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+#[test]
+fn llama3_template() {
+    let messages = [msg("system", "  Be nice. "), msg("user", "Hi!\n")];
+    let out = render_chat(
+        LLAMA3,
+        &messages,
+        true,
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+}
+
+/// Block tags on their own lines: `trim_blocks` eats the newline after a
+/// tag and `lstrip_blocks` the indentation before it, as in transformers.
+/// Also Python's `str.strip()`, `raise_exception`, `bos_token`/`eos_token`.
+const MULTILINE: &str = "{{ bos_token }}
+{% for message in messages %}
+    {% if message.role == 'user' %}
+[INST] {{ message.content.strip() }} [/INST]
+    {% elif message.role == 'assistant' %}
+{{ message['content'] }}{{ eos_token }}
+    {% else %}
+{{ raise_exception('unknown role ' + message.role) }}
+    {% endif %}
+{% endfor %}
+";
+
+#[test]
+fn trim_and_lstrip_blocks_like_transformers() {
+    let messages = [
+        msg("user", "  Hi there \n"),
+        msg("assistant", "Hello!"),
+        msg("user", "Bye"),
+    ];
+    let out = render_chat(MULTILINE, &messages, false, "<s>", "</s>").unwrap();
+    assert_eq!(
+        out,
+        "<s>\n[INST] Hi there [/INST]\nHello!</s>\n[INST] Bye [/INST]\n"
+    );
+}
+
+#[test]
+fn raise_exception_is_a_template_error() {
+    let err = render_chat(MULTILINE, &[msg("tool", "x")], false, "<s>", "</s>").unwrap_err();
+    match err {
+        Error::Template(text) => assert!(text.contains("unknown role tool"), "{text}"),
+        other => panic!("expected a template error, got {other:?}"),
+    }
+}
+
+#[test]
+fn tojson_and_python_methods() {
+    // Python json.dumps: ", " and ": " separators, non-ASCII and '<' kept.
+    let tmpl = "{% for m in messages %}{{ m | tojson }}\n{% if m.content.startswith('{') %}{{ m.content | length }}{% endif %}\n{% endfor %}{{ {'k': [1, 'é<b>'], 'z': none} | tojson(indent=2) }}";
+    let out = render_chat(tmpl, &[msg("user", "{\"a\": \"<ü>\"}")], false, "", "").unwrap();
+    assert_eq!(
+        out,
+        "{\"role\": \"user\", \"content\": \"{\\\"a\\\": \\\"<ü>\\\"}\"}\n12{\n  \"k\": [\n    1,\n    \"é<b>\"\n  ],\n  \"z\": null\n}"
+    );
+}
+
+#[test]
+fn syntax_errors_are_template_errors() {
+    let err = render_chat("{% for m in messages %}", &[], false, "", "").unwrap_err();
+    assert!(matches!(err, Error::Template(_)), "{err:?}");
+}
+
+#[test]
+fn loop_controls_and_dict_items() {
+    // transformers enables jinja2.ext.loopcontrols; `.items()` is Python's.
+    let tmpl = "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% for k, v in m.items() %}{% if k == 'role' %}{% continue %}{% endif %}[{{ k }}={{ v }}]{% endfor %}{% endfor %}";
+    let messages = [msg("user", "a"), msg("assistant", "b"), msg("user", "c")];
+    assert_eq!(
+        render_chat(tmpl, &messages, false, "", "").unwrap(),
+        "[content=a][content=b]"
+    );
+}
+
+#[test]
+fn raise_exception_message_reaches_the_error_text() {
+    let err = render_chat(
+        "{{ raise_exception('Conversation roles must alternate') }}",
+        &[],
+        false,
+        "",
+        "",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("chat template: "), "{text}");
+    assert!(text.contains("Conversation roles must alternate"), "{text}");
+}
