@@ -18,13 +18,14 @@ pub(crate) fn check(p: &AttentionParams) -> Result<(usize, usize)> {
         ));
     }
     let overflow = || Error::op("attention", "shape overflows");
+    let per_row = |heads: usize| heads.checked_mul(p.head_dim).ok_or_else(overflow);
     let nq = p
         .rows
-        .checked_mul(p.n_heads * p.head_dim)
+        .checked_mul(per_row(p.n_heads)?)
         .ok_or_else(overflow)?;
     let nkv = p
         .capacity
-        .checked_mul(p.n_kv_heads * p.head_dim)
+        .checked_mul(per_row(p.n_kv_heads)?)
         .ok_or_else(overflow)?;
     Ok((nq, nkv))
 }
@@ -51,38 +52,47 @@ pub(crate) fn run(
     let group = nh / p.n_kv_heads;
     let stride = p.n_kv_heads * hd;
     par::chunks(ctx.par, out, hd, |t, o| {
-        let mut scores = Vec::new();
-        {
-            let (r, h) = (t / nh, t % nh);
-            let pos = positions[r] as usize;
-            let first = if p.window > 0 {
-                (pos + 1).saturating_sub(p.window)
-            } else {
-                0
-            };
-            let kvo = (h / group) * hd;
-            let qv = &q[t * hd..(t + 1) * hd];
-            scores.clear();
-            scores.extend(
-                (first..=pos).map(|j| simd::dot_f32(ctx.isa, qv, &k[j * stride + kvo..]) * p.scale),
-            );
-            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let mut total = 0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                total += *s;
-            }
-            o.fill(0.0);
-            for (j, e) in (first..=pos).zip(scores.iter()) {
-                let vr = &v[j * stride + kvo..j * stride + kvo + hd];
-                for (o, vv) in o.iter_mut().zip(vr) {
-                    *o += e * vv;
-                }
-            }
-            let inv = 1.0 / total;
-            for o in o.iter_mut() {
-                *o *= inv;
-            }
+        let (r, h) = (t / nh, t % nh);
+        let pos = positions[r] as usize;
+        let first = if p.window > 0 {
+            (pos + 1).saturating_sub(p.window)
+        } else {
+            0
+        };
+        let kvo = (h / group) * hd;
+        let qv = &q[t * hd..(t + 1) * hd];
+        let mut scores = Vec::with_capacity(pos + 1 - first);
+        if simd::attention_head(
+            ctx.isa,
+            qv,
+            k,
+            v,
+            stride,
+            kvo,
+            first,
+            pos,
+            p.scale,
+            &mut scores,
+            o,
+        ) {
+            return;
+        }
+        scores.extend(
+            (first..=pos).map(|j| simd::dot_f32(ctx.isa, qv, &k[j * stride + kvo..]) * p.scale),
+        );
+        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0f32;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            total += *s;
+        }
+        o.fill(0.0);
+        for (j, e) in (first..=pos).zip(scores.iter()) {
+            simd::axpy(ctx.isa, *e, &v[j * stride + kvo..j * stride + kvo + hd], o);
+        }
+        let inv = 1.0 / total;
+        for o in o.iter_mut() {
+            *o *= inv;
         }
     });
     Ok(())

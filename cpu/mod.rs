@@ -302,10 +302,13 @@ impl ComputeBackend for CpuBackend {
             .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
         let mut inputs = vec![&w.buf, x];
         inputs.extend(bias);
+        let xn = m
+            .checked_mul(w.cols)
+            .ok_or_else(|| Error::op("matmul", "m * cols overflows"))?;
         let work = n.saturating_mul(w.cols);
         self.with_out("matmul", y, n, work, &inputs, |s, dst, ctx| {
             let cw = s.weight("matmul", w)?;
-            let xs = s.f32s("matmul", "x", x, m * w.cols)?;
+            let xs = s.f32s("matmul", "x", x, xn)?;
             let b = bias
                 .map(|b| s.f32s("matmul", "bias", b, w.rows))
                 .transpose()?;

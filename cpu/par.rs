@@ -6,7 +6,7 @@ use super::simd::Isa;
 use rayon::prelude::*;
 
 /// Work (roughly multiply-adds or values touched) below which an op runs inline.
-pub(crate) const PAR_MIN_WORK: usize = 1 << 16;
+pub(crate) const PAR_MIN_WORK: usize = 1 << 18;
 
 /// What an op kernel needs to know about where it runs.
 #[derive(Clone, Copy, Debug)]

@@ -114,6 +114,49 @@ fn matmul_every_dtype_matches_reference() {
 }
 
 #[test]
+fn matmul_long_reductions_match_reference() {
+    // Reductions longer than 1536 are split into chunks on the CPU GEMM path
+    // (partial sums added into y); odd float lengths leave a ragged last
+    // chunk. Same tolerance as above: 1e-5 of Σ|w·x|.
+    for (name, mut b) in all_backends() {
+        for (dtype, cols) in [
+            (DType::F32, 1601),
+            (DType::F16, 2048),
+            (DType::Q8_0, 2080),
+            (DType::Q4K, 2304),
+            (DType::Q6K, 2048),
+        ] {
+            let (rows, m) = (37, 13);
+            let wb = weight_bytes(dtype, rows, cols, 77);
+            let x = rand_f32(m * cols, 78);
+            let bias = rand_f32(rows, 79);
+            let want = reference::matmul(dtype, &wb, rows, cols, Some(&bias), &x, m).unwrap();
+            let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+            let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+            let (xb, bb) = (upload_f32(b.as_mut(), &x), upload_f32(b.as_mut(), &bias));
+            let yb = b.alloc(m * rows * 4).unwrap();
+            pass(b.as_mut(), |b| {
+                b.matmul(&w, Some(&bb), &xb, &yb, m).unwrap()
+            });
+            let got = download_f32(b.as_mut(), &yb, m * rows);
+            for i in 0..m {
+                for r in 0..rows {
+                    let mag: f32 = (0..cols)
+                        .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
+                        .sum::<f32>()
+                        + bias[r].abs();
+                    let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                    assert!(
+                        (g - e).abs() <= 1e-5 * mag,
+                        "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn embedding_every_dtype_matches_reference() {
     // The CPU dequantizes with ggml's exact operations, so its rows must be
     // bit-identical to the reference. Other backends may fuse `q*d + m` into
@@ -256,7 +299,7 @@ fn attention_gqa_positions_and_window() {
     // combinations of values; f32 softmax differs from f64 by ~1e-7 relative).
     for (name, mut b) in all_backends() {
         for (n_heads, n_kv_heads) in [(4, 4), (9, 3), (8, 2)] {
-            for (head_dim, window) in [(64, 0), (32, 0), (64, 8)] {
+            for (head_dim, window) in [(64, 0), (32, 0), (64, 8), (128, 0)] {
                 for positions in [vec![0u32], vec![5, 17, 39], (10..17).collect::<Vec<u32>>()] {
                     let capacity = 40;
                     let p = AttentionParams {

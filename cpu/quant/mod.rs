@@ -7,6 +7,7 @@
 mod kquants;
 mod legacy;
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) use kquants::scale_min_k4;
 
 use crate::dtype::DType;

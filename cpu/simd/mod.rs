@@ -13,6 +13,7 @@ mod x86;
 
 use crate::cpu::quant;
 use crate::dtype::DType;
+use std::ops::Range;
 
 /// A CPU instruction set with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,24 +81,7 @@ impl Isa {
     }
 }
 
-/// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the
-/// 5th bits of Q5_0/Q5_1 values over bytes.
-pub(crate) static BIT_TO_0X10: [u64; 256] = {
-    let mut t = [0u64; 256];
-    let mut b = 0;
-    while b < 256 {
-        let mut i = 0;
-        while i < 8 {
-            if b & (1 << i) != 0 {
-                t[b] |= 0x10 << (8 * i);
-            }
-            i += 1;
-        }
-        b += 1;
-    }
-    t
-};
-
+#[cfg(target_arch = "x86_64")]
 /// Values handled per SIMD step for `dtype`: a whole block for quantized
 /// types; floats go 16 at a time with a scalar tail.
 fn simd_step(dtype: DType) -> usize {
@@ -121,26 +105,44 @@ pub(crate) fn dot_rows(
     m: usize,
     out: &mut [f32],
 ) {
-    let rows = w.len() / row_bytes;
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
     assert!((1..=4).contains(&m) && x.len() >= m * k && out.len() >= rows * m);
     assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
-    let simd_k = k - k % simd_step(dtype);
-    match isa {
-        // SAFETY: the instruction set was checked by `Isa::available` when the
-        // backend was made; lengths are asserted above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::dot_rows(dtype, w, row_bytes, k, x, m, out) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::avx2::dot_rows(dtype, w, row_bytes, k, x, m, out) },
-        _ => return dot_rows_portable(isa, dtype, w, row_bytes, k, x, m, out),
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) && rows > 0 {
+        return dot_rows_x86(isa, dtype, w, row_bytes, k, x, m, out);
     }
+    dot_rows_portable(isa, dtype, w, row_bytes, k, x, m, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn dot_rows_x86(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the instruction set was checked by `Isa::available` when the
+    // backend was made; the caller asserted the lengths.
+    unsafe {
+        if isa == Isa::Avx512 {
+            x86::avx512::dot_rows(dtype, w, row_bytes, k, x, m, out)
+        } else {
+            x86::avx2::dot_rows(dtype, w, row_bytes, k, x, m, out)
+        }
+    }
+    let simd_k = k - k % simd_step(dtype);
     if simd_k < k {
         // Float rows whose length is not a multiple of 16: the scalar tail.
         let eb = dtype.block_bytes();
         let mut tail = vec![0f32; k - simd_k];
-        for r in 0..rows {
-            let wr = &w[r * row_bytes + simd_k * eb..(r + 1) * row_bytes];
-            if quant::dequantize_row(dtype, wr, &mut tail).is_ok() {
+        for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+            if quant::dequantize_row(dtype, &row[simd_k * eb..], &mut tail).is_ok() {
                 for i in 0..m {
                     let xs = &x[i * k + simd_k..(i + 1) * k];
                     out[r * m + i] += tail.iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
@@ -178,28 +180,31 @@ fn dot_rows_portable(
 }
 
 /// One weight row dequantized into `out` (`out.len()` values).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
     let k = out.len();
     assert!(quant_row_ok(dtype, w.len(), k));
-    let simd_k = k - k % simd_step(dtype);
-    match isa {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
+        let simd_k = k - k % simd_step(dtype);
         // SAFETY: instruction set checked at backend creation; row length asserted.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::dequant_row(dtype, w, &mut out[..simd_k]) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::avx2::dequant_row(dtype, w, &mut out[..simd_k]) },
-        _ => {
-            let _ = quant::dequantize_row(dtype, w, out);
-            return;
+        unsafe {
+            if isa == Isa::Avx512 {
+                x86::avx512::dequant_row(dtype, w, &mut out[..simd_k])
+            } else {
+                x86::avx2::dequant_row(dtype, w, &mut out[..simd_k])
+            }
         }
+        if simd_k < k {
+            let _ = quant::dequantize_row(
+                dtype,
+                &w[simd_k * dtype.block_bytes()..],
+                &mut out[simd_k..],
+            );
+        }
+        return;
     }
-    if simd_k < k {
-        let _ = quant::dequantize_row(
-            dtype,
-            &w[simd_k * dtype.block_bytes()..],
-            &mut out[simd_k..],
-        );
-    }
+    let _ = quant::dequantize_row(dtype, w, out);
 }
 
 /// `Σ a[i] * b[i]` (f32 accumulation); `b` must be at least as long as `a`.
@@ -215,6 +220,58 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => unsafe { neon::dot_f32(a, b) },
         _ => dot_f32_scalar(a, b),
+    }
+}
+
+/// `y[i] += a * x[i]`; `x` must be at least as long as `y`.
+pub(crate) fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    assert!(x.len() >= y.len());
+    match isa {
+        // SAFETY: instruction set checked at backend creation; lengths asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::axpy(a, x, y) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::axpy(a, x, y) },
+        _ => y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x),
+    }
+}
+
+/// Attention for one (query row, head) whose `o.len()` dims fit registers
+/// (see the x86 `attention_head`): `false` when no such kernel applies, and
+/// the caller uses the general path.
+// `scores` is a Vec because the kernel fills it by pushing.
+#[allow(clippy::too_many_arguments, clippy::ptr_arg)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn attention_head(
+    isa: Isa,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    kvo: usize,
+    first: usize,
+    last: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    o: &mut [f32],
+) -> bool {
+    let hd = o.len();
+    let fits = q.len() >= hd && last * stride + kvo + hd <= k.len().min(v.len()) && first <= last;
+    if !fits {
+        return false;
+    }
+    match isa {
+        // SAFETY: instruction set checked at backend creation; every key and
+        // value row read (first..=last) lies inside `k`/`v`, checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            x86::avx512::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            x86::avx2::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+        },
+        _ => false,
     }
 }
 
@@ -250,31 +307,39 @@ pub(crate) fn pack_activations(x: &[f32], m: usize, k: usize, mr: usize) -> Vec<
     out
 }
 
-/// `y[i * ldy + j] = Σ_k x[i, k] * panel[k, j]` for `i < m`, `j < ncols`;
-/// `panel` is `[k, nr]` and `xp` the activations packed by
-/// [`pack_activations`] with this instruction set's [`Isa::gemm_tile`].
+/// `y[i * ldy + j] (+)= Σ_{kk in k} x[i, kk] * panel[kk - k.start, j]` for
+/// `i < m`, `j < ncols`: `panel` is `[k.len(), nr]`, `xp` the activations
+/// (`k_total` columns) packed by [`pack_activations`] with this instruction
+/// set's [`Isa::gemm_tile`]. Chunks after the first (`k.start > 0`) add to `y`.
 /// Only for instruction sets with a GEMM kernel.
 ///
 /// # Safety
 /// `y` must be valid for writes of `ncols` values at `y + i * ldy` for every `i < m`.
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(crate) unsafe fn gemm_panel(
     isa: Isa,
     panel: &[f32],
     xp: &[f32],
     m: usize,
-    k: usize,
+    k: Range<usize>,
+    k_total: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
 ) {
     let (mr, nr) = isa.gemm_tile().unwrap_or((1, 0));
-    assert!(panel.len() >= k * nr && xp.len() >= m.div_ceil(mr) * mr * k && ncols <= nr);
+    let kc = k.len();
+    assert!(k.end <= k_total && panel.len() >= kc * nr && ncols <= nr);
+    assert!(xp.len() >= m.div_ceil(mr) * mr * k_total);
+    // Packed block b starts at b * k_total * mr; within it column kk is at kk * mr.
+    let x = &xp[k.start * mr..];
+    let accumulate = k.start > 0;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512::gemm_panel(panel, xp, m, k, y, ldy, ncols),
+        Isa::Avx512 => x86::avx512::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2::gemm_panel(panel, xp, m, k, y, ldy, ncols),
+        Isa::Avx2 => x86::avx2::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
         _ => {}
     }
 }

@@ -110,16 +110,18 @@ pub(crate) const MR: usize = 6;
 /// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of the
 /// packed activation block `x` (`[k, MR]`).
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro<const R: usize>(
     panel: *const f32,
     x: *const f32,
-    k: usize,
+    kc: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
+    accumulate: bool,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for kk in 0..k {
+    for kk in 0..kc {
         let p0 = _mm256_loadu_ps(panel.add(kk * NR));
         let p1 = _mm256_loadu_ps(panel.add(kk * NR + 8));
         for (i, a) in acc.iter_mut().enumerate() {
@@ -130,43 +132,46 @@ unsafe fn micro<const R: usize>(
     }
     for (i, a) in acc.iter().enumerate() {
         let row = y.add(i * ldy);
-        if ncols == NR {
-            _mm256_storeu_ps(row, a[0]);
-            _mm256_storeu_ps(row.add(8), a[1]);
-        } else {
-            let mut tmp = [0f32; NR];
-            _mm256_storeu_ps(tmp.as_mut_ptr(), a[0]);
-            _mm256_storeu_ps(tmp.as_mut_ptr().add(8), a[1]);
-            core::ptr::copy_nonoverlapping(tmp.as_ptr(), row, ncols);
+        let mut tmp = [0f32; NR];
+        if accumulate {
+            core::ptr::copy_nonoverlapping(row, tmp.as_mut_ptr(), ncols);
         }
+        let t = tmp.as_mut_ptr();
+        _mm256_storeu_ps(t, _mm256_add_ps(a[0], _mm256_loadu_ps(t)));
+        _mm256_storeu_ps(t.add(8), _mm256_add_ps(a[1], _mm256_loadu_ps(t.add(8))));
+        core::ptr::copy_nonoverlapping(tmp.as_ptr(), row, ncols);
     }
 }
 
-/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`, packed as
-/// `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`).
+/// `y[i, 0..ncols] (+)= x[i, k0..k0 + kc] · panel` for all `m` rows of `x`,
+/// packed as `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`) and
+/// already offset to `k0`; `panel` is `[kc, NR]`. Adds to `y` when `accumulate`.
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel(
     panel: &[f32],
     x: &[f32],
     m: usize,
     k: usize,
+    kc: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
+    accumulate: bool,
 ) {
     let (p, xp) = (panel.as_ptr(), x.as_ptr());
     let mut i = 0;
     while i + MR <= m {
-        micro::<MR>(p, xp.add(i * k), k, y.add(i * ldy), ldy, ncols);
+        micro::<MR>(p, xp.add(i * k), kc, y.add(i * ldy), ldy, ncols, accumulate);
         i += MR;
     }
     let (xr, yr) = (xp.add(i * k), y.add(i * ldy));
     match m - i {
         0 => {}
-        1 => micro::<1>(p, xr, k, yr, ldy, ncols),
-        2 => micro::<2>(p, xr, k, yr, ldy, ncols),
-        3 => micro::<3>(p, xr, k, yr, ldy, ncols),
-        4 => micro::<4>(p, xr, k, yr, ldy, ncols),
-        _ => micro::<5>(p, xr, k, yr, ldy, ncols),
+        1 => micro::<1>(p, xr, kc, yr, ldy, ncols, accumulate),
+        2 => micro::<2>(p, xr, kc, yr, ldy, ncols, accumulate),
+        3 => micro::<3>(p, xr, kc, yr, ldy, ncols, accumulate),
+        4 => micro::<4>(p, xr, kc, yr, ldy, ncols, accumulate),
+        _ => micro::<5>(p, xr, kc, yr, ldy, ncols, accumulate),
     }
 }

@@ -88,16 +88,18 @@ pub(crate) const MR: usize = 12;
 /// `y[i, 0..ncols] = Σ_k x[i, k] * panel[k, 0..ncols]` for `R` rows of the
 /// packed activation block `x` (`[k, MR]`) and output rows of stride `ldy`. `panel` is `k x NR`.
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro<const R: usize>(
     panel: *const f32,
     x: *const f32,
-    k: usize,
+    kc: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
+    accumulate: bool,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    for kk in 0..k {
+    for kk in 0..kc {
         let p0 = _mm512_loadu_ps(panel.add(kk * NR));
         let p1 = _mm512_loadu_ps(panel.add(kk * NR + 16));
         for (i, a) in acc.iter_mut().enumerate() {
@@ -112,44 +114,54 @@ unsafe fn micro<const R: usize>(
     } else {
         0
     };
+    let (lo, hi) = (lo as u16, hi as u16);
     for (i, a) in acc.iter().enumerate() {
         let row = y.add(i * ldy);
-        _mm512_mask_storeu_ps(row, lo as u16, a[0]);
-        _mm512_mask_storeu_ps(row.add(16), hi as u16, a[1]);
+        let (mut a0, mut a1) = (a[0], a[1]);
+        if accumulate {
+            a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(lo, row));
+            a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(hi, row.add(16)));
+        }
+        _mm512_mask_storeu_ps(row, lo, a0);
+        _mm512_mask_storeu_ps(row.add(16), hi, a1);
     }
 }
 
-/// `y[i, 0..ncols] = x[i, :] · panel` for all `m` rows of `x`, packed as
-/// `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`).
+/// `y[i, 0..ncols] (+)= x[i, k0..k0 + kc] · panel` for all `m` rows of `x`,
+/// packed as `[ceil(m / MR), k, MR]` (see `cpu::simd::pack_activations`) and
+/// already offset to `k0`; `panel` is `[kc, NR]`. Adds to `y` when `accumulate`.
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel(
     panel: &[f32],
     x: &[f32],
     m: usize,
     k: usize,
+    kc: usize,
     y: *mut f32,
     ldy: usize,
     ncols: usize,
+    accumulate: bool,
 ) {
     let (p, xp) = (panel.as_ptr(), x.as_ptr());
     let mut i = 0;
     while i + MR <= m {
-        micro::<MR>(p, xp.add(i * k), k, y.add(i * ldy), ldy, ncols);
+        micro::<MR>(p, xp.add(i * k), kc, y.add(i * ldy), ldy, ncols, accumulate);
         i += MR;
     }
     let (xr, yr) = (xp.add(i * k), y.add(i * ldy));
     match m - i {
         0 => {}
-        1 => micro::<1>(p, xr, k, yr, ldy, ncols),
-        2 => micro::<2>(p, xr, k, yr, ldy, ncols),
-        3 => micro::<3>(p, xr, k, yr, ldy, ncols),
-        4 => micro::<4>(p, xr, k, yr, ldy, ncols),
-        5 => micro::<5>(p, xr, k, yr, ldy, ncols),
-        6 => micro::<6>(p, xr, k, yr, ldy, ncols),
-        7 => micro::<7>(p, xr, k, yr, ldy, ncols),
-        8 => micro::<8>(p, xr, k, yr, ldy, ncols),
-        9 => micro::<9>(p, xr, k, yr, ldy, ncols),
-        10 => micro::<10>(p, xr, k, yr, ldy, ncols),
-        _ => micro::<11>(p, xr, k, yr, ldy, ncols),
+        1 => micro::<1>(p, xr, kc, yr, ldy, ncols, accumulate),
+        2 => micro::<2>(p, xr, kc, yr, ldy, ncols, accumulate),
+        3 => micro::<3>(p, xr, kc, yr, ldy, ncols, accumulate),
+        4 => micro::<4>(p, xr, kc, yr, ldy, ncols, accumulate),
+        5 => micro::<5>(p, xr, kc, yr, ldy, ncols, accumulate),
+        6 => micro::<6>(p, xr, kc, yr, ldy, ncols, accumulate),
+        7 => micro::<7>(p, xr, kc, yr, ldy, ncols, accumulate),
+        8 => micro::<8>(p, xr, kc, yr, ldy, ncols, accumulate),
+        9 => micro::<9>(p, xr, kc, yr, ldy, ncols, accumulate),
+        10 => micro::<10>(p, xr, kc, yr, ldy, ncols, accumulate),
+        _ => micro::<11>(p, xr, kc, yr, ldy, ncols, accumulate),
     }
 }

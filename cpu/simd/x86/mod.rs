@@ -57,7 +57,7 @@ macro_rules! shared_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn bits_to_0x10(bits: u32) -> __m128i {
-            use crate::cpu::simd::BIT_TO_0X10 as T;
+            use crate::cpu::simd::x86::BIT_TO_0X10 as T;
             _mm_set_epi64x(
                 T[((bits >> 8) & 0xFF) as usize] as i64,
                 T[(bits & 0xFF) as usize] as i64,
@@ -329,6 +329,99 @@ macro_rules! shared_kernels {
             }
         }
 
+        /// One (query row, head) of attention with `C * 16` dims kept in
+        /// registers: scores against keys `first..=last` (row `j` of `k`/`v`
+        /// at `j * stride + kvo`), max-subtracted softmax, weighted value sum
+        /// into `o`. `scores` is scratch.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn attn_head<const C: usize>(
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            stride: usize,
+            kvo: usize,
+            first: usize,
+            last: usize,
+            scale: f32,
+            scores: &mut Vec<f32>,
+            o: &mut [f32],
+        ) {
+            let mut qv = [zero(); C];
+            for (c, r) in qv.iter_mut().enumerate() {
+                *r = loadu(q.as_ptr().add(16 * c));
+            }
+            scores.clear();
+            let mut max = f32::NEG_INFINITY;
+            for j in first..=last {
+                let kp = k.as_ptr().add(j * stride + kvo);
+                let mut acc = mul(qv[0], loadu(kp));
+                for (c, r) in qv.iter().enumerate().skip(1) {
+                    acc = fmadd(*r, loadu(kp.add(16 * c)), acc);
+                }
+                let s = hsum(acc) * scale;
+                max = max.max(s);
+                scores.push(s);
+            }
+            let mut total = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                total += *s;
+            }
+            let mut ov = [zero(); C];
+            for (j, e) in (first..=last).zip(scores.iter()) {
+                let vp = v.as_ptr().add(j * stride + kvo);
+                let ev = splat(*e);
+                for (c, r) in ov.iter_mut().enumerate() {
+                    *r = fmadd(ev, loadu(vp.add(16 * c)), *r);
+                }
+            }
+            let inv = splat(1.0 / total);
+            for (c, r) in ov.iter().enumerate() {
+                storeu(o.as_mut_ptr().add(16 * c), mul(*r, inv));
+            }
+        }
+
+        /// [`attn_head`] for head sizes 64 and 128; `false` for other sizes.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn attention_head(
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            stride: usize,
+            kvo: usize,
+            first: usize,
+            last: usize,
+            scale: f32,
+            scores: &mut Vec<f32>,
+            o: &mut [f32],
+        ) -> bool {
+            match o.len() {
+                64 => attn_head::<4>(q, k, v, stride, kvo, first, last, scale, scores, o),
+                128 => attn_head::<8>(q, k, v, stride, kvo, first, last, scale, scores, o),
+                _ => return false,
+            }
+            true
+        }
+
+        /// `y[i] += a * x[i]` over `y.len()` values (`x` at least as long).
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+            let n = y.len();
+            let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+            let av = splat(a);
+            let mut i = 0;
+            while i + 16 <= n {
+                storeu(py.add(i), fmadd(av, loadu(px.add(i)), loadu(py.add(i))));
+                i += 16;
+            }
+            while i < n {
+                *py.add(i) += a * *px.add(i);
+                i += 1;
+            }
+        }
+
         /// `Σ a[i] * b[i]` over `a.len()` values (`b` at least as long).
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -413,6 +506,24 @@ macro_rules! dot_fn {
         }
     };
 }
+
+/// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the
+/// 5th bits of Q5_0/Q5_1 values over bytes.
+pub(crate) static BIT_TO_0X10: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if b & (1 << i) != 0 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;

@@ -1,0 +1,191 @@
+//! Op benchmarks on every backend available (the CPU; Vulkan when
+//! `vkllm::vk::open` succeeds): matmul as GEMV (m = 1, weight GB/s) and GEMM
+//! (m = 512, GFLOP/s, shown by criterion as elements/s) at SmolLM2-135M shapes
+//! and at 2048² / 4096², plus rms_norm, rope and attention.
+//!
+//! `VKLLM_BENCH_ALL=1` runs every weight dtype at every shape; the default
+//! keeps the run short (SmolLM2's dtypes at its shapes, every dtype at 2048²).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::time::Duration;
+use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::cpu::quant::quantize_row;
+use vkllm::cpu::CpuBackend;
+use vkllm::DType;
+
+fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {
+    let cpu = CpuBackend::new(None);
+    let mut v: Vec<(String, Box<dyn ComputeBackend>)> =
+        vec![(format!("cpu-{}", cpu.isa().name()), Box::new(cpu))];
+    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+        Ok(b) => v.push(("vulkan".into(), b)),
+        Err(e) => eprintln!("bench: no Vulkan backend ({e})"),
+    }
+    v
+}
+
+fn rand(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn upload(b: &mut dyn ComputeBackend, data: &[f32]) -> Buffer {
+    let buf = b.alloc(data.len() * 4).unwrap();
+    b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
+    buf
+}
+
+/// A `[rows, cols]` weight: one random row quantized, repeated (quantizing
+/// 4096² values with the reference k-quantizers would dominate the run).
+fn weight_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
+    quantize_row(dtype, &rand(cols, 1), &mut row).unwrap();
+    row.repeat(rows)
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+}
+
+/// (label, rows, cols, dtypes): rows = output features, cols = reduction.
+fn matmul_shapes() -> Vec<(&'static str, usize, usize, Vec<DType>)> {
+    let all = std::env::var("VKLLM_BENCH_ALL").as_deref() == Ok("1");
+    let pick = |d: &[DType]| if all { DType::ALL.to_vec() } else { d.to_vec() };
+    vec![
+        ("qo_576x576", 576, 576, pick(&[DType::Q4_1])),
+        ("kv_192x576", 192, 576, pick(&[DType::Q4_1])),
+        ("gate_up_1536x576", 1536, 576, pick(&[DType::Q4_1])),
+        ("down_576x1536", 576, 1536, pick(&[DType::Q4_1])),
+        ("output_49152x576", 49152, 576, pick(&[DType::Q8_0])),
+        ("sq_2048", 2048, 2048, DType::ALL.to_vec()),
+        (
+            "sq_4096",
+            4096,
+            4096,
+            pick(&[DType::Q4_1, DType::Q8_0, DType::F16]),
+        ),
+    ]
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    for (bname, mut b) in backends() {
+        for (label, rows, cols, dtypes) in matmul_shapes() {
+            for dtype in dtypes {
+                let wb = weight_bytes(dtype, rows, cols);
+                let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                for m in [1usize, 512] {
+                    // 512 rows of the output projection is not a real workload.
+                    if m > 1 && rows > 8192 {
+                        continue;
+                    }
+                    let x = upload(b.as_mut(), &rand(m * cols, 2));
+                    let y = b.alloc(m * rows * 4).unwrap();
+                    let mut g = c.benchmark_group(format!("matmul_m{m}/{bname}"));
+                    if m == 1 {
+                        g.throughput(Throughput::Bytes(wb.len() as u64));
+                    } else {
+                        g.throughput(Throughput::Elements((2 * m * rows * cols) as u64));
+                    }
+                    g.bench_function(BenchmarkId::new(label, dtype.name()), |it| {
+                        it.iter(|| {
+                            b.begin_pass().unwrap();
+                            b.matmul(&w, None, &x, &y, m).unwrap();
+                            b.end_pass().unwrap();
+                        })
+                    });
+                    g.finish();
+                    b.free(x);
+                    b.free(y);
+                }
+                b.free_weight(w);
+            }
+        }
+    }
+}
+
+fn bench_small_ops(c: &mut Criterion) {
+    for (bname, mut b) in backends() {
+        let mut g = c.benchmark_group(format!("ops/{bname}"));
+        for rows in [1usize, 512] {
+            let dim = 576;
+            let x = upload(b.as_mut(), &rand(rows * dim, 3));
+            let w = upload(b.as_mut(), &rand(dim, 4));
+            let out = b.alloc(rows * dim * 4).unwrap();
+            g.throughput(Throughput::Bytes((rows * dim * 8) as u64));
+            g.bench_function(BenchmarkId::new("rms_norm_576", rows), |it| {
+                it.iter(|| {
+                    b.begin_pass().unwrap();
+                    b.rms_norm(&x, &w, &out, rows, dim, 1e-5).unwrap();
+                    b.end_pass().unwrap();
+                })
+            });
+            let p = RopeParams {
+                rows,
+                n_heads: 9,
+                head_dim: 64,
+                rot_dim: 64,
+                base: 1e5,
+                style: RopeStyle::Neox,
+            };
+            let pos: Vec<u32> = (0..rows as u32).collect();
+            let pb = b.alloc(rows * 4).unwrap();
+            b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();
+            g.throughput(Throughput::Bytes((rows * dim * 8) as u64));
+            g.bench_function(BenchmarkId::new("rope_9x64", rows), |it| {
+                it.iter(|| {
+                    b.begin_pass().unwrap();
+                    b.rope(&x, &pb, &p).unwrap();
+                    b.end_pass().unwrap();
+                })
+            });
+            // Attention against a 512-position cache: decode at the last
+            // position, or a 512-row causal prefill.
+            let capacity = 512;
+            let kv = 3 * 64;
+            let k = upload(b.as_mut(), &rand(capacity * kv, 5));
+            let v = upload(b.as_mut(), &rand(capacity * kv, 6));
+            let pos: Vec<u32> = if rows == 1 {
+                vec![511]
+            } else {
+                (0..512).collect()
+            };
+            b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();
+            let ap = AttentionParams {
+                rows,
+                n_heads: 9,
+                n_kv_heads: 3,
+                head_dim: 64,
+                capacity,
+                scale: 0.125,
+                window: 0,
+            };
+            let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();
+            g.throughput(Throughput::Elements((pairs * 9 * 64 * 4) as u64));
+            g.bench_function(BenchmarkId::new("attention_kv512_flop", rows), |it| {
+                it.iter(|| {
+                    b.begin_pass().unwrap();
+                    b.attention(&x, &k, &v, &pb, &out, &ap).unwrap();
+                    b.end_pass().unwrap();
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_matmul, bench_small_ops
+}
+criterion_main!(benches);
