@@ -15,6 +15,9 @@ layout(binding = 1) readonly buffer K { float kc[]; };
 layout(binding = 2) readonly buffer V { float vc[]; };
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { float o[]; };
+// Status words (see embedding.comp); a position past the cache is recorded in
+// the second as position + 1 and the row attends to the cache it has.
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -44,6 +47,9 @@ void main() {
         qs[d] = q[qbase + d];
     }
     uint p = pos[r];
+    if (p >= pc.capacity && t == 0u) {
+        atomicMax(st.bad_pos_plus_one, p + 1u);
+    }
     uint end = min(p + 1u, pc.capacity);
     uint start = (pc.window > 0u && p + 1u > pc.window) ? p + 1u - pc.window : 0u;
     uint kv_stride = pc.n_kv_heads * hd;

@@ -12,7 +12,7 @@ layout(binding = 0) readonly buffer W { uint wdata[]; };
 layout(binding = 1) readonly buffer Ids { uint ids[]; };
 layout(binding = 2) writeonly buffer Out { float o[]; };
 // Largest bad id + 1 seen in this submission; 0 when all were valid.
-layout(binding = 3) buffer Status { uint bad_id_plus_one; } st;
+layout(binding = 3) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
 
 layout(push_constant) uniform Push {
     uint rows;

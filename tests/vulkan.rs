@@ -182,6 +182,32 @@ fn matmul_float_weights_with_odd_columns() {
 }
 
 #[test]
+fn matmul_more_rows_than_one_dispatch_dimension() {
+    let Some(mut b) = vulkan() else { return };
+    // 70000 output rows: more GEMV workgroups than maxComputeWorkGroupCount[0]
+    // allows on lavapipe and NVIDIA (65535), so the dispatch is split over y.
+    let (rows, cols) = (70_000, 32);
+    let wb = weight_bytes(DType::Q8_0, rows, cols, 61);
+    let w = b.upload_weight(DType::Q8_0, rows, cols, &wb).unwrap();
+    let x = rand_f32(cols, 62);
+    let xb = upload_f32(&mut b, &x);
+    let yb = b.alloc(rows * 4).unwrap();
+    let am = b.alloc(4).unwrap();
+    pass(&mut b, |b| {
+        b.matmul(&w, None, &xb, &yb, 1).unwrap();
+        b.argmax(&yb, &am, 1, rows).unwrap();
+    });
+    let got = download_f32(&mut b, &yb, rows);
+    let want = reference::matmul(DType::Q8_0, &wb, rows, cols, None, &x, 1).unwrap();
+    let scale = abs_dot(DType::Q8_0, &wb, rows, cols, &x, 1);
+    assert_close("matmul 70000 rows", &got, &want, &scale, TOL);
+    assert_eq!(
+        download_u32(&mut b, &am, 1),
+        reference::argmax(&got, rows).unwrap()
+    );
+}
+
+#[test]
 fn embedding_every_dtype() {
     let Some(mut b) = vulkan() else { return };
     let (rows, cols) = (20, 256);
@@ -453,12 +479,115 @@ fn barriers_only_between_dependent_ops() {
     eprintln!("kv append + attention: {s:?}");
     assert_eq!((s.copies, s.dispatches, s.barriers), (2, 1, 1));
 
+    // Embedding and attention flag bad inputs in a shared status word with
+    // atomics; that alone must not order them.
+    let table = b.upload_weight(DType::F32, n, dim, &wq).unwrap();
+    let ids = upload_u32(&mut b, &[3]);
+    b.begin_pass().unwrap();
+    b.embedding(&table, &ids, &outs[1], 1).unwrap();
+    b.attention(&outs[0], &cache, &vcache, &pos, &att_out, &att)
+        .unwrap();
+    b.embedding(&table, &ids, &outs[2], 1).unwrap();
+    b.end_pass().unwrap();
+    let s = b.stats();
+    eprintln!("two embeddings + attention: {s:?}");
+    assert_eq!((s.dispatches, s.barriers), (3, 0));
+
     let q = reference::matmul(DType::F32, &wq, n, dim, None, &x, 1).unwrap();
     let k = reference::matmul(DType::F32, &wk, n, dim, None, &x, 1).unwrap();
     let v = reference::matmul(DType::F32, &wv, n, dim, None, &x, 1).unwrap();
     let want: Vec<f32> = (0..n).map(|i| (q[i] + k[i]) * 2.0 + v[i]).collect();
     let scale = vec![dim as f32; n];
     assert_close("chain", &download_f32(&mut b, &sum, n), &want, &scale, TOL);
+}
+
+#[test]
+fn replayed_pass_reads_new_token_and_position() {
+    let Some(mut b) = vulkan() else { return };
+    let (vocab, dim, cap) = (16, 64, 8);
+    let table_bytes = weight_bytes(DType::Q8_0, vocab, dim, 71);
+    let table = b
+        .upload_weight(DType::Q8_0, vocab, dim, &table_bytes)
+        .unwrap();
+    let wb = weight_bytes(DType::Q4_0, vocab, dim, 72);
+    let w = b.upload_weight(DType::Q4_0, vocab, dim, &wb).unwrap();
+    let kv = rand_f32(cap * dim, 73);
+    let kc = upload_f32(&mut b, &kv);
+    let ids = upload_u32(&mut b, &[3]);
+    let pos = upload_u32(&mut b, &[0]);
+    let h = b.alloc(dim * 4).unwrap();
+    let a = b.alloc(dim * 4).unwrap();
+    let logits = b.alloc(vocab * 4).unwrap();
+    let best = b.alloc(4).unwrap();
+    let att = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: dim,
+        capacity: cap,
+        scale: 0.125,
+        window: 0,
+    };
+    // One decode step: embed, attend over positions 0..=pos, project, argmax.
+    let record = |b: &mut VulkanBackend| {
+        pass(b, |b| {
+            b.embedding(&table, &ids, &h, 1).unwrap();
+            b.attention(&h, &kc, &kc, &pos, &a, &att).unwrap();
+            b.matmul(&w, None, &a, &logits, 1).unwrap();
+            b.argmax(&logits, &best, 1, vocab).unwrap();
+        })
+    };
+    let expect = |token: u32, p: u32| {
+        let e = reference::embedding(DType::Q8_0, &table_bytes, vocab, dim, &[token]).unwrap();
+        let at = reference::attention(&e, &kv, &kv, &[p], &att).unwrap();
+        let y = reference::matmul(DType::Q4_0, &wb, vocab, dim, None, &at, 1).unwrap();
+        (y, abs_dot(DType::Q4_0, &wb, vocab, dim, &at, 1))
+    };
+    record(&mut b);
+    for (token, p) in [(5u32, 2u32), (11, 6)] {
+        b.upload(&ids, 0, bytemuck::bytes_of(&token)).unwrap();
+        b.upload(&pos, 0, bytemuck::bytes_of(&p)).unwrap();
+        b.replay_pass().unwrap();
+        let got = download_f32(&mut b, &logits, vocab);
+        let (want, scale) = expect(token, p);
+        assert_close(
+            &format!("replay token {token} pos {p}"),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        assert_eq!(
+            download_u32(&mut b, &best, 1),
+            reference::argmax(&got, vocab).unwrap()
+        );
+    }
+    // A freed buffer ends replays.
+    let tmp = b.alloc(4).unwrap();
+    b.free(tmp);
+    assert!(b.replay_pass().is_err(), "replay after free");
+}
+
+#[test]
+fn passes_longer_than_one_descriptor_pool() {
+    let Some(mut b) = vulkan() else { return };
+    // 1500 dispatches need more descriptor sets than one pool holds (1024);
+    // the second pass reuses the pools after their reset.
+    let x = upload_f32(&mut b, &[0.0; 8]);
+    let ones = upload_f32(&mut b, &[1.0; 8]);
+    for round in 1..=2 {
+        pass(&mut b, |b| {
+            for _ in 0..1500 {
+                b.add(&x, &ones, &x, 8).unwrap();
+            }
+        });
+        let s = b.stats();
+        assert_eq!(
+            (s.dispatches, s.descriptor_sets, s.barriers),
+            (1500, 1500, 1499)
+        );
+        assert_eq!(download_f32(&mut b, &x, 8), vec![1500.0 * round as f32; 8]);
+    }
 }
 
 #[test]
@@ -567,6 +696,11 @@ fn out_of_range_shapes_are_errors() {
     b.end_pass().unwrap();
     assert!(b.end_pass().is_err(), "end without begin");
 
+    let forged = Buffer::new(small.id(), 1 << 20);
+    assert!(
+        b.upload(&forged, 0, &[0u8; 1024]).is_err(),
+        "handle larger than its buffer"
+    );
     let gone = b.alloc(4).unwrap();
     b.free(gone);
     b.begin_pass().unwrap();
@@ -584,6 +718,29 @@ fn out_of_range_shapes_are_errors() {
             msg,
         }) => assert!(msg.contains('5'), "{msg}"),
         other => panic!("expected a bad token id error, got {other:?}"),
+    }
+
+    // So is a position past the KV cache.
+    let cache = b.alloc(2 * 4 * 4).unwrap();
+    let pos = upload_u32(&mut b, &[2]);
+    let one_head = AttentionParams {
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        capacity: 2,
+        scale: 1.0,
+        window: 0,
+    };
+    b.begin_pass().unwrap();
+    b.attention(&small, &cache, &cache, &pos, &big, &one_head)
+        .unwrap();
+    match b.end_pass() {
+        Err(Error::Op {
+            op: "attention",
+            msg,
+        }) => assert!(msg.contains('2'), "{msg}"),
+        other => panic!("expected a bad position error, got {other:?}"),
     }
 
     // The backend still works after all of that.

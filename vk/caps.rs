@@ -91,7 +91,8 @@ impl std::fmt::Display for DeviceInfo {
         write!(
             f,
             "[{}] {} ({}, Vulkan {}): subgroup {}, fp16 {}, int8 {}, 16-bit storage {}, \
-             cooperative matrix {}, integer dot {}, max storage buffer {} MiB",
+             cooperative matrix {}, integer dot {}, max storage buffer {} MiB, \
+             shared memory {} KiB, push constants {} B",
             self.index,
             self.name,
             self.kind,
@@ -102,7 +103,9 @@ impl std::fmt::Display for DeviceInfo {
             c.storage16,
             c.coopmat_khr,
             c.integer_dot,
-            c.max_storage_buffer_range >> 20
+            c.max_storage_buffer_range >> 20,
+            c.max_shared_memory >> 10,
+            c.max_push_constants
         )
     }
 }

@@ -78,6 +78,15 @@ impl Device {
     }
 }
 
+impl Drop for Device {
+    /// The owner waits for idle and drops every child object first.
+    fn drop(&mut self) {
+        // SAFETY: nothing made from this device outlives it (VulkanBackend
+        // declares its children before the device).
+        unsafe { self.device.destroy_device(None) };
+    }
+}
+
 fn preference(kind: &str) -> u32 {
     match kind {
         "discrete GPU" => 0,

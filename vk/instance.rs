@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
 /// Validation messages of severity warning or error, in arrival order.
-type Messages = Arc<Mutex<Vec<String>>>;
+pub(crate) type Messages = Arc<Mutex<Vec<String>>>;
 
 fn messenger_info(messages: &Messages) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
     vk::DebugUtilsMessengerCreateInfoEXT::default()
@@ -65,6 +65,7 @@ impl Instance {
             }
             layers.push(VALIDATION_LAYER.as_ptr());
             extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+            extensions.push(ash::ext::validation_features::NAME.as_ptr());
         }
         let messages: Box<Messages> = Box::default();
         let mut chained = messenger_info(&messages);
@@ -72,9 +73,14 @@ impl Instance {
             .application_info(&app)
             .enabled_layer_names(&layers)
             .enabled_extension_names(&extensions);
+        // Synchronization validation too: missing barriers are the bugs the
+        // recorder's automatic barriers could introduce.
+        let enabled = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled);
         if validate {
             // Chained so messages from instance creation itself are caught too.
-            info = info.push_next(&mut chained);
+            info = info.push_next(&mut chained).push_next(&mut features);
         }
         // SAFETY: `info` and everything it points to outlive the call.
         let instance = unsafe { entry.create_instance(&info, None) }
@@ -97,6 +103,13 @@ impl Instance {
             inst.check_messages()?;
         }
         Ok(inst)
+    }
+
+    /// The message list, kept alive past the instance so tests can check
+    /// what teardown reported.
+    #[cfg(test)]
+    pub fn messages(&self) -> Option<Messages> {
+        self.messages.as_deref().cloned()
     }
 
     /// `Err` listing every validation warning/error reported since the last call.

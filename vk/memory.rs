@@ -156,6 +156,20 @@ impl Memory {
         out
     }
 
+    /// The device buffer behind handle `buf`, checking that the handle
+    /// claims no more bytes than the buffer has (handles are plain data, and
+    /// a GPU read past a buffer is undefined behaviour, not an error).
+    pub fn resolve(&self, buf: &crate::backend::Buffer) -> Result<&DeviceBuffer> {
+        let db = self.get(buf.id)?;
+        if buf.bytes as u64 > db.size {
+            return Err(Error::Vulkan(format!(
+                "buffer handle {} claims {} bytes but holds {}",
+                buf.id, buf.bytes, db.size
+            )));
+        }
+        Ok(db)
+    }
+
     pub fn get_mut(&mut self, id: u32) -> Result<&mut DeviceBuffer> {
         self.buffers
             .get_mut(&id)
@@ -216,9 +230,12 @@ impl Memory {
         slot.as_mut()
             .ok_or_else(|| Error::Vulkan("staging buffer missing".into()))
     }
+}
 
-    /// Free every buffer and the allocator; the device must be idle.
-    pub fn destroy_all(&mut self) {
+impl Drop for Memory {
+    /// Frees every buffer, then the allocator (before the device goes: the
+    /// owner declares Memory before Device). The device must be idle.
+    fn drop(&mut self) {
         let ids: Vec<u32> = self.buffers.keys().copied().collect();
         for id in ids {
             self.free(id);

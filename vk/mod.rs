@@ -1,13 +1,19 @@
 //! Vulkan backend: raw Vulkan through `ash`, memory through gpu-allocator,
 //! GLSL kernels from `glsl/` compiled to SPIR-V at build time.
 //!
-//! - [`instance`]: loader, instance, validation layer and messenger;
-//! - [`device`]: physical device choice and the compute queue;
-//! - [`caps`]: device capabilities, [`list_devices`];
-//! - [`memory`]: buffers and staging; [`layout`]: weight repacking;
-//! - [`pipeline`]: pipelines and layouts; [`recorder`]: command buffer,
+//! - `instance`: loader, instance, validation layer and messenger;
+//! - `device`: physical device choice and the compute queue;
+//! - `caps`: device capabilities, [`list_devices`];
+//! - `memory`: buffers and staging; `layout`: weight repacking;
+//! - `pipeline`: pipelines and layouts; `recorder`: command buffers,
 //!   automatic barriers, descriptor sets, per-pass [`PassStats`];
 //! - `ops/`: one encoder per op family.
+//!
+//! Per-token values (token ids, positions, and through them the attention
+//! length) are read by the shaders from buffers, so a recorded pass can be
+//! submitted again with [`VulkanBackend::replay_pass`] after uploading new
+//! values. `copy` offsets are baked into the pass, so a decode pass that
+//! appends to the KV cache with `copy` writes the same cache row on replay.
 
 mod caps;
 mod device;
@@ -30,7 +36,7 @@ use device::Device;
 use instance::Instance;
 use memory::{Memory, STAGING_CAP};
 use pipeline::Pipelines;
-use recorder::Recorder;
+use recorder::{Recorder, Slot};
 use std::collections::HashMap;
 
 /// How to open the Vulkan backend.
@@ -84,11 +90,12 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
 
 /// The Vulkan implementation of [`ComputeBackend`].
 pub struct VulkanBackend {
+    // Field order is drop order: children of the device first, then the
+    // device, then the instance.
     rec: Recorder,
     pipes: Pipelines,
     mem: Memory,
     dev: Device,
-    // Declared last: dropped after Drop::drop has destroyed the device.
     inst: Instance,
     in_pass: bool,
     /// Buffers allocated outside a command buffer, zeroed at the next recording.
@@ -96,8 +103,11 @@ pub struct VulkanBackend {
     /// Buffers freed while recorded commands may use them, destroyed after submit.
     pending_frees: Vec<u32>,
     last_pass: PassStats,
-    /// Host-readable status word shaders flag input errors in (bad token ids).
+    /// Host-readable status words in which shaders flag input errors found
+    /// on the GPU: [bad token id + 1, bad position + 1], 0 when fine.
     status: Buffer,
+    /// The pass being recorded allocated (and zeroes) buffers: not replayable.
+    pass_allocs: bool,
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     rope_tables: HashMap<(u32, u32), Buffer>,
 }
@@ -106,33 +116,12 @@ impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::new(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
-        let parts = (|| {
-            let mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
-            let pipes = Pipelines::new(&dev.device)?;
-            let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
-            Ok::<_, Error>((mem, pipes, rec))
-        })();
-        let (mem, pipes, rec) = match parts {
-            Ok(p) => p,
-            Err(e) => {
-                // SAFETY: nothing else was made from the device that survived.
-                unsafe { dev.device.destroy_device(None) };
-                return Err(e);
-            }
-        };
-        let mut mem = mem;
-        let status = match mem.alloc_host_readable(4) {
-            Ok(id) => Buffer::new(id, 4),
-            Err(e) => {
-                mem.destroy_all();
-                let (mut pipes, mut rec) = (pipes, rec);
-                pipes.destroy();
-                rec.destroy();
-                // SAFETY: every child of the device was destroyed above.
-                unsafe { dev.device.destroy_device(None) };
-                return Err(e);
-            }
-        };
+        // On an error below, the parts made so far drop in reverse order,
+        // each destroying its Vulkan objects before the device goes.
+        let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
+        let pipes = Pipelines::new(&dev.device)?;
+        let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
+        let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
             rec,
             pipes,
@@ -145,6 +134,7 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             status,
+            pass_allocs: false,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -164,10 +154,10 @@ impl VulkanBackend {
     }
 
     /// Begin a command buffer, zeroing buffers allocated since the last one.
-    fn begin_recording(&mut self) -> Result<()> {
-        self.rec.begin()?;
+    fn begin_recording(&mut self, slot: Slot) -> Result<()> {
+        self.rec.begin(slot)?;
         // The previous submission has completed, so the host may reset it.
-        self.mem.get_mut(self.status.id)?.mapped()?[..4].fill(0);
+        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
             if let Ok(b) = self.mem.get(id) {
                 let buffer = b.buffer;
@@ -193,19 +183,46 @@ impl VulkanBackend {
             self.mem.free(id);
         }
         result?;
+        self.check_after_submit()
+    }
+
+    /// Validation messages and the status words of the submit just finished.
+    fn check_after_submit(&mut self) -> Result<()> {
         self.inst.check_messages()?;
         let status = self.mem.get_mut(self.status.id)?.mapped()?;
-        let bad = u32::from_le_bytes([status[0], status[1], status[2], status[3]]);
-        if bad != 0 {
+        let word =
+            |i: usize| u32::from_le_bytes([status[i], status[i + 1], status[i + 2], status[i + 3]]);
+        let (bad_id, bad_pos) = (word(0), word(4));
+        if bad_id != 0 {
             return Err(Error::op(
                 "embedding",
                 format!(
                     "token id {} is past the end of the embedding table",
-                    bad - 1
+                    bad_id - 1
                 ),
             ));
         }
+        if bad_pos != 0 {
+            return Err(Error::op(
+                "attention",
+                format!("position {} is past the KV cache capacity", bad_pos - 1),
+            ));
+        }
         Ok(())
+    }
+
+    /// Submit the last pass again, unchanged, and wait: a decode step after
+    /// the per-token values (token ids, positions) were uploaded into the
+    /// buffers the pass reads. Fails inside a pass, before any pass, after a
+    /// buffer was freed, or when the pass allocated buffers (they would be
+    /// zeroed again).
+    pub fn replay_pass(&mut self) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Vulkan("replay_pass called inside a pass".into()));
+        }
+        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        self.rec.resubmit_pass()?;
+        self.check_after_submit()
     }
 
     /// Drop cached tables whose contents were written by a command buffer
@@ -253,19 +270,30 @@ impl VulkanBackend {
             ));
         }
         Self::check_range(op, buf, offset, len)?;
-        self.mem.get(buf.id)?;
+        self.mem.resolve(buf)?;
         Ok(())
     }
 
+    /// One staging copy in a submit of its own. `device_buf` is the id of
+    /// the device buffer, read (`download`) or written, so the copy is
+    /// ordered after the zero fill that may precede it in the same buffer.
+    #[allow(clippy::too_many_arguments)]
     fn copy_chunk(
         &mut self,
+        device_buf: u32,
+        download: bool,
         src: vk::Buffer,
         src_off: u64,
         dst: vk::Buffer,
         dst_off: u64,
         n: u64,
     ) -> Result<()> {
-        self.begin_recording()?;
+        self.begin_recording(Slot::Transfer)?;
+        if download {
+            self.rec.access(&[device_buf], &[]);
+        } else {
+            self.rec.access(&[], &[device_buf]);
+        }
         let region = [vk::BufferCopy::default()
             .src_offset(src_off)
             .dst_offset(dst_off)
@@ -281,16 +309,11 @@ impl VulkanBackend {
 }
 
 impl Drop for VulkanBackend {
+    /// Waits for the GPU; the fields then drop in declaration order:
+    /// recorder, pipelines, memory, device, and the instance last.
     fn drop(&mut self) {
-        // SAFETY: wait for all GPU work, then destroy children before the
-        // device; the instance (a field) is dropped after this body.
-        unsafe {
-            let _ = self.dev.device.device_wait_idle();
-            self.rec.destroy();
-            self.pipes.destroy();
-            self.mem.destroy_all();
-            self.dev.device.destroy_device(None);
-        }
+        // SAFETY: valid device; waiting has no preconditions.
+        let _ = unsafe { self.dev.device.device_wait_idle() };
     }
 }
 
@@ -302,6 +325,7 @@ impl ComputeBackend for VulkanBackend {
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
+            self.pass_allocs = true;
             self.rec.access(&[], &[id]);
             // SAFETY: recording command buffer, live buffer.
             unsafe {
@@ -321,9 +345,9 @@ impl ComputeBackend for VulkanBackend {
             let staging = self.mem.staging(chunk.len() as u64, false)?;
             staging.mapped()?[..chunk.len()].copy_from_slice(chunk);
             let src = staging.buffer;
-            let dst = self.mem.get(buf.id)?.buffer;
+            let dst = self.mem.resolve(buf)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
-            self.copy_chunk(src, 0, dst, at, chunk.len() as u64)?;
+            self.copy_chunk(buf.id, false, src, 0, dst, at, chunk.len() as u64)?;
         }
         Ok(())
     }
@@ -331,10 +355,10 @@ impl ComputeBackend for VulkanBackend {
     fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.transfer(buf, offset, out.len(), "download")?;
         for (i, chunk) in out.chunks_mut(STAGING_CAP as usize).enumerate() {
-            let src = self.mem.get(buf.id)?.buffer;
+            let src = self.mem.resolve(buf)?.buffer;
             let dst = self.mem.staging(chunk.len() as u64, true)?.buffer;
             let at = (offset + i * STAGING_CAP as usize) as u64;
-            self.copy_chunk(src, at, dst, 0, chunk.len() as u64)?;
+            self.copy_chunk(buf.id, true, src, at, dst, 0, chunk.len() as u64)?;
             let staging = self.mem.staging(chunk.len() as u64, true)?;
             chunk.copy_from_slice(&staging.mapped()?[..chunk.len()]);
         }
@@ -343,6 +367,7 @@ impl ComputeBackend for VulkanBackend {
 
     fn free(&mut self, buf: Buffer) {
         self.pending_fills.retain(|&id| id != buf.id);
+        self.rec.invalidate_pass();
         if self.rec.is_recording() {
             self.pending_frees.push(buf.id);
         } else {
@@ -380,10 +405,10 @@ impl ComputeBackend for VulkanBackend {
         if !self.pending_fills.is_empty() {
             // Zero new buffers in a submit of their own, so the pass (and its
             // stats) holds only the work recorded into it.
-            self.begin_recording()?;
+            self.begin_recording(Slot::Transfer)?;
             self.finish_recording()?;
         }
-        self.begin_recording()?;
+        self.begin_recording(Slot::Pass)?;
         self.in_pass = true;
         Ok(())
     }
@@ -394,6 +419,9 @@ impl ComputeBackend for VulkanBackend {
         }
         self.in_pass = false;
         let result = self.finish_recording();
+        if std::mem::take(&mut self.pass_allocs) {
+            self.rec.invalidate_pass();
+        }
         self.last_pass = self.rec.stats;
         result
     }
@@ -499,21 +527,45 @@ impl ComputeBackend for VulkanBackend {
 mod tests {
     use super::*;
 
-    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
-    #[test]
-    fn validation_messages_become_errors() {
+    fn validated() -> Option<VulkanBackend> {
         let opts = Options {
             validate: true,
             ..Options::from_env()
         };
-        let b = match VulkanBackend::new(&opts) {
-            Ok(b) => b,
+        match VulkanBackend::new(&opts) {
+            Ok(b) => Some(b),
             Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
                 eprintln!("skipping Vulkan: {e}");
-                return;
+                None
             }
             Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
-        };
+        }
+    }
+
+    /// Destroying a backend that did work (and still holds buffers, weights,
+    /// pipelines, descriptor pools) leaves nothing for the validation layer
+    /// to report, e.g. objects outliving the device.
+    #[test]
+    fn teardown_is_validation_clean() {
+        let Some(mut b) = validated() else { return };
+        let messages = b.inst.messages().expect("validation is on");
+        let w = b.upload_weight(DType::F32, 4, 4, &[0u8; 64]).unwrap();
+        let x = b.alloc(16).unwrap();
+        let y = b.alloc(16).unwrap();
+        b.begin_pass().unwrap();
+        b.matmul(&w, None, &x, &y, 1).unwrap();
+        b.end_pass().unwrap();
+        let mut out = [0u8; 16];
+        b.download(&y, 0, &mut out).unwrap();
+        drop(b);
+        let left = messages.lock().unwrap();
+        assert!(left.is_empty(), "teardown reported: {left:?}");
+    }
+
+    /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
+    #[test]
+    fn validation_messages_become_errors() {
+        let Some(b) = validated() else { return };
         // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
         let info = vk::BufferCreateInfo::default().size(16);
         // SAFETY: deliberately invalid create info on a live device; the

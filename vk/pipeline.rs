@@ -168,9 +168,11 @@ impl Pipelines {
             set_layout,
         })
     }
+}
 
-    /// Destroy every pipeline and layout; the device must be idle.
-    pub fn destroy(&mut self) {
+impl Drop for Pipelines {
+    /// The owner waits for the device to be idle before dropping.
+    fn drop(&mut self) {
         // SAFETY: the device is idle and these objects belong to it.
         unsafe {
             for (_, k) in self.kernels.drain() {

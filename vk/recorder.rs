@@ -1,4 +1,6 @@
-//! One command buffer, one fence, one submit per pass. Barriers come from
+//! One command buffer, one fence, one submit per pass; transfers record into
+//! a second command buffer so a recorded pass survives them and can be
+//! submitted again (replayed). Barriers come from
 //! what each command reads and writes: a command that reads a buffer written
 //! since the last barrier (RAW), or writes one read or written since then
 //! (WAR, WAW), gets one global memory barrier before it; independent commands
@@ -11,8 +13,44 @@ use std::collections::HashMap;
 
 /// Descriptor sets per pool; more pools are made when a pass needs them.
 const SETS_PER_POOL: u32 = 1024;
-/// Storage-buffer descriptors per pool (5 bindings per set at most).
-const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * 5;
+/// Storage-buffer descriptors per pool (6 bindings per set at most).
+const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * 6;
+
+/// Which command buffer a recording goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// A pass: may be submitted again until the next pass is recorded.
+    Pass,
+    /// Staging copies and zero fills: submitted once.
+    Transfer,
+}
+
+struct Cmd {
+    pool: vk::CommandPool,
+    buf: vk::CommandBuffer,
+}
+
+impl Cmd {
+    fn new(device: &ash::Device, family: u32) -> Result<Cmd> {
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(family);
+        // SAFETY: valid device and create infos.
+        let pool = unsafe { device.create_command_pool(&info, None) }
+            .map_err(vk_err("creating a command pool"))?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: as above.
+        match unsafe { device.allocate_command_buffers(&alloc) } {
+            Ok(bufs) => Ok(Cmd { pool, buf: bufs[0] }),
+            Err(e) => {
+                // SAFETY: the pool is unused.
+                unsafe { device.destroy_command_pool(pool, None) };
+                Err(vk_err("allocating a command buffer")(e))
+            }
+        }
+    }
+}
 
 /// Work recorded in one pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,45 +71,50 @@ struct Pending {
 pub struct Recorder {
     device: ash::Device,
     queue: vk::Queue,
-    pool: vk::CommandPool,
+    pass: Cmd,
+    transfer: Cmd,
+    /// The command buffer being recorded.
     pub cmd: vk::CommandBuffer,
+    slot: Slot,
     fence: vk::Fence,
     desc_pools: Vec<vk::DescriptorPool>,
     desc_pool_next: usize,
     /// Accesses since the last barrier, by buffer id.
     pending: HashMap<u32, Pending>,
     recording: bool,
+    /// The pass command buffer holds a complete, submitted pass.
+    pass_ready: bool,
     pub stats: PassStats,
 }
 
 impl Recorder {
     pub fn new(device: &ash::Device, queue: vk::Queue, family: u32) -> Result<Recorder> {
-        let d = device;
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(family)
-            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
-        // SAFETY: valid device and create infos throughout.
-        let pool = unsafe { d.create_command_pool(&info, None) }
-            .map_err(vk_err("creating the command pool"))?;
+        let pass = Cmd::new(device, family)?;
+        let transfer = match Cmd::new(device, family) {
+            Ok(t) => t,
+            Err(e) => {
+                // SAFETY: the pool is unused.
+                unsafe { device.destroy_command_pool(pass.pool, None) };
+                return Err(e);
+            }
+        };
         let mut rec = Recorder {
-            device: d.clone(),
+            device: device.clone(),
             queue,
-            pool,
-            cmd: vk::CommandBuffer::null(),
+            cmd: pass.buf,
+            pass,
+            transfer,
+            slot: Slot::Pass,
             fence: vk::Fence::null(),
             desc_pools: Vec::new(),
             desc_pool_next: 0,
             pending: HashMap::new(),
             recording: false,
+            pass_ready: false,
             stats: PassStats::default(),
         };
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        rec.cmd = unsafe { d.allocate_command_buffers(&alloc) }
-            .map_err(vk_err("allocating the command buffer"))?[0];
-        rec.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
+        // SAFETY: valid device; on failure Drop destroys what exists.
+        rec.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(vk_err("creating the fence"))?;
         Ok(rec)
     }
@@ -80,33 +123,39 @@ impl Recorder {
         self.recording
     }
 
-    /// Start a command buffer. The previous one has completed (submit waits),
-    /// so the command and descriptor pools can be reset.
-    pub fn begin(&mut self) -> Result<()> {
+    /// Start recording into `slot`'s command buffer. Every earlier submit
+    /// has completed (submit waits), so its pools can be reset; recording a
+    /// pass discards the previous one.
+    pub fn begin(&mut self, slot: Slot) -> Result<()> {
         if self.recording {
             return Err(Error::Vulkan(
                 "a command buffer is already being recorded".into(),
             ));
         }
+        let (cmd, flags) = match slot {
+            Slot::Pass => (&self.pass, vk::CommandBufferUsageFlags::empty()),
+            Slot::Transfer => (&self.transfer, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+        };
         // SAFETY: nothing recorded from these pools is pending on the GPU.
         unsafe {
             self.device
-                .reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
-                .map_err(vk_err("resetting the command pool"))?;
-            for &p in &self.desc_pools[..self.desc_pool_next.min(self.desc_pools.len())] {
-                self.device
-                    .reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty())
-                    .map_err(vk_err("resetting a descriptor pool"))?;
+                .reset_command_pool(cmd.pool, vk::CommandPoolResetFlags::empty())
+                .map_err(vk_err("resetting a command pool"))?;
+            if slot == Slot::Pass {
+                self.pass_ready = false;
+                for &p in &self.desc_pools[..self.desc_pool_next.min(self.desc_pools.len())] {
+                    self.device
+                        .reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty())
+                        .map_err(vk_err("resetting a descriptor pool"))?;
+                }
+                self.desc_pool_next = 0;
             }
             self.device
-                .begin_command_buffer(
-                    self.cmd,
-                    &vk::CommandBufferBeginInfo::default()
-                        .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-                )
+                .begin_command_buffer(cmd.buf, &vk::CommandBufferBeginInfo::default().flags(flags))
                 .map_err(vk_err("beginning the command buffer"))?;
         }
-        self.desc_pool_next = 0;
+        self.cmd = cmd.buf;
+        self.slot = slot;
         self.pending.clear();
         self.stats = PassStats::default();
         self.recording = true;
@@ -207,18 +256,39 @@ impl Recorder {
         }
         self.recording = false;
         self.barrier();
-        let cmds = [self.cmd];
+        // SAFETY: the command buffer is in the recording state.
+        unsafe { self.device.end_command_buffer(self.cmd) }
+            .map_err(vk_err("ending the command buffer"))?;
+        self.run(self.cmd)?;
+        self.stats.submits += 1;
+        if self.slot == Slot::Pass {
+            self.pass_ready = true;
+        }
+        Ok(())
+    }
+
+    /// Submit the last recorded pass again, unchanged, and wait.
+    pub fn resubmit_pass(&mut self) -> Result<()> {
+        if self.recording || !self.pass_ready {
+            return Err(Error::Vulkan("there is no recorded pass to replay".into()));
+        }
+        self.run(self.pass.buf)
+    }
+
+    /// The pass may no longer be replayed (a buffer it uses is gone).
+    pub fn invalidate_pass(&mut self) {
+        self.pass_ready = false;
+    }
+
+    fn run(&mut self, cmd: vk::CommandBuffer) -> Result<()> {
+        let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        // SAFETY: the command buffer was recorded by this recorder; the fence
-        // is unsignalled (reset after every wait).
+        // SAFETY: `cmd` is fully recorded and not pending (every submit is
+        // waited for); the fence is unsignalled (reset after every wait).
         unsafe {
-            self.device
-                .end_command_buffer(self.cmd)
-                .map_err(vk_err("ending the command buffer"))?;
             self.device
                 .queue_submit(self.queue, &submit, self.fence)
                 .map_err(vk_err("submitting work"))?;
-            self.stats.submits += 1;
             self.device
                 .wait_for_fences(&[self.fence], true, u64::MAX)
                 .map_err(vk_err("waiting for the GPU"))?;
@@ -228,16 +298,19 @@ impl Recorder {
         }
         Ok(())
     }
+}
 
-    /// Destroy everything; the device must be idle.
-    pub fn destroy(&mut self) {
+impl Drop for Recorder {
+    /// The owner waits for the device to be idle before dropping.
+    fn drop(&mut self) {
         // SAFETY: the device is idle and these objects belong to it.
         unsafe {
             for p in self.desc_pools.drain(..) {
                 self.device.destroy_descriptor_pool(p, None);
             }
             self.device.destroy_fence(self.fence, None);
-            self.device.destroy_command_pool(self.pool, None);
+            self.device.destroy_command_pool(self.pass.pool, None);
+            self.device.destroy_command_pool(self.transfer.pool, None);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `attention` (glsl/attention.comp): one workgroup per (head, row).
 
 use super::super::VulkanBackend;
-use super::{plain, read, u32_of, write};
+use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -80,6 +80,7 @@ impl VulkanBackend {
                 "rows or heads exceed the device's workgroup limits",
             ));
         }
+        let status = self.status;
         self.dispatch(
             OP,
             plain("attention"),
@@ -89,6 +90,7 @@ impl VulkanBackend {
                 read(v_cache),
                 read(positions),
                 write(out),
+                atomic(&status),
             ],
             bytemuck::bytes_of(&push),
             [push.n_heads, push.rows, 1],

@@ -31,8 +31,8 @@ impl VulkanBackend {
         if bytes == 0 {
             return Ok(());
         }
-        let s = self.mem.get(src.id)?.buffer;
-        let d = self.mem.get(dst.id)?.buffer;
+        let s = self.mem.resolve(src)?.buffer;
+        let d = self.mem.resolve(dst)?.buffer;
         if src.id == dst.id && src_offset.max(dst_offset) < src_offset.min(dst_offset) + bytes {
             return Err(Error::op(OP, "source and destination ranges overlap"));
         }

@@ -18,6 +18,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 
+/// Most storage buffers any kernel binds (attention: 6).
+const MAX_BINDINGS: usize = 6;
+
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {
     buf: &'a Buffer,
@@ -151,10 +154,14 @@ impl VulkanBackend {
                 return Err(Error::op(op, "the output buffer aliases an input"));
             }
         }
+        if binds.len() > MAX_BINDINGS {
+            return Err(Error::op(op, "too many buffer bindings"));
+        }
+        // Fixed-size scratch: recording a dispatch allocates nothing on the heap.
         let max_range = self.caps().max_storage_buffer_range;
-        let mut infos = Vec::with_capacity(binds.len());
-        for b in binds {
-            let db = self.mem.get(b.buf.id)?;
+        let mut infos = [vk::DescriptorBufferInfo::default(); MAX_BINDINGS];
+        for (info, b) in infos.iter_mut().zip(binds) {
+            let db = self.mem.resolve(b.buf)?;
             if db.size > max_range {
                 return Err(Error::op(
                     op,
@@ -164,12 +171,10 @@ impl VulkanBackend {
                     ),
                 ));
             }
-            infos.push(
-                vk::DescriptorBufferInfo::default()
-                    .buffer(db.buffer)
-                    .offset(0)
-                    .range(vk::WHOLE_SIZE),
-            );
+            *info = vk::DescriptorBufferInfo::default()
+                .buffer(db.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE);
         }
         if push.len() > PUSH_BYTES as usize {
             return Err(Error::op(op, "push constants too large"));
@@ -182,30 +187,31 @@ impl VulkanBackend {
             .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
         let set = self.rec.descriptor_set(set_layout)?;
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(std::slice::from_ref(info))
-            })
-            .collect();
-        let tracked = binds.iter().filter(|b| b.tracked);
-        let reads: Vec<u32> = tracked
-            .clone()
-            .filter(|b| !b.write)
-            .map(|b| b.buf.id)
-            .collect();
-        let written: Vec<u32> = tracked.filter(|b| b.write).map(|b| b.buf.id).collect();
-        self.rec.access(&reads, &written);
+        let mut writes = [vk::WriteDescriptorSet::default(); MAX_BINDINGS];
+        for (i, (w, info)) in writes.iter_mut().zip(&infos).take(binds.len()).enumerate() {
+            *w = vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(i as u32)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(std::slice::from_ref(info));
+        }
+        let (mut reads, mut n_reads) = ([0u32; MAX_BINDINGS], 0);
+        let (mut written, mut n_written) = ([0u32; MAX_BINDINGS], 0);
+        for b in binds.iter().filter(|b| b.tracked) {
+            if b.write {
+                written[n_written] = b.buf.id;
+                n_written += 1;
+            } else {
+                reads[n_reads] = b.buf.id;
+                n_reads += 1;
+            }
+        }
+        self.rec.access(&reads[..n_reads], &written[..n_written]);
         let d = &self.dev.device;
         let cmd = self.rec.cmd;
         // SAFETY: the set, pipeline and layout are live; the command buffer is recording.
         unsafe {
-            d.update_descriptor_sets(&writes, &[]);
+            d.update_descriptor_sets(&writes[..binds.len()], &[]);
             d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline);
             d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, layout, 0, &[set], &[]);
             d.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::COMPUTE, 0, &push_data);
