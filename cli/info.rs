@@ -32,10 +32,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
 fn devices(out: &mut String) {
     out.push_str("Vulkan devices:\n");
     match vkllm::vk::list_devices() {
-        Ok(list) if list.is_empty() => out.push_str("  none: the Vulkan loader reports no devices\n"),
+        Ok(list) if list.is_empty() => {
+            out.push_str("  none: the Vulkan loader reports no devices\n")
+        }
         Ok(list) => {
-            for (i, d) in list.iter().enumerate() {
-                let _ = writeln!(out, "  {i}: {d}");
+            for d in &list {
+                let _ = writeln!(out, "  {d}");
             }
         }
         Err(e) => {
@@ -83,7 +85,11 @@ fn model(out: &mut String, path: &Path) -> Result<()> {
     out.push_str("  tensors:\n");
     let mut total = 0;
     for (name, (count, bytes)) in &types {
-        let _ = writeln!(out, "    {name:<6} {count:>5} tensors  {:>10}", size(*bytes));
+        let _ = writeln!(
+            out,
+            "    {name:<6} {count:>5} tensors  {:>10}",
+            size(*bytes)
+        );
         total += bytes;
     }
     let _ = writeln!(out, "  total: {} ({total} bytes)", size(total));

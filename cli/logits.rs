@@ -37,7 +37,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let vocab = model.config().vocab;
     let logits = match model.forward(ids, Want::AllLogits)? {
         Output::Logits(l) => l,
-        Output::Token(_) => return Err(Error::Invalid("the model returned a token, not logits".into())),
+        Output::Token(_) => {
+            return Err(Error::Invalid(
+                "the model returned a token, not logits".into(),
+            ))
+        }
     };
     let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
     if a.json {
@@ -47,7 +51,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     for (pos, row) in rows.iter().enumerate() {
         let mut idx: Vec<usize> = (0..row.len()).collect();
         idx.sort_by(|&x, &y| row[y].total_cmp(&row[x]));
-        let top: Vec<String> = idx.iter().take(5).map(|&i| format!("{i} ({:.3})", row[i])).collect();
+        let top: Vec<String> = idx
+            .iter()
+            .take(5)
+            .map(|&i| format!("{i} ({:.3})", row[i]))
+            .collect();
         out.push_str(&format!("{pos}: {}\n", top.join(", ")));
     }
     super::print_flush(&out)

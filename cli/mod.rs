@@ -84,6 +84,14 @@ pub struct BackendArgs {
 #[derive(Clone, Debug)]
 pub struct TokenIds(pub Vec<u32>);
 
+/// clap value parser for sampling numbers: NaN and infinities are refused.
+pub fn parse_finite(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("'{s}' is not a finite number")),
+    }
+}
+
 /// clap value parser for [`TokenIds`].
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     let ids = s
@@ -107,7 +115,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A bug must still read as one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("error: internal error: {info}");
+        eprintln!(
+            "error: internal error: {}",
+            info.to_string().replace('\n', " ")
+        );
     }));
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(a) => generate::run(a),
@@ -119,7 +130,15 @@ pub fn main() -> ExitCode {
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) if is_closed_stdout(&e) => ExitCode::SUCCESS,
+        // A reader that stops early (`| head`) is not a failure.
+        Ok(Err(Error::Io { path, source })) if path.as_os_str() == STDOUT => {
+            if source.kind() == std::io::ErrorKind::BrokenPipe {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("error: cannot write to stdout: {source}");
+                ExitCode::from(1)
+            }
+        }
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
@@ -128,14 +147,11 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Writes to stdout fail as this error (a reader such as `head` may close it).
-pub fn stdout_error(e: std::io::Error) -> Error {
-    Error::io("<stdout>", e)
-}
+/// The path of the `Error::Io` that failed writes to stdout carry.
+const STDOUT: &str = "<stdout>";
 
-fn is_closed_stdout(e: &Error) -> bool {
-    matches!(e, Error::Io { path, source } if path.as_os_str() == "<stdout>"
-        && source.kind() == std::io::ErrorKind::BrokenPipe)
+fn stdout_error(e: std::io::Error) -> Error {
+    Error::io(STDOUT, e)
 }
 
 /// Write `text` to stdout and flush it.
@@ -189,7 +205,9 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// The backend `--backend` asks for; `auto` says on stderr what it picked.
 pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
     let cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get)))
+        Box::new(vkllm::cpu::CpuBackend::new(
+            args.threads.map(NonZeroUsize::get),
+        ))
     };
     match args.backend {
         BackendKind::Cpu => Ok(cpu()),
@@ -208,24 +226,30 @@ pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
     }
 }
 
-/// Vulkan options for the GPU `auto` should use, or why there is none.
+/// Vulkan options for the device `auto` should use and its name, or why
+/// there is none. `VKLLM_DEVICE` is honoured as an explicit choice.
 fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
-    let mut opts = vkllm::vk::Options::from_env();
+    let opts = vkllm::vk::Options::from_env();
     let devices = vkllm::vk::list_devices().map_err(|e| e.to_string())?;
-    let pick = devices
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.is_gpu())
-        .find(|(i, d)| match &opts.device {
-            Some(want) => *want == i.to_string() || d.name.contains(want.as_str()),
-            None => true,
-        });
+    let pick = match &opts.device {
+        Some(sel) => {
+            let lower = sel.to_lowercase();
+            devices.iter().find(|d| {
+                d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower)
+            })
+        }
+        // The same preference as the Vulkan backend's own default choice.
+        None => ["discrete GPU", "integrated GPU"]
+            .iter()
+            .find_map(|kind| devices.iter().find(|d| d.kind == *kind)),
+    };
     match pick {
-        Some((i, d)) => {
-            opts.device = Some(i.to_string());
-            Ok((opts, d.name.clone()))
+        Some(d) => {
+            let name = d.name.clone();
+            Ok((opts, name))
         }
         None if devices.is_empty() => Err("no Vulkan device".into()),
+        None if opts.device.is_some() => Err("VKLLM_DEVICE matches no Vulkan device".into()),
         None => Err("no Vulkan GPU; the Vulkan devices here run on the CPU".into()),
     }
 }

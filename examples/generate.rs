@@ -17,7 +17,9 @@ fn main() -> vkllm::Result<()> {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
         PathBuf::from,
     );
-    let question = args.next().unwrap_or_else(|| "What is the capital of France?".into());
+    let question = args
+        .next()
+        .unwrap_or_else(|| "What is the capital of France?".into());
 
     let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&path)?)?;
     // The Vulkan backend when a device exists, the CPU otherwise.
@@ -25,9 +27,15 @@ fn main() -> vkllm::Result<()> {
         .unwrap_or_else(|_| Box::new(vkllm::cpu::CpuBackend::new(None)));
     let mut model = Model::load(backend, &path, &LoadOptions::default(), &mut |_, _| {})?;
 
-    let prompt = Prompt::Chat { system: None, user: &question };
+    let prompt = Prompt::Chat {
+        system: None,
+        user: &question,
+    };
     let ids = prompt_ids(&tokenizer, &prompt)?;
-    let opts = GenerateOptions { max_tokens: 64, ..GenerateOptions::default() };
+    let opts = GenerateOptions {
+        max_tokens: 64,
+        ..GenerateOptions::default()
+    };
     let result = generate(&mut model, &tokenizer, &ids, &opts, &mut |_id, text| {
         print!("{text}");
         let _ = std::io::stdout().flush();

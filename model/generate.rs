@@ -182,7 +182,11 @@ pub fn generate(
         let is_stop = tok.stop_ids().contains(&id);
         let full = model.n_past() >= model.capacity();
         let ends = is_stop || full || result.tokens.len() == opts.max_tokens;
-        let mut chunk = if is_stop { String::new() } else { decoder.push(id) };
+        let mut chunk = if is_stop {
+            String::new()
+        } else {
+            decoder.push(id)
+        };
         if ends {
             chunk.push_str(&decoder.finish());
         }

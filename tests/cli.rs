@@ -7,6 +7,14 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// `args` followed by the whitespace-separated words of `flags`.
+fn with_flags<'a>(args: &[&'a str], flags: &'a str) -> Vec<&'a str> {
+    args.iter()
+        .copied()
+        .chain(flags.split_whitespace())
+        .collect()
+}
+
 fn vkllm(args: &[&str]) -> Output {
     vkllm_in(&common::root(), args)
 }
@@ -78,11 +86,16 @@ fn model_arg() -> String {
 #[test]
 fn generate_json_has_the_documented_shape_and_reference_tokens() {
     let m = model_arg();
-    let v = json(&[
-        "generate", "-m", &m, "-p", FRANCE, "-n", "8", "--temperature", "0", "--backend", "cpu", "--json",
-    ]);
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE],
+        "-n 8 --temperature 0 --backend cpu --json",
+    ));
     let (want_prompt, want_tokens) = reference_greedy(8);
-    assert_eq!(ids(&v["prompt_ids"]), want_prompt, "plain prompts get no BOS for SmolLM2");
+    assert_eq!(
+        ids(&v["prompt_ids"]),
+        want_prompt,
+        "plain prompts get no BOS for SmolLM2"
+    );
     assert_eq!(ids(&v["tokens"]), want_tokens);
     assert!(v["text"].as_str().unwrap().starts_with(" Paris."), "{v}");
     assert!(v["backend"].as_str().unwrap().starts_with("cpu"), "{v}");
@@ -96,13 +109,29 @@ fn generate_json_has_the_documented_shape_and_reference_tokens() {
 
 fn assert_streams_paris(backend: &str) {
     let m = model_arg();
-    let o = vkllm(&["generate", "-m", &m, "-p", FRANCE, "-n", "8", "--temperature", "0", "--backend", backend]);
+    let o = vkllm(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE, "--backend", backend],
+        "-n 8 --temperature 0",
+    ));
     assert!(o.status.success(), "{backend}: {}", stderr(&o));
     let out = stdout(&o);
     assert!(out.starts_with(" Paris."), "{backend}: stdout {out:?}");
     let err = stderr(&o);
-    assert!(err.contains("prefill 5 tok at") && err.contains("decode 7 tok at"), "{backend}: {err}");
-    assert!(!err.contains("loading"), "no progress bar when stderr is not a terminal: {err}");
+    assert!(
+        err.contains("prefill 5 tok at") && err.contains("decode 7 tok at"),
+        "{backend}: {err}"
+    );
+    assert!(
+        !err.contains("loading"),
+        "no progress bar when stderr is not a terminal: {err}"
+    );
+
+    // The same run as JSON: exactly transformers' greedy tokens.
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE, "--backend", backend],
+        "-n 8 --temperature 0 --json",
+    ));
+    assert_eq!(ids(&v["tokens"]), reference_greedy(8).1, "{backend}");
 }
 
 #[test]
@@ -121,11 +150,20 @@ fn generate_streams_paris_on_vulkan() {
 #[test]
 fn auto_backend_says_what_it_picked() {
     let m = model_arg();
-    let o = vkllm(&["generate", "-m", &m, "-p", FRANCE, "-n", "2", "--temperature", "0"]);
+    let o = vkllm(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE],
+        "-n 2 --temperature 0",
+    ));
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
-    let line = err.lines().find(|l| l.starts_with("backend: ")).unwrap_or_else(|| panic!("{err}"));
-    assert!(line.starts_with("backend: vulkan (") || line.starts_with("backend: cpu ("), "{line}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("backend: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.starts_with("backend: vulkan (") || line.starts_with("backend: cpu ("),
+        "{line}"
+    );
     assert!(stdout(&o).starts_with(" Paris"), "{}", stdout(&o));
 }
 
@@ -133,31 +171,81 @@ fn auto_backend_says_what_it_picked() {
 fn sampling_is_seeded_and_stops_at_max_tokens() {
     let m = model_arg();
     let run = |seed: &str| {
-        json(&[
-            "generate", "-m", &m, "-p", FRANCE, "-n", "6", "--temperature", "1.0", "-s", seed, "--backend", "cpu",
-            "--json",
-        ])
+        json(&with_flags(
+            &["generate", "-m", &m, "-p", FRANCE, "-s", seed],
+            "-n 6 --temperature 1.0 --backend cpu --json",
+        ))
     };
     let (a, b) = (run("7"), run("7"));
-    assert_eq!(a["tokens"], b["tokens"], "the same seed must give the same tokens");
+    assert_eq!(
+        a["tokens"], b["tokens"],
+        "the same seed must give the same tokens"
+    );
     assert_eq!(ids(&a["tokens"]).len(), 6, "{a}");
 }
 
 #[test]
 fn chat_renders_the_template_without_a_second_bos() {
     let m = model_arg();
-    let v = json(&[
-        "generate", "-m", &m, "-p", "What is the capital of France?", "--chat", "--system", "Answer briefly.", "-n",
-        "24", "--temperature", "0", "--backend", "cpu", "--json",
-    ]);
+    let tokenize = |text: &str| {
+        ids(&json(&["tokenize", "-m", &m, "--text", text, "--no-bos", "--json"])["ids"])
+    };
+    assert_eq!(
+        tokenize("<|im_start|>"),
+        [1],
+        "<|im_start|> is one special token"
+    );
+    let question = "What is the capital of France?";
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", question],
+        "--chat -n 24 --temperature 0 --backend cpu --json",
+    ));
     let prompt = ids(&v["prompt_ids"]);
-    let im_start = ids(&json(&["tokenize", "-m", &m, "--text", "<|im_start|>", "--no-bos", "--json"])["ids"]);
-    assert_eq!(im_start, [1], "<|im_start|> is one special token");
     assert_eq!(prompt[0], 1, "{prompt:?}");
     assert_ne!(prompt[1], 1, "BOS duplicated: {prompt:?}");
-    let system = ids(&json(&["tokenize", "-m", &m, "--text", "system\nAnswer briefly.", "--no-bos", "--json"])["ids"]);
-    assert_eq!(&prompt[1..1 + system.len()], &system[..], "the --system text opens the prompt");
-    assert!(!v["text"].as_str().unwrap().trim().is_empty(), "{v}");
+    let user = tokenize(&format!(
+        "<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    ));
+    assert!(
+        prompt.ends_with(&user),
+        "{prompt:?} does not end with {user:?}"
+    );
+    // The answer ends with <|im_end|> (id 2): kept in the ids, not in the text.
+    assert_eq!(v["text"], "The capital of France is Paris.", "{v}");
+    assert_eq!(v["stop"], "stop_token", "{v}");
+    assert_eq!(ids(&v["tokens"]).last(), Some(&2), "{v}");
+
+    let v = json(&with_flags(
+        &[
+            "generate",
+            "-m",
+            &m,
+            "-p",
+            question,
+            "--system",
+            "Answer briefly.",
+        ],
+        "--chat -n 1 --temperature 0 --backend cpu --json",
+    ));
+    let prompt = ids(&v["prompt_ids"]);
+    let system = tokenize("<|im_start|>system\nAnswer briefly.<|im_end|>\n");
+    assert!(
+        prompt.starts_with(&system),
+        "{prompt:?} does not start with {system:?}"
+    );
+    assert!(prompt.ends_with(&user), "{prompt:?}");
+}
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let m = model_arg();
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE],
+        "--ctx 8 -n 100 --temperature 0 --backend cpu --json",
+    ));
+    // 5 prompt positions + 3 fed-back tokens fill 8; the 4th token needs no slot.
+    assert_eq!(ids(&v["tokens"]), reference_greedy(4).1, "{v}");
+    assert_eq!(v["stop"], "context_full", "{v}");
 }
 
 #[test]
@@ -174,26 +262,61 @@ fn tokenize_json_gives_ids() {
 fn logits_json_of_a_gguf_has_one_row_per_position() {
     let m = model_arg();
     let (prompt, greedy) = reference_greedy(1);
-    let list = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let v = json(&["logits", "-m", &m, "--prompt-ids", &list, "--backend", "cpu", "--json"]);
+    let list = prompt
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let v = json(&[
+        "logits",
+        "-m",
+        &m,
+        "--prompt-ids",
+        &list,
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
     let rows = v["logits"].as_array().expect("logits array");
     assert_eq!(rows.len(), prompt.len());
     for row in rows {
         assert_eq!(row.as_array().unwrap().len(), 49152);
     }
-    let last: Vec<f64> = rows[rows.len() - 1].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    let best = (0..last.len()).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap();
+    let last: Vec<f64> = rows[rows.len() - 1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let best = (0..last.len())
+        .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+        .unwrap();
     assert_eq!(best as u32, greedy[0]);
 }
 
 #[test]
 fn logits_json_of_an_hf_dir_matches_transformers() {
     let dir = common::reference_dir().join("tiny").join("llama");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
     let prompt = ids(&r["prompt_ids"]);
-    let list = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let list = prompt
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let d = dir.display().to_string();
-    let v = json(&["logits", "--model", &d, "--prompt-ids", &list, "--backend", "cpu", "--json"]);
+    let v = json(&[
+        "logits",
+        "--model",
+        &d,
+        "--prompt-ids",
+        &list,
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
     let got = v["logits"].as_array().unwrap();
     let want = r["logits"].as_array().unwrap();
     assert_eq!(got.len(), want.len());
@@ -212,13 +335,25 @@ fn bad_flags_exit_with_2() {
     let o = vkllm(&["generate", "--no-such-flag"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let o = vkllm(&["generate"]);
-    assert_eq!(o.status.code(), Some(2), "a prompt is required: {}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a prompt is required: {}",
+        stderr(&o)
+    );
     let o = vkllm(&["generate", "--prompt-ids", "1,two,3"]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    assert!(err.starts_with("error: ") && err.contains("'two' is not a token id"), "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("'two' is not a token id"),
+        "{err}"
+    );
     let o = vkllm(&["generate", "-p", "hi", "--prompt-ids", "1"]);
-    assert_eq!(o.status.code(), Some(2), "--prompt and --prompt-ids conflict");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "--prompt and --prompt-ids conflict"
+    );
 }
 
 #[test]
@@ -248,18 +383,37 @@ fn default_model_is_found_from_another_directory() {
 #[test]
 fn prompt_ids_outside_the_vocabulary_are_one_line() {
     let m = model_arg();
-    let o = vkllm(&["generate", "-m", &m, "--prompt-ids", "1,49152", "--backend", "cpu"]);
+    let o = vkllm(&[
+        "generate",
+        "-m",
+        &m,
+        "--prompt-ids",
+        "1,49152",
+        "--backend",
+        "cpu",
+    ]);
     assert_one_line_error(&o, "49152");
-    let o = vkllm(&["logits", "-m", &m, "--prompt-ids", "1,4000000000", "--backend", "cpu", "--json"]);
+    let o = vkllm(&[
+        "logits",
+        "-m",
+        &m,
+        "--prompt-ids",
+        "1,4000000000",
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
     assert_one_line_error(&o, "4000000000");
 }
 
 #[test]
 fn prompt_longer_than_the_context_is_one_line() {
     let m = model_arg();
-    let o = vkllm(&[
-        "generate", "-m", &m, "-p", "one two three four five six seven eight nine ten", "--ctx", "8", "--backend", "cpu",
-    ]);
+    let long = "one two three four five six seven eight nine ten";
+    let o = vkllm(&with_flags(
+        &["generate", "-m", &m, "-p", long],
+        "--ctx 8 --backend cpu",
+    ));
     assert_one_line_error(&o, "context");
 }
 
@@ -269,7 +423,15 @@ fn info_lists_devices_cpu_and_model() {
     let o = vkllm(&["info", "-m", &m]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    for needle in ["Vulkan devices:", "CPU:", "arch: llama", "layers: 30", "vocab: 49152", "q4_1", "total:"] {
+    for needle in [
+        "Vulkan devices:",
+        "CPU:",
+        "arch: llama",
+        "layers: 30",
+        "vocab: 49152",
+        "q4_1",
+        "total:",
+    ] {
         assert!(out.contains(needle), "'{needle}' missing from:\n{out}");
     }
 }
