@@ -154,7 +154,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
 /// `cpu (avx2, 2 threads)` → (`cpu`, `avx2, 2 threads`).
 fn split_name(name: &str) -> (String, String) {
     match name.split_once(" (") {
-        Some((backend, rest)) => (backend.to_owned(), rest.trim_end_matches(')').to_owned()),
+        Some((backend, rest)) => (
+            backend.to_owned(),
+            rest.strip_suffix(')').unwrap_or(rest).to_owned(),
+        ),
         None => (name.to_owned(), String::new()),
     }
 }
