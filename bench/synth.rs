@@ -429,14 +429,37 @@ pub fn write(
         .map(TensorPlan::bytes)
         .collect::<Result<Vec<usize>>>()?;
     let total: u64 = sizes.iter().map(|&b| b as u64).sum();
+    let result = stream(path, seed, &metadata, &tensors, &sizes, total, progress);
+    if result.is_err() {
+        // A truncated model must not be left behind to be loaded later.
+        let _ = std::fs::remove_file(path);
+    }
+    let file_bytes = result?;
+    Ok(Summary {
+        tensors: tensors.len(),
+        params: tensors.iter().map(|t| (t.rows * t.cols) as u64).sum(),
+        weight_bytes: total,
+        file_bytes,
+    })
+}
 
+/// Write the file; returns its size.
+fn stream(
+    path: &Path,
+    seed: u64,
+    metadata: &[(String, GgufValue)],
+    tensors: &[TensorPlan],
+    sizes: &[usize],
+    total: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<u64> {
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut out = Counted {
         inner: BufWriter::with_capacity(8 << 20, file),
         pos: 0,
     };
     let io = |e| Error::io(path, e);
-    out.put(&header(&metadata, &tensors, &sizes)).map_err(io)?;
+    out.put(&header(metadata, tensors, sizes)).map_err(io)?;
     out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
         .map_err(io)?;
     let mut done = 0u64;
@@ -461,12 +484,7 @@ pub fn write(
             .map_err(io)?;
     }
     out.inner.flush().map_err(io)?;
-    Ok(Summary {
-        tensors: tensors.len(),
-        params: tensors.iter().map(|t| (t.rows * t.cols) as u64).sum(),
-        weight_bytes: total,
-        file_bytes: out.pos,
-    })
+    Ok(out.pos)
 }
 
 /// Independent stream per (seed, tensor, block), so threads cannot change the values.

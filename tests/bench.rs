@@ -161,6 +161,18 @@ fn synth_weights_are_well_scaled() {
 }
 
 #[test]
+fn synth_rejects_a_bad_donor_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let donor = dir.path().join("donor.gguf");
+    std::fs::write(&donor, b"not a gguf file").unwrap();
+    let out = dir.path().join("out.gguf");
+    let shape = synth::shape("tiny").unwrap();
+    let err = synth::write(shape, Quant::Q8_0, &out, 0, Some(&donor), &mut |_, _| {}).unwrap_err();
+    assert!(err.to_string().contains("donor.gguf"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn synth_smollm2_matches_the_real_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q4_1.gguf");
