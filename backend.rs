@@ -96,6 +96,9 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// Largest upload allowed inside a pass (Vulkan's `vkCmdUpdateBuffer` limit).
+pub const PASS_UPLOAD_MAX: usize = 65536;
+
 /// Devices implement this trait; the model runner talks to nothing else.
 pub trait ComputeBackend {
     /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
@@ -103,7 +106,10 @@ pub trait ComputeBackend {
 
     /// A zero-initialised buffer of `bytes` bytes.
     fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
-    /// Copy `data` into `buf` at byte `offset`. Not allowed inside a pass.
+    /// Copy `data` into `buf` at byte `offset`. Inside a pass the write is
+    /// ordered with the recorded ops (per-token ids and positions, so a decode
+    /// step is one submit); there it must be at most [`PASS_UPLOAD_MAX`] bytes
+    /// with offset and length multiples of 4.
     fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()>;
     /// Copy `out.len()` bytes from `buf` at byte `offset`. Not allowed inside a pass.
     fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()>;
@@ -130,6 +136,9 @@ pub trait ComputeBackend {
     fn end_pass(&mut self) -> Result<()>;
 
     /// `out[r] = dequant(table[ids[r]])` for `rows` ids; `out` is `[rows, table.cols]`.
+    /// An id past the table is an error where the backend can see ids (CPU);
+    /// a device that cannot writes zeros and never reads outside the table.
+    /// The runner checks ids against the vocabulary before they reach a pass.
     fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()>;
     /// `y[m, w.rows] = x[m, w.cols] · Wᵀ + bias`.
     fn matmul(

@@ -146,7 +146,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             backend: model.backend_name(),
         });
     }
-    if !res.text.ends_with('\n') {
+    if !res.text.is_empty() && !res.text.ends_with('\n') {
         super::print_flush("\n")?;
     }
     eprintln!(

@@ -2,6 +2,7 @@
 //! statistics summed in f64).
 
 use super::par;
+use super::rms_norm::sum_f64;
 
 pub(crate) fn run(
     par: bool,
@@ -14,8 +15,8 @@ pub(crate) fn run(
 ) {
     par::chunks(par, out, dim, |r, o| {
         let xr = &x[r * dim..(r + 1) * dim];
-        let mean = xr.iter().map(|v| *v as f64).sum::<f64>() / dim as f64;
-        let var = xr.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / dim as f64;
+        let mean = sum_f64(xr, |v| v) / dim as f64;
+        let var = sum_f64(xr, |v| (v - mean) * (v - mean)) / dim as f64;
         let (mean, inv) = (mean as f32, 1.0 / (var as f32 + eps).sqrt());
         for (i, (o, v)) in o.iter_mut().zip(xr).enumerate() {
             *o = ((v - mean) * inv) * w[i] + b[i];

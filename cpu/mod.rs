@@ -182,8 +182,15 @@ impl ComputeBackend for CpuBackend {
     }
 
     fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
-        if self.in_pass {
-            return Err(Error::op("upload", "not allowed inside a pass"));
+        if self.in_pass
+            && (data.len() > crate::backend::PASS_UPLOAD_MAX
+                || !offset.is_multiple_of(4)
+                || !data.len().is_multiple_of(4))
+        {
+            return Err(Error::op(
+                "upload",
+                "inside a pass an upload must be at most 64 KiB, 4-byte aligned",
+            ));
         }
         let dst = self.store.bytes_mut("upload", "destination", buf)?;
         let end = offset

@@ -27,9 +27,14 @@ void main() {
         uint head = g / half_rot;
         uint row = head / pc.n_heads;
         uint base = head * pc.head_dim;
-        float theta = float(pos[row]) * inv_freq[i];
-        float c = cos(theta);
-        float s = sin(theta);
+        precise float theta = float(pos[row]) * inv_freq[i];
+        // Reduce to [-pi, pi] first (2*pi split in two floats, Cody-Waite):
+        // GPU sin/cos lose accuracy on large arguments, e.g. at position 1000.
+        precise float k = round(theta * 0.15915494309189535);
+        precise float r = fma(-k, 6.28318548202514648, theta);
+        r = fma(-k, -1.7484556e-7, r);
+        float c = cos(r);
+        float s = sin(r);
         uint a = pc.neox != 0u ? base + i : base + 2u * i;
         uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
         float x0 = x[a];

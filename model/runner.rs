@@ -269,25 +269,22 @@ impl Model {
         self.be.matmul(&l.w, l.b.as_ref(), &x, &y, m)
     }
 
-    /// One pass over `ids` (at most `max_batch` rows).
-    fn pass(&mut self, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
+    /// Record the ops of one pass: embeddings, the layers, the head.
+    fn record(
+        &mut self,
+        ids: &[u32],
+        positions: &[u32],
+        want: Want,
+        read: bool,
+        logits: Buffer,
+    ) -> Result<()> {
         let m = ids.len();
         let c = self.cfg.clone();
         let s = self.s;
-        let positions: Vec<u32> = (self.n_past..self.n_past + m).map(|p| p as u32).collect();
-        self.be.upload(&s.ids, 0, bytemuck::cast_slice(ids))?;
-        self.be
-            .upload(&s.pos, 0, bytemuck::cast_slice(&positions))?;
-        let logit_rows = if want == Want::AllLogits { m } else { 1 };
-        if logit_rows > self.logits_rows {
-            self.be.free(self.s.logits);
-            self.s.logits = f32_buf(self.be.as_mut(), logit_rows * c.vocab)?;
-            self.logits_rows = logit_rows;
-        }
-        let logits = self.s.logits;
         let (e, kvd) = (c.n_embd, c.kv_dim());
-
-        self.be.begin_pass()?;
+        // Inside the pass, so a decode step is a single submit.
+        self.be.upload(&s.ids, 0, bytemuck::cast_slice(ids))?;
+        self.be.upload(&s.pos, 0, bytemuck::cast_slice(positions))?;
         self.be.embedding(&self.w.tok_embd, &s.ids, &s.x, m)?;
         if let Some(pe) = self.w.pos_embd {
             self.be.embedding(&pe, &s.pos, &s.t, m)?;
@@ -386,6 +383,29 @@ impl Model {
             if want == Want::Argmax {
                 self.be.argmax(&logits, &s.token, 1, c.vocab)?;
             }
+        }
+        Ok(())
+    }
+
+    /// One pass over `ids` (at most `max_batch` rows).
+    fn pass(&mut self, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
+        let m = ids.len();
+        let c = self.cfg.clone();
+        let s = self.s;
+        let positions: Vec<u32> = (self.n_past..self.n_past + m).map(|p| p as u32).collect();
+        let logit_rows = if want == Want::AllLogits { m } else { 1 };
+        if logit_rows > self.logits_rows {
+            self.be.free(self.s.logits);
+            self.s.logits = f32_buf(self.be.as_mut(), logit_rows * c.vocab)?;
+            self.logits_rows = logit_rows;
+        }
+        let logits = self.s.logits;
+        self.be.begin_pass()?;
+        let recorded = self.record(ids, &positions, want, read, logits);
+        if recorded.is_err() {
+            // Close the pass so the model stays usable; the first error wins.
+            let _ = self.be.end_pass();
+            recorded?;
         }
         self.be.end_pass()?;
         self.n_past += m;

@@ -68,8 +68,8 @@ impl Caps {
         })
     }
 
-    /// Invocations of the GEMV workgroup: a few subgroups, so the k loop has
-    /// enough lanes while the cross-subgroup reduction stays short.
+    /// Invocations of the GEMV workgroup: a few subgroups (one output row
+    /// each at a time), at least 32 and at most 128 invocations.
     pub fn gemv_workgroup(&self) -> u32 {
         (self.subgroup_size * 4).clamp(32, 128)
     }

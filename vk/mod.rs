@@ -274,6 +274,34 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// An upload inside a pass: recorded with vkCmdUpdateBuffer, ordered by
+    /// the same hazard tracking as the ops around it.
+    fn record_upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        const OP: &str = "upload";
+        if data.len() > crate::backend::PASS_UPLOAD_MAX
+            || !offset.is_multiple_of(4)
+            || !data.len().is_multiple_of(4)
+        {
+            return Err(Error::op(
+                OP,
+                "inside a pass an upload must be at most 64 KiB, 4-byte aligned",
+            ));
+        }
+        Self::check_range(OP, buf, offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let handle = self.mem.resolve(buf)?.buffer;
+        self.rec.access(&[], &[buf.id]);
+        // SAFETY: recording command buffer, live buffer, range checked above.
+        unsafe {
+            self.dev
+                .device
+                .cmd_update_buffer(self.rec.cmd, handle, offset as u64, data)
+        };
+        Ok(())
+    }
+
     /// One staging copy in a submit of its own. `device_buf` is the id of
     /// the device buffer, read (`download`) or written, so the copy is
     /// ordered after the zero fill that may precede it in the same buffer.
@@ -340,6 +368,9 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        if self.in_pass {
+            return self.record_upload(buf, offset, data);
+        }
         self.transfer(buf, offset, data.len(), "upload")?;
         for (i, chunk) in data.chunks(STAGING_CAP as usize).enumerate() {
             let staging = self.mem.staging(chunk.len() as u64, false)?;

@@ -1,5 +1,6 @@
-//! `matmul`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp) for a few input
-//! rows, shared-memory tiled GEMM (glsl/mul_mat.comp) beyond that.
+//! `matmul`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp, one subgroup per
+//! output row) for a few input rows, shared-memory tiled GEMM
+//! (glsl/mul_mat.comp) beyond that.
 
 use super::super::VulkanBackend;
 use super::{read, typed, u32_of, write};
@@ -19,6 +20,8 @@ struct Push {
     k: u32,
     m: u32,
     has_bias: u32,
+    /// Output rows per GEMV workgroup (one per subgroup at a time).
+    rows_per_wg: u32,
 }
 
 impl VulkanBackend {
@@ -55,12 +58,20 @@ impl VulkanBackend {
             k: u32_of(OP, "k", k)?,
             m: u32_of(OP, "m", m)?,
             has_bias: bias.is_some() as u32,
+            rows_per_wg: 1,
         };
         // Without a bias, x stands in at binding 3 (never read).
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
         if m <= GEMV_MAX_ROWS {
             let wg = self.caps().gemv_workgroup();
-            let groups = self.split_groups(OP, push.n)?;
+            // One row per subgroup of the device's reported size; the shader
+            // stays correct if the driver picks another size.
+            let rows_per_wg = (wg / self.caps().subgroup_size.max(1)).max(1);
+            let push = Push {
+                rows_per_wg,
+                ..push
+            };
+            let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
             self.dispatch(
                 OP,
                 typed("mul_mat_vec", w.dtype).spec(wg),
