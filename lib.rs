@@ -7,6 +7,7 @@
 //! - [`reference`]: plain scalar versions of every op, the yardstick for tests.
 
 pub mod backend;
+pub mod bench;
 pub mod cpu;
 pub mod dtype;
 pub mod error;

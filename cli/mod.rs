@@ -1,9 +1,11 @@
 //! The `vkllm` command line: argument parsing, model/backend set-up shared by
 //! the subcommands, and turning errors into one `error: ...` line.
 
+mod bench;
 mod generate;
 mod info;
 mod logits;
+mod synth;
 mod tokenize;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -43,6 +45,10 @@ enum Command {
     Logits(logits::LogitsArgs),
     /// Show Vulkan devices, CPU features and, given a model, its metadata
     Info(info::InfoArgs),
+    /// Time prompt processing and generation (llama-bench's protocol)
+    Bench(bench::BenchArgs),
+    /// Write a GGUF of a real model's shape with random weights
+    Synth(synth::SynthArgs),
 }
 
 #[derive(Args)]
@@ -119,6 +125,8 @@ pub fn main() -> ExitCode {
         Command::Tokenize(a) => tokenize::run(a),
         Command::Logits(a) => logits::run(a),
         Command::Info(a) => info::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Synth(a) => synth::run(a),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

@@ -1,0 +1,95 @@
+//! Measured copy bandwidth, the ceiling a decode step is compared against:
+//! one step reads every weight once, so weight bytes × tok/s over this figure
+//! says how close decoding runs to memory speed. Bytes read and written both
+//! count, as in the anchors' device-to-device figure.
+
+use crate::backend::ComputeBackend;
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Timed runs after the warm-up; the best one is reported (the attainable peak).
+const TIMED_RUNS: usize = 5;
+
+/// Host memory: `bytes` copied between two buffers by `threads` threads
+/// (`None`: all cores), in GB/s of bytes read + written.
+pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| {
+            Error::Invalid(format!(
+                "cannot start a thread pool for the copy benchmark: {e}"
+            ))
+        })?;
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    // Slices of a few MiB keep every thread busy without splitting pages finely.
+    let chunk = (4 << 20).min(bytes.max(1));
+    let once = |dst: &mut [u8]| {
+        pool.install(|| {
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        })
+    };
+    once(&mut dst);
+    let mut best = f64::INFINITY;
+    for _ in 0..TIMED_RUNS {
+        let start = Instant::now();
+        once(&mut dst);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    Ok(2.0 * bytes as f64 / best.max(1e-9) / 1e9)
+}
+
+/// A device through its own `copy` op: `copies` back-to-back copies of
+/// `bytes` between two device buffers in one pass, timed wall-clock around
+/// `begin_pass`/`end_pass`, in GB/s of bytes read + written.
+pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize) -> Result<f64> {
+    let bytes = bytes / 4 * 4;
+    if bytes == 0 || copies == 0 {
+        return Err(Error::Invalid(
+            "the copy benchmark needs a nonzero size and count".into(),
+        ));
+    }
+    let a = be.alloc(bytes)?;
+    let b = match be.alloc(bytes) {
+        Ok(b) => b,
+        Err(e) => {
+            be.free(a);
+            return Err(e);
+        }
+    };
+    let result = time_copies(be, &a, &b, bytes, copies);
+    be.free(a);
+    be.free(b);
+    let best = result?;
+    Ok(2.0 * (bytes * copies) as f64 / best.max(1e-9) / 1e9)
+}
+
+/// Best wall-clock seconds of one pass of `copies` copies, after a warm-up pass.
+fn time_copies(
+    be: &mut dyn ComputeBackend,
+    a: &crate::backend::Buffer,
+    b: &crate::backend::Buffer,
+    bytes: usize,
+    copies: usize,
+) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for run in 0..=TIMED_RUNS {
+        let start = Instant::now();
+        be.begin_pass()?;
+        for i in 0..copies {
+            // Alternate directions so each copy depends on the one before.
+            let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
+            be.copy(src, 0, dst, 0, bytes)?;
+        }
+        be.end_pass()?;
+        if run > 0 {
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+    }
+    Ok(best)
+}

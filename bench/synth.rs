@@ -1,0 +1,813 @@
+//! Synthetic GGUF models: a real model's shape with random, well-scaled
+//! weights (matrices ≈ N(0, 0.02), norm weights ≈ 1), quantized with
+//! llama.cpp's type recipe, so kernels see real shapes, strides and block
+//! layouts without downloading weights.
+//!
+//! The file is streamed: header and tensor infos first, then each tensor
+//! generated and quantized in row blocks on the rayon pool and written in
+//! order, so memory stays at a few blocks whatever the model size. Values are
+//! a function of (seed, tensor, block) only: the same seed writes the same
+//! file on any number of threads.
+//!
+//! Type recipe (llama.cpp's `llama_tensor_get_type`, simplified):
+//! - 1-D tensors (norms) are F32; `f16` makes every matrix F16 (llama.cpp
+//!   applies no recipe to float types);
+//! - the output matrix, and the token embeddings when they are tied to it,
+//!   become Q6_K, or Q8_0 when its rows are not a multiple of 256 or the
+//!   mix is q8_0;
+//! - q4_k_m: Q4_K everywhere else, except attn_v and ffn_down in the layers
+//!   `use_more_bits` picks (the first and last eighth, and every third
+//!   between), which get Q6_K;
+//! - a k-quant on rows that are not a multiple of 256 falls back as in
+//!   llama.cpp: Q4_K → Q5_0, Q6_K → Q8_0.
+//!
+//! Left out: the rules for other mixes, MoE, 70B and Falcon special cases,
+//! imatrix-dependent choices, and llama.cpp's tensor order (tensors are
+//! written in layer order; loaders look them up by name).
+
+use crate::dtype::{DType, QK_K};
+use crate::error::{Error, Result};
+use crate::model::config::Arch;
+use crate::model::gguf::{GgufFile, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// The dimensions of a model family member.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub name: &'static str,
+    pub arch: Arch,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub rope_base: f32,
+    /// Output projection shares the token embeddings.
+    pub tied: bool,
+    pub context: usize,
+    pub norm_eps: f32,
+}
+
+#[allow(clippy::too_many_arguments)]
+const fn llama(
+    name: &'static str,
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    ffn: usize,
+    vocab: usize,
+    rope_base: f32,
+    tied: bool,
+    context: usize,
+) -> Shape {
+    Shape {
+        name,
+        arch: Arch::Llama,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: hidden / heads,
+        ffn,
+        vocab,
+        rope_base,
+        tied,
+        context,
+        norm_eps: 1e-5,
+    }
+}
+
+/// Every shape `synth` knows; the `tiny*` ones are for tests.
+pub const SHAPES: &[Shape] = &[
+    llama(
+        "smollm2-135m",
+        576,
+        30,
+        9,
+        3,
+        1536,
+        49152,
+        100_000.0,
+        true,
+        8192,
+    ),
+    llama(
+        "tinyllama-1.1b",
+        2048,
+        22,
+        32,
+        4,
+        5632,
+        32000,
+        10_000.0,
+        false,
+        2048,
+    ),
+    llama(
+        "llama3.2-1b",
+        2048,
+        16,
+        32,
+        8,
+        8192,
+        128_256,
+        500_000.0,
+        true,
+        131_072,
+    ),
+    llama(
+        "llama3.2-3b",
+        3072,
+        28,
+        24,
+        8,
+        8192,
+        128_256,
+        500_000.0,
+        true,
+        131_072,
+    ),
+    llama(
+        "llama3.1-8b",
+        4096,
+        32,
+        32,
+        8,
+        14336,
+        128_256,
+        500_000.0,
+        false,
+        131_072,
+    ),
+    Shape {
+        name: "qwen3-0.6b",
+        arch: Arch::Qwen3,
+        hidden: 1024,
+        layers: 28,
+        heads: 16,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn: 3072,
+        vocab: 151_936,
+        rope_base: 1_000_000.0,
+        tied: true,
+        context: 40960,
+        norm_eps: 1e-6,
+    },
+    llama("tiny", 256, 2, 4, 2, 512, 1024, 10_000.0, false, 512),
+    Shape {
+        name: "tiny-qwen3",
+        arch: Arch::Qwen3,
+        hidden: 256,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 128,
+        ffn: 512,
+        vocab: 1024,
+        rope_base: 1_000_000.0,
+        tied: true,
+        context: 512,
+        norm_eps: 1e-6,
+    },
+];
+
+/// The shape called `name`.
+pub fn shape(name: &str) -> Result<&'static Shape> {
+    SHAPES.iter().find(|s| s.name == name).ok_or_else(|| {
+        let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+        Error::Invalid(format!(
+            "unknown shape '{name}' (known: {})",
+            known.join(", ")
+        ))
+    })
+}
+
+/// A quantization mix, named as llama.cpp's `llama-quantize` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    F16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q4KM,
+}
+
+impl Quant {
+    pub const ALL: [Quant; 5] = [
+        Quant::F16,
+        Quant::Q8_0,
+        Quant::Q4_0,
+        Quant::Q4_1,
+        Quant::Q4KM,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Quant::F16 => "f16",
+            Quant::Q8_0 => "q8_0",
+            Quant::Q4_0 => "q4_0",
+            Quant::Q4_1 => "q4_1",
+            Quant::Q4KM => "q4_k_m",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Quant> {
+        let lower = name.to_ascii_lowercase();
+        Quant::ALL
+            .into_iter()
+            .find(|q| q.name() == lower)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Quant::ALL.iter().map(|q| q.name()).collect();
+                Error::Invalid(format!(
+                    "unknown quantization '{name}' (known: {})",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// llama.cpp's `general.file_type` (`llama_ftype`).
+    pub fn file_type(self) -> u32 {
+        match self {
+            Quant::F16 => 1,
+            Quant::Q4_0 => 2,
+            Quant::Q4_1 => 3,
+            Quant::Q8_0 => 7,
+            Quant::Q4KM => 15,
+        }
+    }
+
+    /// The type of matrices no rule singles out.
+    fn base(self) -> DType {
+        match self {
+            Quant::F16 => DType::F16,
+            Quant::Q8_0 => DType::Q8_0,
+            Quant::Q4_0 => DType::Q4_0,
+            Quant::Q4_1 => DType::Q4_1,
+            Quant::Q4KM => DType::Q4K,
+        }
+    }
+}
+
+/// What a tensor is, for the type recipe and its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    TokenEmbd,
+    Output,
+    Norm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+}
+
+/// One tensor of a synthetic model: `rows` rows of `cols` values (`cols`
+/// innermost, ggml dims `[cols, rows]`; vectors have one row).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorPlan {
+    pub name: String,
+    pub role: Role,
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: DType,
+}
+
+impl TensorPlan {
+    /// ggml dims, innermost first.
+    pub fn dims(&self) -> Vec<u64> {
+        match self.role {
+            Role::Norm => vec![self.cols as u64],
+            _ => vec![self.cols as u64, self.rows as u64],
+        }
+    }
+    pub fn bytes(&self) -> Result<usize> {
+        Ok(self.dtype.row_bytes(self.cols)? * self.rows)
+    }
+}
+
+/// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third one between.
+fn use_more_bits(layer: usize, n_layers: usize) -> bool {
+    let eighth = n_layers / 8;
+    layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2
+}
+
+/// The storage type of a tensor under `quant` (see the module docs).
+pub fn tensor_type(
+    quant: Quant,
+    role: Role,
+    layer: usize,
+    n_layers: usize,
+    cols: usize,
+    tied: bool,
+) -> DType {
+    if role == Role::Norm {
+        return DType::F32;
+    }
+    if quant == Quant::F16 {
+        return DType::F16;
+    }
+    let base = quant.base();
+    let is_output = role == Role::Output || (tied && role == Role::TokenEmbd);
+    let dtype = if is_output {
+        if !cols.is_multiple_of(QK_K) || base == DType::Q8_0 {
+            DType::Q8_0
+        } else {
+            DType::Q6K
+        }
+    } else if quant == Quant::Q4KM
+        && matches!(role, Role::AttnV | Role::FfnDown)
+        && use_more_bits(layer, n_layers)
+    {
+        DType::Q6K
+    } else {
+        base
+    };
+    if cols.is_multiple_of(QK_K) {
+        return dtype;
+    }
+    match dtype {
+        DType::Q4K => DType::Q5_0,
+        DType::Q5K => DType::Q5_1,
+        DType::Q6K => DType::Q8_0,
+        other => other,
+    }
+}
+
+/// Every tensor of `shape` under `quant`, in file order.
+pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
+    let s = shape;
+    let (q_dim, kv_dim) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let mut out = Vec::new();
+    let mut add = |name: String, role: Role, layer: usize, rows: usize, cols: usize| {
+        let dtype = tensor_type(quant, role, layer, s.layers, cols, s.tied);
+        out.push(TensorPlan {
+            name,
+            role,
+            rows,
+            cols,
+            dtype,
+        });
+    };
+    add(
+        "token_embd.weight".into(),
+        Role::TokenEmbd,
+        0,
+        s.vocab,
+        s.hidden,
+    );
+    for i in 0..s.layers {
+        let n = |t: &str| format!("blk.{i}.{t}.weight");
+        add(n("attn_norm"), Role::Norm, i, 1, s.hidden);
+        add(n("attn_q"), Role::AttnQ, i, q_dim, s.hidden);
+        add(n("attn_k"), Role::AttnK, i, kv_dim, s.hidden);
+        add(n("attn_v"), Role::AttnV, i, kv_dim, s.hidden);
+        if s.arch == Arch::Qwen3 {
+            add(n("attn_q_norm"), Role::Norm, i, 1, s.head_dim);
+            add(n("attn_k_norm"), Role::Norm, i, 1, s.head_dim);
+        }
+        add(n("attn_output"), Role::AttnOutput, i, s.hidden, q_dim);
+        add(n("ffn_norm"), Role::Norm, i, 1, s.hidden);
+        add(n("ffn_gate"), Role::FfnGate, i, s.ffn, s.hidden);
+        add(n("ffn_up"), Role::FfnUp, i, s.ffn, s.hidden);
+        add(n("ffn_down"), Role::FfnDown, i, s.hidden, s.ffn);
+    }
+    add("output_norm.weight".into(), Role::Norm, 0, 1, s.hidden);
+    if !s.tied {
+        add("output.weight".into(), Role::Output, 0, s.vocab, s.hidden);
+    }
+    out
+}
+
+/// What [`write`] produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub tensors: usize,
+    pub params: u64,
+    /// Bytes of tensor data (without header and padding).
+    pub weight_bytes: u64,
+    pub file_bytes: u64,
+}
+
+/// Values per generated block: large enough to amortize a task, small enough
+/// that a batch of blocks in flight stays at tens of MiB.
+const BLOCK_VALUES: usize = 1 << 20;
+/// Blocks generated in parallel before they are written in order.
+const BLOCKS_PER_BATCH: usize = 32;
+/// Standard deviation of matrix weights (and of the noise on norm weights).
+const WEIGHT_STD: f32 = 0.02;
+
+/// Write `shape` under `quant` to `path`. The tokenizer comes from `donor`
+/// (a GGUF whose `tokenizer.*` keys are copied, the vocabulary cut or padded
+/// to the shape's size), or is a minimal byte-level gpt2 vocabulary.
+/// `progress(done, total)` reports tensor-data bytes written.
+pub fn write(
+    shape: &Shape,
+    quant: Quant,
+    path: &Path,
+    seed: u64,
+    donor: Option<&Path>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Summary> {
+    let tensors = plan(shape, quant);
+    let mut metadata = model_metadata(shape, quant);
+    metadata.extend(match donor {
+        Some(d) => donor_tokenizer(d, shape.vocab)?,
+        None => byte_tokenizer(shape.vocab)?,
+    });
+    let sizes = tensors
+        .iter()
+        .map(TensorPlan::bytes)
+        .collect::<Result<Vec<usize>>>()?;
+    let total: u64 = sizes.iter().map(|&b| b as u64).sum();
+    let result = stream(path, seed, &metadata, &tensors, &sizes, total, progress);
+    if result.is_err() {
+        // A truncated model must not be left behind to be loaded later.
+        let _ = std::fs::remove_file(path);
+    }
+    let file_bytes = result?;
+    Ok(Summary {
+        tensors: tensors.len(),
+        params: tensors.iter().map(|t| (t.rows * t.cols) as u64).sum(),
+        weight_bytes: total,
+        file_bytes,
+    })
+}
+
+/// Write the file; returns its size.
+fn stream(
+    path: &Path,
+    seed: u64,
+    metadata: &[(String, GgufValue)],
+    tensors: &[TensorPlan],
+    sizes: &[usize],
+    total: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<u64> {
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut out = Counted {
+        inner: BufWriter::with_capacity(8 << 20, file),
+        pos: 0,
+    };
+    let io = |e| Error::io(path, e);
+    out.put(&header(metadata, tensors, sizes)).map_err(io)?;
+    out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
+        .map_err(io)?;
+    let mut done = 0u64;
+    for (index, t) in tensors.iter().enumerate() {
+        let rows_per_block = (BLOCK_VALUES / t.cols).max(1);
+        let blocks = t.rows.div_ceil(rows_per_block);
+        for first in (0..blocks).step_by(BLOCKS_PER_BATCH) {
+            let batch: Vec<Vec<u8>> = (first..blocks.min(first + BLOCKS_PER_BATCH))
+                .into_par_iter()
+                .map(|b| {
+                    let rows = b * rows_per_block..((b + 1) * rows_per_block).min(t.rows);
+                    block_bytes(t, rows, block_seed(seed, index, b))
+                })
+                .collect::<Result<_>>()?;
+            for data in &batch {
+                out.put(data).map_err(io)?;
+                done += data.len() as u64;
+            }
+            progress(done, total);
+        }
+        out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
+            .map_err(io)?;
+    }
+    out.inner.flush().map_err(io)?;
+    Ok(out.pos)
+}
+
+/// Independent stream per (seed, tensor, block), so threads cannot change the values.
+fn block_seed(seed: u64, tensor: usize, block: usize) -> u64 {
+    let mut x =
+        seed ^ (tensor as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (block as u64).rotate_left(32);
+    // splitmix64 finalizer: nearby inputs give unrelated seeds.
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Rows `rows` of tensor `t`, generated and quantized.
+fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Result<Vec<u8>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let row_bytes = t.dtype.row_bytes(t.cols)?;
+    let mut out = vec![0u8; row_bytes * rows.len()];
+    let mut values = vec![0f32; t.cols];
+    let offset = if t.role == Role::Norm { 1.0 } else { 0.0 };
+    for dst in out.chunks_exact_mut(row_bytes) {
+        for v in values.iter_mut() {
+            *v = offset + WEIGHT_STD * gaussian(rng.next_u64());
+        }
+        crate::cpu::quant::quantize_row(t.dtype, &values, dst).map_err(|e| Error::Tensor {
+            name: t.name.clone(),
+            msg: format!("cannot quantize to {}: {e}", t.dtype),
+        })?;
+    }
+    Ok(out)
+}
+
+/// An approximately standard normal value from 64 random bits: the sum of
+/// four 16-bit uniforms (Irwin–Hall), centred and scaled to unit variance.
+/// Cheap enough for billions of weights; tails stop at ±2√3, harmless here.
+fn gaussian(bits: u64) -> f32 {
+    let sum = (bits & 0xFFFF) + ((bits >> 16) & 0xFFFF) + ((bits >> 32) & 0xFFFF) + (bits >> 48);
+    let uniform_sum = sum as f32 / 65536.0; // mean 2, variance 4/12
+    (uniform_sum - 2.0) * 3f32.sqrt()
+}
+
+fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
+    let a = s.arch.gguf_name();
+    let u32v = |v: usize| GgufValue::U32(v as u32);
+    let mut m = vec![
+        (
+            "general.architecture".to_owned(),
+            GgufValue::String(a.to_owned()),
+        ),
+        (
+            "general.name".to_owned(),
+            GgufValue::String(format!("synthetic-{}-{}", s.name, quant.name())),
+        ),
+        (
+            "general.file_type".to_owned(),
+            GgufValue::U32(quant.file_type()),
+        ),
+        ("general.quantization_version".to_owned(), GgufValue::U32(2)),
+    ];
+    let arch_keys = [
+        ("block_count", u32v(s.layers)),
+        ("context_length", u32v(s.context)),
+        ("embedding_length", u32v(s.hidden)),
+        ("feed_forward_length", u32v(s.ffn)),
+        ("attention.head_count", u32v(s.heads)),
+        ("attention.head_count_kv", u32v(s.kv_heads)),
+        ("attention.key_length", u32v(s.head_dim)),
+        ("attention.value_length", u32v(s.head_dim)),
+        (
+            "attention.layer_norm_rms_epsilon",
+            GgufValue::F32(s.norm_eps),
+        ),
+        ("rope.freq_base", GgufValue::F32(s.rope_base)),
+        ("rope.dimension_count", u32v(s.head_dim)),
+        ("vocab_size", u32v(s.vocab)),
+    ];
+    m.extend(arch_keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    m
+}
+
+/// llama.cpp's token type of filler tokens (`LLAMA_TOKEN_TYPE_USER_DEFINED`).
+const TOKEN_USER_DEFINED: i32 = 4;
+const TOKEN_NORMAL: i32 = 1;
+const TOKEN_CONTROL: i32 = 3;
+
+/// Pad `tokens`/`types` with filler tokens up to `vocab`, or cut them.
+fn fit_vocab(tokens: &mut Vec<GgufValue>, types: &mut Vec<GgufValue>, vocab: usize) {
+    tokens.truncate(vocab);
+    types.truncate(vocab);
+    while tokens.len() < vocab {
+        tokens.push(GgufValue::String(format!("<|filler_{}|>", tokens.len())));
+    }
+    types.resize(vocab, GgufValue::I32(TOKEN_USER_DEFINED));
+}
+
+/// The donor's `tokenizer.*` keys, its vocabulary fitted to `vocab`;
+/// special-token ids outside the new vocabulary are dropped.
+fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)>> {
+    let g = GgufFile::open(donor)?;
+    let bad = |msg: &str| Error::Gguf {
+        path: donor.to_path_buf(),
+        msg: msg.to_owned(),
+    };
+    let list = |key: &str| -> Result<Vec<GgufValue>> {
+        g.get_array(key)?
+            .map(<[GgufValue]>::to_vec)
+            .ok_or_else(|| bad(&format!("a tokenizer donor needs '{key}'")))
+    };
+    let mut tokens = list("tokenizer.ggml.tokens")?;
+    let mut types = list("tokenizer.ggml.token_type")?;
+    if tokens.len() != types.len() {
+        return Err(bad(
+            "tokenizer.ggml.tokens and tokenizer.ggml.token_type differ in length",
+        ));
+    }
+    fit_vocab(&mut tokens, &mut types, vocab);
+    let mut out = Vec::new();
+    for (key, value) in g.metadata() {
+        if !key.starts_with("tokenizer.") {
+            continue;
+        }
+        let value = match key.as_str() {
+            "tokenizer.ggml.tokens" => GgufValue::Array(tokens.clone()),
+            "tokenizer.ggml.token_type" => GgufValue::Array(types.clone()),
+            k if k.ends_with("_token_id")
+                && value.as_u64().is_some_and(|id| id >= vocab as u64) =>
+            {
+                continue
+            }
+            _ => value.clone(),
+        };
+        out.push((key.clone(), value));
+    }
+    Ok(out)
+}
+
+/// GPT-2's byte-to-character map: printable bytes stand for themselves, the
+/// rest map to code points from 256 up, so every byte is one visible char.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| {
+        (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+    };
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).unwrap_or('?')
+}
+
+/// A minimal byte-level gpt2 vocabulary: `<|endoftext|>` (bos = eos), the
+/// 256 byte tokens, one merge ("Ġ t"), then fillers up to `vocab`.
+fn byte_tokenizer(vocab: usize) -> Result<Vec<(String, GgufValue)>> {
+    let fixed = 258;
+    if vocab < fixed {
+        return Err(Error::Invalid(format!(
+            "a byte-level vocabulary needs at least {fixed} tokens, the shape has {vocab}"
+        )));
+    }
+    let space = byte_char(b' ');
+    let mut tokens = vec![GgufValue::String("<|endoftext|>".into())];
+    let mut types = vec![GgufValue::I32(TOKEN_CONTROL)];
+    for b in 0..=255u8 {
+        tokens.push(GgufValue::String(byte_char(b).to_string()));
+        types.push(GgufValue::I32(TOKEN_NORMAL));
+    }
+    tokens.push(GgufValue::String(format!("{space}t")));
+    types.push(GgufValue::I32(TOKEN_NORMAL));
+    fit_vocab(&mut tokens, &mut types, vocab);
+    let s = |v: &str| GgufValue::String(v.to_owned());
+    Ok(vec![
+        ("tokenizer.ggml.model".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("default")),
+        ("tokenizer.ggml.tokens".into(), GgufValue::Array(tokens)),
+        ("tokenizer.ggml.token_type".into(), GgufValue::Array(types)),
+        (
+            "tokenizer.ggml.merges".into(),
+            GgufValue::Array(vec![s(&format!("{space} t"))]),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), GgufValue::U32(0)),
+        ("tokenizer.ggml.eos_token_id".into(), GgufValue::U32(0)),
+        (
+            "tokenizer.ggml.add_bos_token".into(),
+            GgufValue::Bool(false),
+        ),
+    ])
+}
+
+/// GGUF v3 header, metadata and tensor infos (offsets aligned to
+/// [`DEFAULT_ALIGNMENT`]). Encoded here rather than by
+/// [`crate::model::gguf_write::GgufWriter`], which holds tensor data in memory.
+fn header(metadata: &[(String, GgufValue)], tensors: &[TensorPlan], sizes: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&GGUF_MAGIC);
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        put_str(&mut out, key);
+        out.extend_from_slice(&value.type_id().to_le_bytes());
+        put_value(&mut out, value);
+    }
+    let mut offset = 0u64;
+    for (t, &size) in tensors.iter().zip(sizes) {
+        put_str(&mut out, &t.name);
+        let dims = t.dims();
+        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&t.dtype.ggml_type_id().to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+        offset = (offset + size as u64).next_multiple_of(DEFAULT_ALIGNMENT as u64);
+    }
+    out
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
+    match v {
+        GgufValue::U8(x) => out.push(*x),
+        GgufValue::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        GgufValue::Bool(x) => out.push(u8::from(*x)),
+        GgufValue::String(s) => put_str(out, s),
+        GgufValue::Array(items) => {
+            // Element type from the first item; an empty array reads back the same as any type.
+            let ty = items
+                .first()
+                .map_or(GgufValue::U8(0).type_id(), GgufValue::type_id);
+            out.extend_from_slice(&ty.to_le_bytes());
+            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                put_value(out, item);
+            }
+        }
+    }
+}
+
+/// A writer that knows its position, for alignment padding.
+struct Counted<W: Write> {
+    inner: W,
+    pos: u64,
+}
+
+impl<W: Write> Counted<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.pos += bytes.len() as u64;
+        self.inner.write_all(bytes)
+    }
+
+    fn pad_to(&mut self, target: u64) -> std::io::Result<()> {
+        const ZEROS: [u8; 64] = [0; 64];
+        while self.pos < target {
+            let n = (target - self.pos).min(ZEROS.len() as u64) as usize;
+            self.put(&ZEROS[..n])?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q4_k_m_gives_half_of_attn_v_and_ffn_down_more_bits() {
+        let s = shape("llama3.1-8b").unwrap();
+        let p = plan(s, Quant::Q4KM);
+        let count = |suffix: &str, t: DType| {
+            p.iter()
+                .filter(|x| x.name.ends_with(suffix) && x.dtype == t)
+                .count()
+        };
+        assert_eq!(count("attn_v.weight", DType::Q6K), 16);
+        assert_eq!(count("ffn_down.weight", DType::Q6K), 16);
+        assert_eq!(count("attn_q.weight", DType::Q4K), 32);
+        let get = |n: &str| p.iter().find(|x| x.name == n).unwrap().dtype;
+        assert_eq!(get("output.weight"), DType::Q6K);
+        assert_eq!(get("token_embd.weight"), DType::Q4K);
+        assert_eq!(get("blk.0.attn_v.weight"), DType::Q6K);
+        assert_eq!(get("blk.4.attn_v.weight"), DType::Q4K);
+        assert_eq!(get("blk.6.ffn_down.weight"), DType::Q6K);
+        assert_eq!(get("blk.0.attn_norm.weight"), DType::F32);
+    }
+
+    #[test]
+    fn rows_off_the_k_block_fall_back_like_llama_cpp() {
+        // SmolLM2's 576-wide rows are not whole Q4_K blocks.
+        let p = plan(shape("smollm2-135m").unwrap(), Quant::Q4KM);
+        let get = |n: &str| p.iter().find(|x| x.name == n).unwrap().dtype;
+        assert_eq!(get("token_embd.weight"), DType::Q8_0);
+        assert_eq!(get("blk.0.attn_v.weight"), DType::Q8_0);
+        assert_eq!(get("blk.4.attn_v.weight"), DType::Q5_0);
+        assert_eq!(get("blk.4.ffn_down.weight"), DType::Q4K);
+        assert_eq!(get("blk.0.ffn_down.weight"), DType::Q6K);
+        assert!(p.iter().all(|t| t.name != "output.weight"));
+    }
+
+    #[test]
+    fn gaussian_has_unit_variance() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let v: Vec<f32> = (0..100_000).map(|_| gaussian(rng.next_u64())).collect();
+        let mean = v.iter().sum::<f32>() / v.len() as f32;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / v.len() as f32;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.03, "variance {var}");
+    }
+
+    #[test]
+    fn byte_chars_are_distinct() {
+        let set: std::collections::HashSet<char> = (0..=255u8).map(byte_char).collect();
+        assert_eq!(set.len(), 256);
+        assert_eq!(byte_char(b' '), 'Ġ');
+        assert_eq!(byte_char(b'\n'), 'Ċ');
+    }
+}

@@ -1,0 +1,177 @@
+//! `vkllm bench`: llama-bench's protocol and table for several models and
+//! backends side by side; the protocol itself lives in `vkllm::bench`.
+
+use super::{BackendArgs, BackendKind, ModelArg};
+use clap::Args;
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs};
+use vkllm::bench::protocol::{markdown_table, ModelInfo, RunContext};
+use vkllm::bench::{run_test, Protocol, Record};
+use vkllm::model::Model;
+use vkllm::{Error, Result};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// GGUF files or Hugging Face directories to compare
+    /// [default: models/SmolLM2-135M-Instruct.Q4_1.gguf]
+    #[arg(short = 'm', long, value_name = "PATH", num_args = 1..)]
+    model: Vec<PathBuf>,
+    /// Backends to compare, comma-separated
+    #[arg(
+        short = 'b',
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "auto"
+    )]
+    backend: Vec<BackendKind>,
+    /// Prompt lengths (pp tests), comma-separated; 0 skips pp
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    prompt: Vec<usize>,
+    /// Generation lengths (tg tests), comma-separated; 0 skips tg
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    gen: Vec<usize>,
+    /// Cache depths each test starts from, comma-separated
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    depth: Vec<usize>,
+    /// Timed repetitions of each test (after one warm-up)
+    #[arg(
+        short = 'r',
+        long = "repetitions",
+        value_name = "N",
+        default_value = "5"
+    )]
+    repetitions: NonZeroUsize,
+    /// CPU threads [default: all cores]
+    #[arg(short = 't', long, value_name = "N")]
+    threads: Option<NonZeroUsize>,
+    /// Size of the copy-bandwidth probe in MiB (0 skips it and the roofline column)
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    copy_mib: usize,
+    /// Seed of the random prompt tokens
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print every record (with each repetition) as a JSON array instead of the table
+    #[arg(long)]
+    json: bool,
+}
+
+/// Copies per pass of the device probe: long enough that submission overhead
+/// is small next to the transfer.
+const DEVICE_COPIES: usize = 8;
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let mut protocol = Protocol::new(&a.prompt, &a.gen, &a.depth, a.repetitions.get())?;
+    protocol.seed = a.seed;
+    let models = if a.model.is_empty() {
+        vec![super::model_path(&ModelArg { model: None })?]
+    } else {
+        a.model
+            .iter()
+            .map(|m| {
+                super::model_path(&ModelArg {
+                    model: Some(m.clone()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let threads = a.threads.map(NonZeroUsize::get);
+    // One probe per backend and device for the whole run.
+    let mut copy_gbs: HashMap<String, f64> = HashMap::new();
+    let mut records = Vec::new();
+    for path in &models {
+        let info = ModelInfo::read(path)?;
+        for &kind in &a.backend {
+            let be = super::open_backend(&BackendArgs {
+                backend: kind,
+                threads: a.threads,
+                ctx: None,
+            })?;
+            let mut model = Model::load(be, path, &protocol.load_options(), &mut |_, _| {})?;
+            let full = model.backend_name();
+            let (backend, device) = split_name(&full);
+            let gbs = match copy_gbs.get(&full) {
+                Some(&g) => g,
+                None => {
+                    let g = probe(&mut model, &backend, a.copy_mib, threads)?;
+                    copy_gbs.insert(full.clone(), g);
+                    g
+                }
+            };
+            let n_threads = (backend == "cpu").then(|| {
+                threads.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+                })
+            });
+            let ctx = RunContext {
+                model: info.clone(),
+                weight_bytes: model.weight_bytes() as u64,
+                backend,
+                device,
+                n_threads,
+                copy_gbs: gbs,
+            };
+            for spec in &protocol.tests {
+                let result = run_test(&mut model, spec, protocol.repetitions, protocol.seed)?;
+                let record = Record::new(&ctx, &result);
+                eprintln!(
+                    "{} | {} | {}: {:.2} ± {:.2} t/s",
+                    record.model_filename, full, record.test, record.avg_ts, record.stddev_ts
+                );
+                records.push(record);
+            }
+        }
+    }
+    if a.json {
+        let text = serde_json::to_string_pretty(&records)
+            .map_err(|e| Error::Invalid(format!("cannot write JSON: {e}")))?;
+        super::print_flush(&format!("{text}\n"))
+    } else {
+        super::print_flush(&markdown_table(&records))
+    }
+}
+
+/// `cpu (avx2, 2 threads)` → (`cpu`, `avx2, 2 threads`).
+fn split_name(name: &str) -> (String, String) {
+    match name.split_once(" (") {
+        Some((backend, rest)) => (
+            backend.to_owned(),
+            rest.strip_suffix(')').unwrap_or(rest).to_owned(),
+        ),
+        None => (name.to_owned(), String::new()),
+    }
+}
+
+/// Copy bandwidth in GB/s: a threaded memcpy for the CPU, the backend's own
+/// copy op on devices; 0 when skipped.
+fn probe(model: &mut Model, backend: &str, mib: usize, threads: Option<usize>) -> Result<f64> {
+    if mib == 0 {
+        return Ok(0.0);
+    }
+    let bytes = mib << 20;
+    if backend == "cpu" {
+        host_copy_gbs(bytes, threads)
+    } else {
+        backend_copy_gbs(model.backend(), bytes, DEVICE_COPIES)
+    }
+}

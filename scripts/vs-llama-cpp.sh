@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# vkllm against llama.cpp's Vulkan backend, same GPU, same GGUF files, one run.
+#
+# Run on the GPU machine from the project root, after `source .dev/gpu-env.sh`.
+# Brought along (ignored by git):
+#   .whl/                     cyllama-vulkan and gguf wheels (see ../shared/anchors/README.md)
+#   .dev/llamacpp_bench.py    the anchors' llama.cpp timer
+#   .dev/donor_tokenizer.gguf tokenizer donor for the synthetic models
+#   .dev/synth_gguf.py        optional: the anchors' writer, the fallback when
+#                             llama.cpp rejects a file `vkllm synth` wrote
+#   .dev/vkllm                release binary (or set VKLLM)
+#
+# usage: scripts/vs-llama-cpp.sh [SHAPE:QUANT ...]
+#   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
+# env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp)
+#
+# Each model is written by `vkllm synth`; llama.cpp loading it is the check
+# that our files are real GGUF models. Both engines are timed on the same
+# file: llama.cpp by llamacpp_bench.py (pp from DEPTH, then tg right after
+# it), vkllm by `vkllm bench --json` with tg at DEPTH + PP to match. Medians of
+# REPS repetitions; the table gives vkllm / llama.cpp.
+set -uo pipefail
+
+PP=${PP:-512}
+TG=${TG:-128}
+DEPTH=${DEPTH:-0}
+REPS=${REPS:-3}
+BACKEND=${BACKEND:-vulkan}
+WORK=${WORK:-/tmp/vs-llama-cpp}
+VKLLM=${VKLLM:-.dev/vkllm}
+[ -x "$VKLLM" ] || VKLLM=target/release/vkllm
+DONOR=.dev/donor_tokenizer.gguf
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m)
+
+die() { echo "vs-llama-cpp: $*" >&2; exit 1; }
+[ -x "$VKLLM" ] || die "no vkllm binary (.dev/vkllm or target/release/vkllm)"
+[ -f .dev/llamacpp_bench.py ] || die ".dev/llamacpp_bench.py missing: copy ../shared/anchors/ into .dev/"
+[ -f "$DONOR" ] || die "$DONOR missing: copy ../shared/anchors/ into .dev/"
+ls .whl/*.whl >/dev/null 2>&1 || die ".whl/ has no wheels (cyllama-vulkan, gguf)"
+
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || die "installing the wheels failed"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$WORK"
+results="$WORK/results.jsonl"
+: > "$results"
+
+# llama.cpp on FILE; prints its JSON line or nothing.
+llamacpp() {
+    python3 .dev/llamacpp_bench.py "$1" --pp "$PP" --tg "$TG" --reps "$REPS" --depth "$DEPTH" 2> "$WORK/llamacpp.err" | tail -n 1
+}
+
+# vkllm on FILE: pp at DEPTH and tg at DEPTH + PP, as one JSON array.
+vkllm_bench() {
+    local pp tg
+    pp=$("$VKLLM" bench -m "$1" -b "$BACKEND" -p "$PP" -n 0 -d "$DEPTH" -r "$REPS" --json 2> "$WORK/vkllm.err") || return 1
+    tg=$("$VKLLM" bench -m "$1" -b "$BACKEND" -p 0 -n "$TG" -d $((DEPTH + PP)) -r "$REPS" --json 2>> "$WORK/vkllm.err") || return 1
+    python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1]) + json.loads(sys.argv[2])))' "$pp" "$tg"
+}
+
+for spec in "${models[@]}"; do
+    shape=${spec%%:*}
+    quant=${spec#*:}
+    file="$WORK/$shape-$quant.gguf"
+    writer="vkllm synth"
+    echo "== $shape $quant" >&2
+    "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
+    lc=$(llamacpp "$file")
+    if [ -z "$lc" ]; then
+        echo "llama.cpp cannot load the file vkllm synth wrote ($shape $quant):" >&2
+        tail -n 5 "$WORK/llamacpp.err" >&2
+        if [ -f .dev/synth_gguf.py ] && python3 .dev/synth_gguf.py "$shape" "$quant" "$file" --donor "$DONOR"; then
+            writer="synth_gguf.py (vkllm synth rejected)"
+            lc=$(llamacpp "$file")
+        fi
+    fi
+    vk=$(vkllm_bench "$file") || { echo "vkllm bench failed:" >&2; tail -n 5 "$WORK/vkllm.err" >&2; vk=null; }
+    python3 -c 'import json,sys; print(json.dumps({"shape": sys.argv[1], "quant": sys.argv[2], "writer": sys.argv[3],
+        "llamacpp": json.loads(sys.argv[4] or "null"), "vkllm": json.loads(sys.argv[5])}))' \
+        "$shape" "$quant" "$writer" "$lc" "$vk" >> "$results"
+    rm -f "$file"
+done
+
+python3 - "$results" "$PP" "$TG" "$DEPTH" <<'EOF'
+import json, statistics, sys
+path, pp, tg, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def med(xs): return statistics.median(xs) if xs else None
+def fmt(x, d=1): return "-" if x is None else f"{x:,.{d}f}"
+def ratio(a, b): return None if a is None or not b else a / b
+print(f"\npp{pp} / tg{tg}" + (f" at depth {depth}" if depth else "") + ", medians; ratio = vkllm / llama.cpp\n")
+print("| model | file by | llama.cpp pp | vkllm pp | pp ratio | llama.cpp tg | vkllm tg | tg ratio | vkllm tg roofline |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+for line in open(path):
+    r = json.loads(line)
+    lc = r["llamacpp"] or {}
+    vk = {x["kind"]: x for x in (r["vkllm"] or [])}
+    lpp, ltg = lc.get("pp_tok_s"), lc.get("tg_tok_s")
+    vpp = med(vk["pp"]["samples_ts"]) if "pp" in vk else None
+    vtg = med(vk["tg"]["samples_ts"]) if "tg" in vk else None
+    roof = vk.get("tg", {}).get("roofline_pct")
+    print(f"| {r['shape']} {r['quant']} | {r['writer']} | {fmt(lpp)} | {fmt(vpp)} | {fmt(ratio(vpp, lpp), 2)} "
+          f"| {fmt(ltg)} | {fmt(vtg)} | {fmt(ratio(vtg, ltg), 2)} | {fmt(roof, 0)}{'%' if roof is not None else ''} |")
+EOF
+echo "raw results: $results" >&2
