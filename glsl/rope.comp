@@ -28,11 +28,11 @@ void main() {
         uint row = head / pc.n_heads;
         uint base = head * pc.head_dim;
         precise float theta = float(pos[row]) * inv_freq[i];
-        // Reduce to [-pi, pi] first (2*pi split in two floats, Cody-Waite):
-        // GPU sin/cos lose accuracy on large arguments, e.g. at position 1000.
+        // Reduce to [-pi, pi] first: GPU sin/cos lose accuracy on large
+        // arguments (position 1000 and up). 2*pi = 6.28125 (8 bits, so k * it
+        // is exact) + 0.0019353071795864769 (Cody-Waite, no fma needed).
         precise float k = round(theta * 0.15915494309189535);
-        precise float r = fma(-k, 6.28318548202514648, theta);
-        r = fma(-k, -1.7484556e-7, r);
+        precise float r = (theta - k * 6.28125) - k * 0.0019353071795864769;
         float c = cos(r);
         float s = sin(r);
         uint a = pc.neox != 0u ? base + i : base + 2u * i;

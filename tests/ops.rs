@@ -588,16 +588,29 @@ fn uploads_inside_a_pass_land_in_order() {
         let y = b.alloc(8).unwrap();
         let z = b.alloc(8).unwrap();
         b.begin_pass().unwrap();
-        b.upload(&x, 0, bytemuck::cast_slice(&[1.0f32, 2.0])).unwrap();
+        b.upload(&x, 0, bytemuck::cast_slice(&[1.0f32, 2.0]))
+            .unwrap();
         b.scale(&x, 2.0, &y, 2).unwrap();
-        b.upload(&x, 0, bytemuck::cast_slice(&[5.0f32, 5.0])).unwrap();
+        b.upload(&x, 0, bytemuck::cast_slice(&[5.0f32, 5.0]))
+            .unwrap();
         b.scale(&x, 2.0, &z, 2).unwrap();
         b.end_pass().unwrap();
-        assert_eq!(download_f32(b, &y, 2), vec![2.0, 4.0], "{name}: first upload");
-        assert_eq!(download_f32(b, &z, 2), vec![10.0, 10.0], "{name}: second upload");
+        assert_eq!(
+            download_f32(b, &y, 2),
+            vec![2.0, 4.0],
+            "{name}: first upload"
+        );
+        assert_eq!(
+            download_f32(b, &z, 2),
+            vec![10.0, 10.0],
+            "{name}: second upload"
+        );
         // Inside a pass only small, 4-byte-aligned writes are recordable.
         b.begin_pass().unwrap();
-        assert!(b.upload(&x, 2, &[0; 4]).is_err(), "{name}: unaligned upload");
+        assert!(
+            b.upload(&x, 2, &[0; 4]).is_err(),
+            "{name}: unaligned upload"
+        );
         b.end_pass().unwrap();
     }
 }
