@@ -18,11 +18,9 @@ echo "== vkllm generate (backend auto)"
 "$vkllm" generate -p "$prompt" -n 64 --temperature 0
 
 # ---- bench --------------------------------------------------------------
-# A greedy 128-token generation per backend; the timing line (prefill and
-# decode tok/s) is what generate prints on stderr.
-echo "== bench: greedy generate, 128 tokens"
-for backend in auto cpu; do
-    printf '%-6s ' "$backend"
-    "$vkllm" generate -p "$prompt" -n 128 --temperature 0 --backend "$backend" 2>&1 >/dev/null \
-        | grep '^prefill'
-done
+# llama-bench's protocol: pp512 (one 512-token batch) and tg128 (128 greedy
+# single-token steps), on the CPU and, when a Vulkan device exists, on it.
+echo "== vkllm bench"
+backends=cpu
+if "$vkllm" info 2>/dev/null | grep -qE '\((discrete|integrated) GPU'; then backends=cpu,vulkan; fi
+"$vkllm" bench -b "$backends" -p 512 -n 128 -r 3
