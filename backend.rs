@@ -104,6 +104,12 @@ pub trait ComputeBackend {
     /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
     fn name(&self) -> String;
 
+    /// What the last pass cost the device (submits, dispatches, barriers,
+    /// descriptor sets), where the backend records passes.
+    fn last_pass_stats(&self) -> Option<String> {
+        None
+    }
+
     /// A zero-initialised buffer of `bytes` bytes.
     fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
     /// Copy `data` into `buf` at byte `offset`. Inside a pass the write is

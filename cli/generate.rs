@@ -158,5 +158,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         load_s,
         model.backend_name()
     );
+    if let Some(stats) = model.last_pass_stats() {
+        eprintln!("last pass: {stats}");
+    }
     Ok(())
 }

@@ -168,6 +168,10 @@ impl Model {
     pub fn backend_name(&self) -> String {
         self.be.name()
     }
+    /// The device cost of the last pass (one decode step after generation).
+    pub fn last_pass_stats(&self) -> Option<String> {
+        self.be.last_pass_stats()
+    }
     pub fn backend(&mut self) -> &mut dyn ComputeBackend {
         self.be.as_mut()
     }

@@ -350,6 +350,14 @@ impl ComputeBackend for VulkanBackend {
         format!("vulkan ({})", self.dev.info.name)
     }
 
+    fn last_pass_stats(&self) -> Option<String> {
+        let s = self.last_pass;
+        Some(format!(
+            "{} submit, {} dispatches, {} copies, {} barriers, {} descriptor sets",
+            s.submits, s.dispatches, s.copies, s.barriers, s.descriptor_sets
+        ))
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
