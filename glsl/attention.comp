@@ -1,4 +1,7 @@
-// Causal attention with online softmax: one workgroup per (query head, row).
+// Causal attention with online softmax: one workgroup per (query head, row,
+// key split). With n_split > 1 (decode: few rows, long caches) each workgroup
+// takes keys [s * split_len, (s + 1) * split_len) and writes its running max,
+// sum and unnormalized output to `part`; attention_combine.comp merges them.
 // Keys are taken 64 at a time: invocation t scores key j0 + t, the chunk's
 // softmax weights go through shared memory, and each invocation accumulates
 // its own slice of the output dimensions (up to 8 per invocation, so
@@ -18,6 +21,8 @@ layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
 // the second as position + 1 and the row attends to the cache it has.
 layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+// Per split: [max, sum, out[head_dim]] (only with n_split > 1).
+layout(binding = 6) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -27,6 +32,8 @@ layout(push_constant) uniform Push {
     uint capacity;
     float scale;
     uint window;
+    uint n_split;
+    uint split_len;
 } pc;
 
 #include "reduce.glsl"
@@ -52,6 +59,9 @@ void main() {
     }
     uint end = min(p + 1u, pc.capacity);
     uint start = (pc.window > 0u && p + 1u > pc.window) ? p + 1u - pc.window : 0u;
+    uint split = gl_WorkGroupID.z;
+    start = max(start, split * pc.split_len);
+    end = min(end, (split + 1u) * pc.split_len);
     uint kv_stride = pc.n_kv_heads * hd;
     uint koff = (h / (pc.n_heads / pc.n_kv_heads)) * hd;
     barrier();
@@ -92,6 +102,20 @@ void main() {
             }
         }
         barrier();
+    }
+    if (pc.n_split > 1u) {
+        uint pbase = ((r * pc.n_heads + h) * pc.n_split + split) * (hd + 2u);
+        if (t == 0u) {
+            part[pbase] = run_max;
+            part[pbase + 1u] = run_sum;
+        }
+        for (uint i = 0u; i < MAX_DIMS; i++) {
+            uint d = t + CHUNK * i;
+            if (d < hd) {
+                part[pbase + 2u + d] = acc[i];
+            }
+        }
+        return;
     }
     float inv = run_sum > 0.0 ? 1.0 / run_sum : 0.0;
     for (uint i = 0u; i < MAX_DIMS; i++) {

@@ -110,6 +110,8 @@ pub struct VulkanBackend {
     pass_allocs: bool,
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     rope_tables: HashMap<(u32, u32), Buffer>,
+    /// Attention's per-split partials (decode), grown on demand.
+    attn_scratch: Option<Buffer>,
 }
 
 impl VulkanBackend {
@@ -133,6 +135,7 @@ impl VulkanBackend {
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
+            attn_scratch: None,
             status,
             pass_allocs: false,
         };

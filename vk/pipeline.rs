@@ -15,7 +15,7 @@ mod shaders {
 pub use shaders::{GLSLC_COOPMAT, GLSLC_INT_DOT};
 
 /// Push-constant block size shared by all kernels (the largest block used).
-pub const PUSH_BYTES: u32 = 32;
+pub const PUSH_BYTES: u32 = 48;
 
 pub struct Kernel {
     pub pipeline: vk::Pipeline,

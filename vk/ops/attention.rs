@@ -1,4 +1,6 @@
-//! `attention` (glsl/attention.comp): one workgroup per (head, row).
+//! `attention` (glsl/attention.comp): one workgroup per (head, row, key
+//! split). Decode (few rows) splits the cache so a long context still fills
+//! the GPU, then glsl/attention_combine.comp merges the splits.
 
 use super::super::VulkanBackend;
 use super::{atomic, plain, read, u32_of, write};
@@ -8,6 +10,11 @@ use bytemuck::{Pod, Zeroable};
 
 /// The shader keeps 8 output dims per invocation of a 64-wide workgroup.
 const MAX_HEAD_DIM: usize = 512;
+/// Rows up to which the keys are split across workgroups.
+const SPLIT_MAX_ROWS: usize = 4;
+/// Keys per split at least, and the most splits.
+const SPLIT_KEYS: usize = 32;
+const MAX_SPLITS: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -19,6 +26,17 @@ struct Push {
     capacity: u32,
     scale: f32,
     window: u32,
+    n_split: u32,
+    split_len: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CombinePush {
+    rows: u32,
+    n_heads: u32,
+    head_dim: u32,
+    n_split: u32,
 }
 
 impl VulkanBackend {
@@ -64,6 +82,14 @@ impl VulkanBackend {
         if p.rows == 0 {
             return Ok(());
         }
+        // The split depends on the capacity only, never on positions, so a
+        // recorded pass stays valid for any position.
+        let n_split = if p.rows <= SPLIT_MAX_ROWS {
+            p.capacity.div_ceil(SPLIT_KEYS).clamp(1, MAX_SPLITS)
+        } else {
+            1
+        };
+        let split_len = p.capacity.div_ceil(n_split);
         let push = Push {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -72,6 +98,8 @@ impl VulkanBackend {
             capacity: u32_of(OP, "capacity", p.capacity)?,
             scale: p.scale,
             window: u32_of(OP, "window", p.window)?,
+            n_split: n_split as u32,
+            split_len: u32_of(OP, "split_len", split_len)?,
         };
         let max = self.caps().max_workgroup_count;
         if push.n_heads > max[0] || push.rows > max[1] {
@@ -81,6 +109,7 @@ impl VulkanBackend {
             ));
         }
         let status = self.status;
+        let part = self.attention_scratch(p.rows * p.n_heads * n_split * (p.head_dim + 2))?;
         self.dispatch(
             OP,
             plain("attention"),
@@ -91,9 +120,45 @@ impl VulkanBackend {
                 read(positions),
                 write(out),
                 atomic(&status),
+                write(&part),
             ],
             bytemuck::bytes_of(&push),
+            [push.n_heads, push.rows, push.n_split],
+        )?;
+        if n_split == 1 {
+            return Ok(());
+        }
+        let combine = CombinePush {
+            rows: push.rows,
+            n_heads: push.n_heads,
+            head_dim: push.head_dim,
+            n_split: push.n_split,
+        };
+        self.dispatch(
+            OP,
+            plain("attention_combine"),
+            &[read(&part), write(out)],
+            bytemuck::bytes_of(&combine),
             [push.n_heads, push.rows, 1],
         )
+    }
+
+    /// The split-partials buffer, grown to hold `floats` values. Not zeroed
+    /// (every value the combine reads is written first in the same pass), so
+    /// a pass that grows it can still be replayed.
+    fn attention_scratch(&mut self, floats: usize) -> Result<Buffer> {
+        let bytes = floats.max(1) * 4;
+        match self.attn_scratch {
+            Some(b) if b.bytes >= bytes => Ok(b),
+            old => {
+                if let Some(b) = old {
+                    crate::backend::ComputeBackend::free(self, b);
+                }
+                let (id, _, _) = self.mem.alloc(bytes)?;
+                let b = Buffer::new(id, bytes);
+                self.attn_scratch = Some(b);
+                Ok(b)
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use ash::vk;
 
 /// Most storage buffers any kernel binds (attention: 6).
-const MAX_BINDINGS: usize = 6;
+const MAX_BINDINGS: usize = 7;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {
