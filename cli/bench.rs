@@ -106,6 +106,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 backend: kind,
                 threads: a.threads,
                 ctx: None,
+                quantize: None,
             })?;
             let mut model = Model::load(be, path, &protocol.load_options(), &mut |_, _| {})?;
             let full = model.backend_name();

@@ -98,7 +98,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let ids = prompt_ids(&tok, &prompt)?;
     let be = super::open_backend(&a.backend)?;
-    let (mut model, load_s) = super::load_model(be, &path, a.backend.ctx)?;
+    let (mut model, load_s) = super::load_model(be, &path, &a.backend)?;
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {

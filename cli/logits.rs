@@ -31,7 +31,7 @@ struct JsonOutput<'a> {
 pub fn run(a: LogitsArgs) -> Result<()> {
     let path = super::model_path(&a.model)?;
     let be = super::open_backend(&a.backend)?;
-    let (mut model, _) = super::load_model(be, &path, a.backend.ctx)?;
+    let (mut model, _) = super::load_model(be, &path, &a.backend)?;
     let ids = &a.prompt_ids.0;
     check_prompt(&model, ids)?;
     let vocab = model.config().vocab;

@@ -78,6 +78,27 @@ pub struct BackendArgs {
     /// KV-cache size in positions [default: the model's context, at most 8192]
     #[arg(short = 'c', long = "ctx", value_name = "N")]
     pub ctx: Option<NonZeroUsize>,
+    /// Quantize f32/f16/bf16 weight matrices at load
+    #[arg(long, value_enum, value_name = "TYPE")]
+    pub quantize: Option<QuantizeKind>,
+}
+
+/// Load-time quantization targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QuantizeKind {
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl QuantizeKind {
+    fn dtype(self) -> vkllm::DType {
+        match self {
+            QuantizeKind::Q8_0 => vkllm::DType::Q8_0,
+            QuantizeKind::Q4_0 => vkllm::DType::Q4_0,
+        }
+    }
 }
 
 /// Token ids given on the command line as `1,2,3`.
@@ -258,7 +279,7 @@ fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
 pub fn load_model(
     be: Box<dyn ComputeBackend>,
     path: &Path,
-    ctx: Option<NonZeroUsize>,
+    args: &BackendArgs,
 ) -> Result<(Model, f64)> {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
@@ -270,7 +291,10 @@ pub fn load_model(
         bar.set_style(style);
     }
     let opts = LoadOptions {
-        context: ctx.map(NonZeroUsize::get),
+        context: args.ctx.map(NonZeroUsize::get),
+        weights: vkllm::model::weights::WeightOptions {
+            quantize: args.quantize.map(QuantizeKind::dtype),
+        },
         ..LoadOptions::default()
     };
     let start = Instant::now();
