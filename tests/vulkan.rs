@@ -156,6 +156,48 @@ fn matmul_every_dtype_gemv_and_tiled() {
 }
 
 #[test]
+fn matmul_gemv_model_sized_rows_every_m() {
+    let Some(mut b) = vulkan() else { return };
+    // Row counts that are not a multiple of the rows per workgroup, model-sized
+    // k (4096, and 14336 for the anchor types' FFN down projection), m = 1..4
+    // sharing one pass over the weights.
+    let mut shapes: Vec<(DType, usize, usize)> =
+        DType::ALL.into_iter().map(|d| (d, 37, 4096)).collect();
+    for d in [
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+    ] {
+        shapes.push((d, 5, 14336));
+    }
+    for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 300 + si as u64);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        for m in 1..=4 {
+            let x = rand_f32(m * cols, 400 + m as u64);
+            let xb = upload_f32(&mut b, &x);
+            let yb = b.alloc(m * rows * 4).unwrap();
+            pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+            let got = download_f32(&mut b, &yb, m * rows);
+            let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
+            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+            assert_close(
+                &format!("matmul {dtype} {rows}x{cols} m={m}"),
+                &got,
+                &want,
+                &scale,
+                TOL,
+            );
+            b.free(xb);
+            b.free(yb);
+        }
+        b.free_weight(w);
+    }
+}
+
+#[test]
 fn matmul_float_weights_with_odd_columns() {
     let Some(mut b) = vulkan() else { return };
     let (rows, cols) = (33, 37);
