@@ -188,47 +188,71 @@ void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
 }
 #endif
 
+#if defined(BLOCKWISE)
+// Slots are (block, slice) pairs of one row; two per step so each invocation
+// has two blocks' loads in flight. `m` is a literal at every call site, so
+// after inlining the row loops of block_dot have no branches.
+void row_dot(uint row, uint m, inout float acc[MAX_M]) {
+    uint nb = pc.k / QK;
+    uint rowbase = row * nb * BWORDS;
+    uint total = nb * LANES;
+    uint width = gl_SubgroupSize;
+    uint s = gl_SubgroupInvocationID;
+    for (; s + width < total; s += 2u * width) {
+        uint s2 = s + width;
+        block_dot(rowbase + (s / LANES) * BWORDS, (s / LANES) * QK, s % LANES, m, acc);
+        block_dot(rowbase + (s2 / LANES) * BWORDS, (s2 / LANES) * QK, s2 % LANES, m, acc);
+    }
+    if (s < total) {
+        block_dot(rowbase + (s / LANES) * BWORDS, (s / LANES) * QK, s % LANES, m, acc);
+    }
+}
+#else
+void row_dot(uint row, uint m, inout float acc[MAX_M]) {
+    uint lane = gl_SubgroupInvocationID;
+    uint width = gl_SubgroupSize;
+    uint wbase = row * pc.k;
+    if ((pc.k & 3u) == 0u) {
+        for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
+            vec4 wv = dq4(wbase + i);
+            for (uint r = 0u; r < MAX_M; r++) {
+                if (r < m) {
+                    uint xb = r * pc.k + i;
+                    acc[r] += dot(wv, vec4(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
+                }
+            }
+        }
+    } else {
+        for (uint i = lane; i < pc.k; i += width) {
+            float wv = dq1(wbase + i);
+            for (uint r = 0u; r < MAX_M; r++) {
+                if (r < m) {
+                    acc[r] += wv * x[r * pc.k + i];
+                }
+            }
+        }
+    }
+}
+#endif
+
 void main() {
     uint first = wg_linear() * pc.rows_per_wg;
     uint last = min(first + pc.rows_per_wg, pc.n);
-    uint lane = gl_SubgroupInvocationID;
-    uint width = gl_SubgroupSize;
     uint m = min(pc.m, MAX_M);
     for (uint row = first + gl_SubgroupID; row < last; row += gl_NumSubgroups) {
         float acc[MAX_M];
         for (uint r = 0u; r < MAX_M; r++) {
             acc[r] = 0.0;
         }
-#if defined(BLOCKWISE)
-        uint nb = pc.k / QK;
-        uint rowbase = row * nb * BWORDS;
-        for (uint s = lane; s < nb * LANES; s += width) {
-            uint blk = s / LANES;
-            block_dot(rowbase + blk * BWORDS, blk * QK, s % LANES, m, acc);
-        }
-#else
-        uint wbase = row * pc.k;
-        if ((pc.k & 3u) == 0u) {
-            for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
-                vec4 wv = dq4(wbase + i);
-                for (uint r = 0u; r < MAX_M; r++) {
-                    if (r < m) {
-                        uint xb = r * pc.k + i;
-                        acc[r] += dot(wv, vec4(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
-                    }
-                }
-            }
+        if (m == 1u) {
+            row_dot(row, 1u, acc);
+        } else if (m == 2u) {
+            row_dot(row, 2u, acc);
+        } else if (m == 3u) {
+            row_dot(row, 3u, acc);
         } else {
-            for (uint i = lane; i < pc.k; i += width) {
-                float wv = dq1(wbase + i);
-                for (uint r = 0u; r < MAX_M; r++) {
-                    if (r < m) {
-                        acc[r] += wv * x[r * pc.k + i];
-                    }
-                }
-            }
+            row_dot(row, 4u, acc);
         }
-#endif
         float b = pc.has_bias != 0u ? bias[row] : 0.0;
         for (uint r = 0u; r < MAX_M; r++) {
             if (r < m) {
