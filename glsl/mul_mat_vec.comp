@@ -125,20 +125,21 @@ void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
     float d = unpackHalf2x16(wdata[base + 52u]).x;
     vec4 st = (l0 >> 4) == 0u ? vec4(sc.x, sc.z, sc2.x, sc2.z) : vec4(sc.y, sc.w, sc2.y, sc2.w);
     st *= d;
-    vec4 q[4][2];
-    for (uint w = 0u; w < 2u; w++) {
-        q[0][w] = bytes4((qa[w] & 0x0F0F0F0Fu) | ((qh[w] & 0x03030303u) << 4)) - 32.0;
-        q[1][w] = bytes4((qb[w] & 0x0F0F0F0Fu) | (((qh[w] >> 2) & 0x03030303u) << 4)) - 32.0;
-        q[2][w] = bytes4(((qa[w] >> 4) & 0x0F0F0F0Fu) | (((qh[w] >> 4) & 0x03030303u) << 4)) - 32.0;
-        q[3][w] = bytes4(((qb[w] >> 4) & 0x0F0F0F0Fu) | (((qh[w] >> 6) & 0x03030303u) << 4)) - 32.0;
-    }
     uint col = col0 + 128u * h + l0;
     for (uint r = 0u; r < MAX_M; r++) {
         if (r < m) {
             vec4 part = vec4(0.0);
-            for (uint t = 0u; t < 4u; t++) {
-                vec4 dt = q[t][0] * xv(r, col + 32u * t) + q[t][1] * xv(r, col + 32u * t + 4u);
-                part[t] = dot(dt, vec4(1.0));
+            for (uint w = 0u; w < 2u; w++) {
+                uint c = col + 4u * w;
+                uint lo = qa[w] & 0x0F0F0F0Fu;
+                uint lo2 = qb[w] & 0x0F0F0F0Fu;
+                uint hi = (qa[w] >> 4) & 0x0F0F0F0Fu;
+                uint hi2 = (qb[w] >> 4) & 0x0F0F0F0Fu;
+                uint b = qh[w];
+                part.x += dot(bytes4(lo | ((b & 0x03030303u) << 4)) - 32.0, xv(r, c));
+                part.y += dot(bytes4(lo2 | (((b >> 2) & 0x03030303u) << 4)) - 32.0, xv(r, c + 32u));
+                part.z += dot(bytes4(hi | (((b >> 4) & 0x03030303u) << 4)) - 32.0, xv(r, c + 64u));
+                part.w += dot(bytes4(hi2 | (((b >> 6) & 0x03030303u) << 4)) - 32.0, xv(r, c + 96u));
             }
             acc[r] += dot(part, st);
         }
