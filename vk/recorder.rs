@@ -197,16 +197,10 @@ impl Recorder {
     /// Time the commands of later passes (on) or stop (off). The query pools
     /// stay until drop: a recorded pass may still reference them.
     pub fn set_timestamps(&mut self, on: bool) {
-        match (&mut self.timestamps, on) {
-            (Some(ts), false) => {
-                ts.used = 0;
-                ts.timed.clear();
-                let pools = std::mem::take(&mut ts.pools);
-                self.timestamps = None;
-                self.retired_pools.extend(pools);
-            }
-            (None, true) => self.timestamps = Some(Timestamps::default()),
-            _ => {}
+        if on {
+            self.timestamps.get_or_insert_with(Timestamps::default);
+        } else if let Some(ts) = self.timestamps.take() {
+            self.retired_pools.extend(ts.pools);
         }
     }
 
