@@ -9,20 +9,6 @@ use vkllm::backend::ComputeBackend;
 use vkllm::dtype::DType;
 use vkllm::model::{LoadOptions, Model, Want};
 use vkllm::profile::{summary, write_chrome_trace, ProfileEvent, Track};
-use vkllm::vk::{Options, VulkanBackend};
-
-/// The Vulkan backend as its concrete type (for `stats()`), skipped only
-/// where no device exists, as in `common::vulkan`.
-fn vulkan() -> Option<VulkanBackend> {
-    match VulkanBackend::new(&Options::from_env()) {
-        Ok(b) => Some(b),
-        Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
-            eprintln!("skipping Vulkan: {e}");
-            None
-        }
-        Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
-    }
-}
 
 /// Write `events` as a trace, read it back and return its complete events.
 fn round_trip(events: &[ProfileEvent]) -> Vec<Value> {
@@ -57,7 +43,9 @@ fn gpu_counts(trace: &[Value]) -> HashMap<String, usize> {
 /// named by op, plus the host spans of the pass.
 #[test]
 fn profile_times_each_dispatch_and_copy_of_a_pass() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let n = 256;
     let x = common::upload_f32(&mut b, &common::rand_f32(n, 1));
     let w = common::upload_f32(&mut b, &common::rand_f32(n, 2));

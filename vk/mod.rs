@@ -699,14 +699,20 @@ impl ComputeBackend for VulkanBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
 
-    fn validated() -> Option<VulkanBackend> {
+    /// One validated backend at a time: the validation layer's global state
+    /// is not safe against instances created concurrently (see
+    /// `tests/common::hold_vulkan_lock`).
+    fn validated() -> Option<(MutexGuard<'static, ()>, VulkanBackend)> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let opts = Options {
             validate: true,
             ..Options::from_env()
         };
         match VulkanBackend::new(&opts) {
-            Ok(b) => Some(b),
+            Ok(b) => Some((guard, b)),
             Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
                 eprintln!("skipping Vulkan: {e}");
                 None
@@ -720,7 +726,9 @@ mod tests {
     /// to report, e.g. objects outliving the device.
     #[test]
     fn teardown_is_validation_clean() {
-        let Some(mut b) = validated() else { return };
+        let Some((_one_at_a_time, mut b)) = validated() else {
+            return;
+        };
         let messages = b.inst.messages().expect("validation is on");
         let w = b.upload_weight(DType::F32, 4, 4, &[0u8; 64]).unwrap();
         let x = b.alloc(16).unwrap();
@@ -738,7 +746,9 @@ mod tests {
     /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
     #[test]
     fn validation_messages_become_errors() {
-        let Some(b) = validated() else { return };
+        let Some((_one_at_a_time, b)) = validated() else {
+            return;
+        };
         // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
         let info = vk::BufferCreateInfo::default().size(16);
         // SAFETY: deliberately invalid create info on a live device; the
