@@ -16,7 +16,8 @@
 //!   recorded decode pass can be replayed.
 
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::profile::ProfileEvent;
 
 /// Handle to a device buffer. Cheap to copy; the memory belongs to the
 /// backend that made it and lives until [`ComputeBackend::free`].
@@ -108,6 +109,23 @@ pub trait ComputeBackend {
     /// descriptor sets), where the backend records passes.
     fn last_pass_stats(&self) -> Option<String> {
         None
+    }
+
+    /// Switch profiling on or off (outside a pass). While on, every pass
+    /// records timed events for [`ComputeBackend::take_profile`]; backends
+    /// that cannot time their work return `Error::Unsupported`.
+    fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if on {
+            return Err(Error::Unsupported(format!(
+                "profiling is not available on the {} backend (use --backend vulkan)",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+    /// The events recorded since the last call (empty when profiling is off).
+    fn take_profile(&mut self) -> Vec<ProfileEvent> {
+        Vec::new()
     }
 
     /// A zero-initialised buffer of `bytes` bytes.

@@ -29,6 +29,7 @@ use crate::dtype::{DType, QK_K};
 use crate::error::{Error, Result};
 use crate::model::config::Arch;
 use crate::model::gguf::{GgufFile, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use crate::model::gguf_write::{encode_str, encode_value};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -681,13 +682,13 @@ fn header(metadata: &[(String, GgufValue)], tensors: &[TensorPlan], sizes: &[usi
     out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
     out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
     for (key, value) in metadata {
-        put_str(&mut out, key);
+        encode_str(&mut out, key);
         out.extend_from_slice(&value.type_id().to_le_bytes());
-        put_value(&mut out, value);
+        encode_value(&mut out, value);
     }
     let mut offset = 0u64;
     for (t, &size) in tensors.iter().zip(sizes) {
-        put_str(&mut out, &t.name);
+        encode_str(&mut out, &t.name);
         let dims = t.dims();
         out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
         for d in dims {
@@ -698,39 +699,6 @@ fn header(metadata: &[(String, GgufValue)], tensors: &[TensorPlan], sizes: &[usi
         offset = (offset + size as u64).next_multiple_of(DEFAULT_ALIGNMENT as u64);
     }
     out
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
-    match v {
-        GgufValue::U8(x) => out.push(*x),
-        GgufValue::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        GgufValue::Bool(x) => out.push(u8::from(*x)),
-        GgufValue::String(s) => put_str(out, s),
-        GgufValue::Array(items) => {
-            // Element type from the first item; an empty array reads back the same as any type.
-            let ty = items
-                .first()
-                .map_or(GgufValue::U8(0).type_id(), GgufValue::type_id);
-            out.extend_from_slice(&ty.to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for item in items {
-                put_value(out, item);
-            }
-        }
-    }
 }
 
 /// A writer that knows its position, for alignment padding.

@@ -10,6 +10,7 @@ use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs};
 use vkllm::bench::protocol::{markdown_table, ModelInfo, RunContext};
 use vkllm::bench::{run_test, Protocol, Record};
 use vkllm::model::Model;
+use vkllm::profile::ProfileEvent;
 use vkllm::{Error, Result};
 
 #[derive(Args)]
@@ -74,6 +75,10 @@ pub struct BenchArgs {
     /// Print every record (with each repetition) as a JSON array instead of the table
     #[arg(long)]
     json: bool,
+    /// Time every GPU dispatch and copy of the tests (the timings then include
+    /// the profiling cost): write a Chrome trace to FILE, a per-op summary to stderr
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 }
 
 /// Copies per pass of the device probe: long enough that submission overhead
@@ -99,6 +104,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     // One probe per backend and device for the whole run.
     let mut copy_gbs: HashMap<String, f64> = HashMap::new();
     let mut records = Vec::new();
+    let mut profile = Vec::new();
     for path in &models {
         let info = ModelInfo::read(path)?;
         for &kind in &a.backend {
@@ -132,6 +138,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 n_threads,
                 copy_gbs: gbs,
             };
+            if a.profile.is_some() {
+                model.set_profiling(true)?;
+            }
             for spec in &protocol.tests {
                 let result = run_test(&mut model, spec, protocol.repetitions, protocol.seed)?;
                 let record = Record::new(&ctx, &result);
@@ -141,7 +150,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 );
                 records.push(record);
             }
+            append_profile(&mut profile, model.take_profile());
         }
+    }
+    if let Some(trace) = &a.profile {
+        vkllm::profile::write_chrome_trace(trace, &profile)?;
+        eprint!("{}", vkllm::profile::summary(&profile));
+        eprintln!("trace written to {}", trace.display());
     }
     if a.json {
         let text = serde_json::to_string_pretty(&records)
@@ -150,6 +165,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
     } else {
         super::print_flush(&markdown_table(&records))
     }
+}
+
+/// Append one model/backend run's events after those already collected, so
+/// runs (each timed from its own origin) follow each other on the timeline.
+fn append_profile(all: &mut Vec<ProfileEvent>, run: Vec<ProfileEvent>) {
+    let end = all
+        .iter()
+        .map(|e| e.start_us + e.dur_us)
+        .fold(0.0, f64::max);
+    let start = run.iter().map(|e| e.start_us).fold(f64::INFINITY, f64::min);
+    let shift = if start.is_finite() { end - start } else { 0.0 };
+    all.extend(run.into_iter().map(|e| ProfileEvent {
+        start_us: e.start_us + shift,
+        ..e
+    }));
 }
 
 /// `cpu (avx2, 2 threads)` → (`cpu`, `avx2, 2 threads`).

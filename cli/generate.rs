@@ -4,6 +4,7 @@ use super::{BackendArgs, ModelArg, TokenIds};
 use clap::{ArgGroup, Args};
 use serde::Serialize;
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, StopReason};
 use vkllm::model::sampling::SamplerConfig;
 use vkllm::{Error, Result};
@@ -54,6 +55,10 @@ pub struct GenerateArgs {
     /// Print one JSON object instead of streaming text
     #[arg(long)]
     json: bool,
+    /// Time every GPU dispatch and copy: write a Chrome trace (Perfetto,
+    /// chrome://tracing) to FILE and print a per-op summary to stderr
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -99,6 +104,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let ids = prompt_ids(&tok, &prompt)?;
     let be = super::open_backend(&a.backend)?;
     let (mut model, load_s) = super::load_model(be, &path, &a.backend)?;
+    if a.profile.is_some() {
+        model.set_profiling(true)?;
+    }
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -128,6 +136,12 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let res = generate(&mut model, &tok, &ids, &opts, &mut on_token)?;
     if let Some(e) = write_err {
         return Err(e);
+    }
+    if let Some(trace) = &a.profile {
+        let events = model.take_profile();
+        vkllm::profile::write_chrome_trace(trace, &events)?;
+        eprint!("{}", vkllm::profile::summary(&events));
+        eprintln!("trace written to {}", trace.display());
     }
     let t = res.timings;
     if a.json {

@@ -270,12 +270,14 @@ fn encoded_len(v: &GgufValue) -> usize {
     }
 }
 
-fn encode_str(out: &mut Vec<u8>, s: &str) {
+/// A GGUF string: u64 length, then the bytes.
+pub(crate) fn encode_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
-fn encode_value(out: &mut Vec<u8>, v: &GgufValue) {
+/// A metadata value's payload (its type id is written by the caller).
+pub(crate) fn encode_value(out: &mut Vec<u8>, v: &GgufValue) {
     match v {
         GgufValue::U8(x) => out.push(*x),
         GgufValue::I8(x) => out.extend_from_slice(&x.to_le_bytes()),

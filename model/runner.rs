@@ -172,6 +172,14 @@ impl Model {
     pub fn last_pass_stats(&self) -> Option<String> {
         self.be.last_pass_stats()
     }
+    /// See [`ComputeBackend::set_profiling`].
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        self.be.set_profiling(on)
+    }
+    /// See [`ComputeBackend::take_profile`].
+    pub fn take_profile(&mut self) -> Vec<crate::profile::ProfileEvent> {
+        self.be.take_profile()
+    }
     pub fn backend(&mut self) -> &mut dyn ComputeBackend {
         self.be.as_mut()
     }

@@ -15,4 +15,8 @@ cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 echo "== cargo test --release (VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1)"
-VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1 cargo test --release
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1 cargo test --release 2>&1 | tee "$log"
+# One closing line over every test binary.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"

@@ -21,20 +21,6 @@ use vkllm::{reference, DType, Error};
 /// at k = 512, with margin for the different summation order).
 const TOL: f32 = 1e-4;
 
-/// `common::vulkan()`, same skip rules, but the concrete type (for `stats()`).
-fn vulkan() -> Option<VulkanBackend> {
-    match VulkanBackend::new(&Options::from_env()) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() == Ok("1") {
-                panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}");
-            }
-            eprintln!("skipping Vulkan: {e}");
-            None
-        }
-    }
-}
-
 /// Run `f` inside one pass.
 fn pass(b: &mut VulkanBackend, f: impl FnOnce(&mut VulkanBackend)) {
     b.begin_pass().unwrap();
@@ -94,7 +80,7 @@ fn backend_is_send() {
 
 #[test]
 fn create_and_destroy_repeatedly_with_validation() {
-    if vulkan().is_none() {
+    if common::vulkan_backend().is_none() {
         return;
     }
     let opts = Options {
@@ -117,7 +103,9 @@ fn create_and_destroy_repeatedly_with_validation() {
 
 #[test]
 fn matmul_every_dtype_gemv_and_tiled() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let (rows, cols) = (70, 512);
     for (di, dtype) in DType::ALL.into_iter().enumerate() {
         let wb = weight_bytes(dtype, rows, cols, 100 + di as u64);
@@ -199,7 +187,9 @@ fn matmul_gemv_model_sized_rows_every_m() {
 
 #[test]
 fn matmul_float_weights_with_odd_columns() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let (rows, cols) = (33, 37);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let wb = weight_bytes(dtype, rows, cols, 5);
@@ -225,7 +215,9 @@ fn matmul_float_weights_with_odd_columns() {
 
 #[test]
 fn matmul_more_rows_than_one_dispatch_dimension() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     // 70000 output rows: more GEMV workgroups than maxComputeWorkGroupCount[0]
     // allows on lavapipe and NVIDIA (65535), so the dispatch is split over y.
     let (rows, cols) = (70_000, 32);
@@ -251,7 +243,9 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 
 #[test]
 fn embedding_every_dtype() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let (rows, cols) = (20, 256);
     let ids = [3u32, 0, 19, 3, 7];
     for (di, dtype) in DType::ALL.into_iter().enumerate() {
@@ -271,7 +265,9 @@ fn embedding_every_dtype() {
 
 #[test]
 fn rms_norm_and_layer_norm() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     for (rows, dim) in [(1, 576), (5, 1000), (3, 7)] {
         let x: Vec<f32> = rand_f32(rows * dim, 1)
             .iter()
@@ -309,7 +305,9 @@ fn rms_norm_and_layer_norm() {
 
 #[test]
 fn rope_both_styles_partial_rotary() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let positions = [0u32, 1, 17, 500];
     for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
         for (head_dim, rot_dim) in [(64, 64), (64, 32)] {
@@ -345,7 +343,9 @@ fn rope_both_styles_partial_rotary() {
 
 #[test]
 fn attention_gqa_causal_and_window() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     // head_dim 80 > 64 exercises two output slices per invocation; 150
     // positions span three key chunks.
     for (window, head_dim) in [(0, 64), (50, 80)] {
@@ -388,7 +388,9 @@ fn attention_gqa_causal_and_window() {
 
 #[test]
 fn glu_add_scale_with_aliasing() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let n = 5000;
     let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();
     let up = rand_f32(n, 32);
@@ -427,7 +429,9 @@ fn glu_add_scale_with_aliasing() {
 
 #[test]
 fn argmax_first_on_ties_and_copy_offsets() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let n = 1000;
     let mut x = rand_f32(3 * n, 41);
     x[5] = 3.0;
@@ -455,7 +459,9 @@ fn argmax_first_on_ties_and_copy_offsets() {
 
 #[test]
 fn barriers_only_between_dependent_ops() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let (dim, n) = (64, 64);
     let x = rand_f32(dim, 51);
     let wq = weight_bytes(DType::F32, n, dim, 52);
@@ -545,7 +551,9 @@ fn barriers_only_between_dependent_ops() {
 
 #[test]
 fn replayed_pass_reads_new_token_and_position() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let (vocab, dim, cap) = (16, 64, 8);
     let table_bytes = weight_bytes(DType::Q8_0, vocab, dim, 71);
     let table = b
@@ -612,7 +620,9 @@ fn replayed_pass_reads_new_token_and_position() {
 
 #[test]
 fn passes_longer_than_one_descriptor_pool() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     // 1500 dispatches need more descriptor sets than one pool holds (1024);
     // the second pass reuses the pools after their reset.
     let x = upload_f32(&mut b, &[0.0; 8]);
@@ -634,7 +644,9 @@ fn passes_longer_than_one_descriptor_pool() {
 
 #[test]
 fn large_upload_download_round_trip() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     // Larger than the 64 MiB staging buffer, so transfers go in chunks.
     let bytes = 100 << 20;
     let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -650,7 +662,7 @@ fn large_upload_download_round_trip() {
 
 #[test]
 fn bad_device_selection_is_a_typed_error() {
-    if vulkan().is_none() {
+    if common::vulkan_backend().is_none() {
         return;
     }
     for sel in ["no-such-device-anywhere", "99"] {
@@ -668,7 +680,9 @@ fn bad_device_selection_is_a_typed_error() {
 
 #[test]
 fn out_of_range_shapes_are_errors() {
-    let Some(mut b) = vulkan() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     let small = b.alloc(16).unwrap();
     let big = b.alloc(64).unwrap();
     let wb = weight_bytes(DType::Q4_0, 4, 32, 1);

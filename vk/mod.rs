@@ -31,6 +31,7 @@ pub use recorder::PassStats;
 use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::profile::{ProfileEvent, Track};
 use ash::vk;
 use device::Device;
 use instance::Instance;
@@ -38,6 +39,26 @@ use memory::{Memory, STAGING_CAP};
 use pipeline::Pipelines;
 use recorder::{Recorder, Slot};
 use std::collections::HashMap;
+use std::time::Instant;
+
+/// Profiling state: the timeline origin, the tick conversion and the
+/// events not yet taken.
+struct Profiler {
+    epoch: Instant,
+    /// Nanoseconds per timestamp tick (`timestampPeriod`).
+    period_ns: f64,
+    /// The queue's `timestampValidBits` as a mask.
+    valid_mask: u64,
+    /// When the pass being recorded began.
+    pass_begun: Instant,
+    events: Vec<ProfileEvent>,
+}
+
+impl Profiler {
+    fn us_since_epoch(&self, t: Instant) -> f64 {
+        t.duration_since(self.epoch).as_secs_f64() * 1e6
+    }
+}
 
 /// How to open the Vulkan backend.
 #[derive(Clone, Debug, Default)]
@@ -112,6 +133,8 @@ pub struct VulkanBackend {
     rope_tables: HashMap<(u32, u32), Buffer>,
     /// Attention's per-split partials (decode), grown on demand.
     attn_scratch: Option<Buffer>,
+    /// Some while profiling is on.
+    profile: Option<Profiler>,
 }
 
 impl VulkanBackend {
@@ -138,6 +161,7 @@ impl VulkanBackend {
             attn_scratch: None,
             status,
             pass_allocs: false,
+            profile: None,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -154,6 +178,69 @@ impl VulkanBackend {
 
     fn caps(&self) -> &Caps {
         self.dev.caps()
+    }
+
+    /// A mask of the compute queue's valid timestamp bits, or why there are none.
+    fn timestamp_mask(&self) -> Result<u64> {
+        // SAFETY: the physical device belongs to this instance.
+        let families = unsafe {
+            self.inst
+                .instance
+                .get_physical_device_queue_family_properties(self.dev.physical)
+        };
+        let bits = families
+            .get(self.dev.queue_family as usize)
+            .map_or(0, |f| f.timestamp_valid_bits);
+        match bits {
+            0 => Err(Error::Unsupported(format!(
+                "profiling needs timestamp queries, which the compute queue of {} does not support (timestampValidBits = 0)",
+                self.dev.info.name
+            ))),
+            64.. => Ok(u64::MAX),
+            b => Ok((1u64 << b) - 1),
+        }
+    }
+
+    /// Submit the pass, recording its host spans and GPU timestamps.
+    fn finish_profiled_pass(&mut self) -> Result<()> {
+        let submitted = Instant::now();
+        self.finish_recording()?;
+        let done = Instant::now();
+        let timed = self.rec.read_timestamps()?;
+        let Some(p) = &mut self.profile else {
+            return Ok(());
+        };
+        let (begun_us, submit_us) = (p.us_since_epoch(p.pass_begun), p.us_since_epoch(submitted));
+        let host = |name, start_us: f64, end_us: f64| ProfileEvent {
+            name,
+            track: Track::Host,
+            start_us,
+            dur_us: end_us - start_us,
+            bytes: 0,
+        };
+        p.events.push(host("record", begun_us, submit_us));
+        p.events
+            .push(host("submit+wait", submit_us, p.us_since_epoch(done)));
+        // GPU ticks have their own origin: the pass's first command starts
+        // at its submit time on the host timeline.
+        let mask = p.valid_mask;
+        let t0 = timed.iter().map(|t| t.1 & mask).min().unwrap_or(0);
+        let us = |ticks: u64| ticks as f64 * p.period_ns / 1e3;
+        let gpu: Vec<ProfileEvent> = timed
+            .iter()
+            .map(|&(t, start, end)| {
+                let (start, end) = (start & mask, end & mask);
+                ProfileEvent {
+                    name: t.name,
+                    track: Track::Gpu,
+                    start_us: submit_us + us(start.saturating_sub(t0)),
+                    dur_us: us(end.saturating_sub(start)),
+                    bytes: t.bytes,
+                }
+            })
+            .collect();
+        p.events.extend(gpu);
+        Ok(())
     }
 
     /// Begin a command buffer, zeroing buffers allocated since the last one.
@@ -361,6 +448,43 @@ impl ComputeBackend for VulkanBackend {
         ))
     }
 
+    fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Vulkan("set_profiling called inside a pass".into()));
+        }
+        if !on {
+            self.profile = None;
+            self.rec.set_timestamps(false);
+            return Ok(());
+        }
+        if self.profile.is_none() {
+            let valid_mask = self.timestamp_mask()?;
+            // SAFETY: the physical device belongs to this instance.
+            let limits = unsafe {
+                self.inst
+                    .instance
+                    .get_physical_device_properties(self.dev.physical)
+            }
+            .limits;
+            let now = Instant::now();
+            self.profile = Some(Profiler {
+                epoch: now,
+                period_ns: f64::from(limits.timestamp_period),
+                valid_mask,
+                pass_begun: now,
+                events: Vec::new(),
+            });
+            self.rec.set_timestamps(true);
+        }
+        Ok(())
+    }
+
+    fn take_profile(&mut self) -> Vec<ProfileEvent> {
+        self.profile
+            .as_mut()
+            .map_or_else(Vec::new, |p| std::mem::take(&mut p.events))
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
@@ -450,6 +574,9 @@ impl ComputeBackend for VulkanBackend {
             self.begin_recording(Slot::Transfer)?;
             self.finish_recording()?;
         }
+        if let Some(p) = &mut self.profile {
+            p.pass_begun = Instant::now();
+        }
         self.begin_recording(Slot::Pass)?;
         self.in_pass = true;
         Ok(())
@@ -460,7 +587,11 @@ impl ComputeBackend for VulkanBackend {
             return Err(Error::Vulkan("end_pass called without begin_pass".into()));
         }
         self.in_pass = false;
-        let result = self.finish_recording();
+        let result = if self.profile.is_some() {
+            self.finish_profiled_pass()
+        } else {
+            self.finish_recording()
+        };
         if std::mem::take(&mut self.pass_allocs) {
             self.rec.invalidate_pass();
         }
@@ -568,14 +699,20 @@ impl ComputeBackend for VulkanBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
 
-    fn validated() -> Option<VulkanBackend> {
+    /// One validated backend at a time: the validation layer's global state
+    /// is not safe against instances created concurrently (see
+    /// `tests/common::hold_vulkan_lock`).
+    fn validated() -> Option<(MutexGuard<'static, ()>, VulkanBackend)> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let opts = Options {
             validate: true,
             ..Options::from_env()
         };
         match VulkanBackend::new(&opts) {
-            Ok(b) => Some(b),
+            Ok(b) => Some((guard, b)),
             Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
                 eprintln!("skipping Vulkan: {e}");
                 None
@@ -589,7 +726,9 @@ mod tests {
     /// to report, e.g. objects outliving the device.
     #[test]
     fn teardown_is_validation_clean() {
-        let Some(mut b) = validated() else { return };
+        let Some((_one_at_a_time, mut b)) = validated() else {
+            return;
+        };
         let messages = b.inst.messages().expect("validation is on");
         let w = b.upload_weight(DType::F32, 4, 4, &[0u8; 64]).unwrap();
         let x = b.alloc(16).unwrap();
@@ -607,7 +746,9 @@ mod tests {
     /// Misuse reported by the validation layer surfaces as `Error::Vulkan`.
     #[test]
     fn validation_messages_become_errors() {
-        let Some(b) = validated() else { return };
+        let Some((_one_at_a_time, b)) = validated() else {
+            return;
+        };
         // A buffer without usage flags is invalid (VUID-VkBufferCreateInfo-usage-requiredbitmask).
         let info = vk::BufferCreateInfo::default().size(16);
         // SAFETY: deliberately invalid create info on a live device; the

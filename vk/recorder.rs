@@ -16,6 +16,26 @@ const SETS_PER_POOL: u32 = 1024;
 /// Storage-buffer descriptors per pool (6 bindings per set at most).
 const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * 6;
 
+/// Timestamp queries per pool; a pass with more timed commands opens another
+/// pool. Even, so the two queries of a command share a pool.
+const QUERIES_PER_POOL: u32 = 1024;
+
+/// A command timed in the pass: what it was and the bytes it binds.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    pub name: &'static str,
+    pub bytes: u64,
+}
+
+/// Timestamp queries of the pass being recorded (profiling on).
+#[derive(Default)]
+struct Timestamps {
+    pools: Vec<vk::QueryPool>,
+    /// Queries written in this pass, two per timed command.
+    used: u32,
+    timed: Vec<Timed>,
+}
+
 /// Which command buffer a recording goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Slot {
@@ -85,6 +105,10 @@ pub struct Recorder {
     /// The pass command buffer holds a complete, submitted pass.
     pass_ready: bool,
     pub stats: PassStats,
+    /// Some while profiling: pass commands are bracketed by timestamps.
+    timestamps: Option<Timestamps>,
+    /// Query pools of an earlier profiling session, destroyed on drop.
+    retired_pools: Vec<vk::QueryPool>,
 }
 
 impl Recorder {
@@ -112,6 +136,8 @@ impl Recorder {
             recording: false,
             pass_ready: false,
             stats: PassStats::default(),
+            timestamps: None,
+            retired_pools: Vec::new(),
         };
         // SAFETY: valid device; on failure Drop destroys what exists.
         rec.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
@@ -158,8 +184,111 @@ impl Recorder {
         self.slot = slot;
         self.pending.clear();
         self.stats = PassStats::default();
+        if let Some(ts) = &mut self.timestamps {
+            if slot == Slot::Pass {
+                ts.used = 0;
+                ts.timed.clear();
+            }
+        }
         self.recording = true;
         Ok(())
+    }
+
+    /// Time the commands of later passes (on) or stop (off). The query pools
+    /// stay until drop: a recorded pass may still reference them.
+    pub fn set_timestamps(&mut self, on: bool) {
+        if on {
+            self.timestamps.get_or_insert_with(Timestamps::default);
+        } else if let Some(ts) = self.timestamps.take() {
+            self.retired_pools.extend(ts.pools);
+        }
+    }
+
+    fn timing(&mut self) -> Option<&mut Timestamps> {
+        match self.slot {
+            Slot::Pass if self.recording => self.timestamps.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// Write the next timestamp of the pass at `stage`, opening (and
+    /// resetting, in the command buffer) a query pool when one fills.
+    fn write_timestamp(&mut self, stage: vk::PipelineStageFlags) -> Result<()> {
+        let (device, cmd) = (self.device.clone(), self.cmd);
+        let Some(ts) = self.timing() else {
+            return Ok(());
+        };
+        let (pool_index, query) = (
+            (ts.used / QUERIES_PER_POOL) as usize,
+            ts.used % QUERIES_PER_POOL,
+        );
+        if ts.pools.len() <= pool_index {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(QUERIES_PER_POOL);
+            // SAFETY: valid device and create info.
+            let pool = unsafe { device.create_query_pool(&info, None) }
+                .map_err(vk_err("creating a timestamp query pool"))?;
+            ts.pools.push(pool);
+        }
+        let pool = ts.pools[pool_index];
+        // SAFETY: recording command buffer, live pool; queries are reset
+        // (in submission order) before this pass writes them.
+        unsafe {
+            if query == 0 {
+                device.cmd_reset_query_pool(cmd, pool, 0, QUERIES_PER_POOL);
+            }
+            device.cmd_write_timestamp(cmd, stage, pool, query);
+        }
+        ts.used += 1;
+        Ok(())
+    }
+
+    /// Before a dispatch or copy of the pass (after its barrier).
+    pub fn time_begin(&mut self) -> Result<()> {
+        self.write_timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)
+    }
+
+    /// After the dispatch or copy that [`Recorder::time_begin`] opened.
+    pub fn time_end(&mut self, name: &'static str, bytes: u64) -> Result<()> {
+        self.write_timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        if let Some(ts) = self.timing() {
+            ts.timed.push(Timed { name, bytes });
+        }
+        Ok(())
+    }
+
+    /// The commands timed in the last submitted pass with their (start,
+    /// end) ticks; empty when profiling is off.
+    pub fn read_timestamps(&mut self) -> Result<Vec<(Timed, u64, u64)>> {
+        let Some(ts) = &mut self.timestamps else {
+            return Ok(Vec::new());
+        };
+        let mut ticks = vec![0u64; ts.used as usize];
+        for (pool, chunk) in ts
+            .pools
+            .iter()
+            .zip(ticks.chunks_mut(QUERIES_PER_POOL as usize))
+        {
+            // SAFETY: the pass was submitted and waited for; these queries
+            // were reset and written by it.
+            unsafe {
+                self.device.get_query_pool_results(
+                    *pool,
+                    0,
+                    chunk,
+                    vk::QueryResultFlags::WAIT | vk::QueryResultFlags::TYPE_64,
+                )
+            }
+            .map_err(vk_err("reading timestamp queries"))?;
+        }
+        let timed = std::mem::take(&mut ts.timed);
+        ts.used = 0;
+        Ok(timed
+            .into_iter()
+            .zip(ticks.chunks_exact(2))
+            .map(|(t, pair)| (t, pair[0], pair[1]))
+            .collect())
     }
 
     /// Declare that the next command reads `reads` and writes `writes`,
@@ -307,6 +436,14 @@ impl Drop for Recorder {
         unsafe {
             for p in self.desc_pools.drain(..) {
                 self.device.destroy_descriptor_pool(p, None);
+            }
+            let timestamp_pools = self.timestamps.take().map(|t| t.pools);
+            for p in self
+                .retired_pools
+                .drain(..)
+                .chain(timestamp_pools.into_iter().flatten())
+            {
+                self.device.destroy_query_pool(p, None);
             }
             self.device.destroy_fence(self.fence, None);
             self.device.destroy_command_pool(self.pass.pool, None);

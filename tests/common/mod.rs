@@ -2,9 +2,11 @@
 //! default model (fetched on first use).
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::{Mutex, MutexGuard, Once};
 use vkllm::backend::ComputeBackend;
+use vkllm::vk::{Options, VulkanBackend};
 
 /// The checkout: cargo's run-time `CARGO_MANIFEST_DIR` (so test binaries
 /// copied to another machine can be pointed at a copy), else the build's.
@@ -45,11 +47,39 @@ pub fn cpu() -> Box<dyn ComputeBackend> {
     Box::new(vkllm::cpu::CpuBackend::new(None))
 }
 
-/// The Vulkan backend, or `None` (with the reason printed) only when the
-/// machine has no Vulkan device at all. With `VKLLM_REQUIRE_VULKAN=1` (set by
-/// CI) a missing device is a failure instead.
-pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
-    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+/// Makes the calling test the only one in this process using Vulkan until
+/// its thread ends (libtest runs each test on its own thread; taking it again
+/// on the same thread is a no-op).
+///
+/// Why: the validation layer (Debian's 1.3.239) keeps per-instance state in
+/// an unsynchronized global map, so creating an instance while another thread
+/// uses its own device crashes inside the layer (SIGSEGV in
+/// vkCreateShaderModule, seen on lavapipe about once per 20 runs of the op
+/// tests).
+pub fn hold_vulkan_lock() {
+    static LOCK: Mutex<()> = Mutex::new(());
+    thread_local! {
+        static HELD: RefCell<Option<MutexGuard<'static, ()>>> = const { RefCell::new(None) };
+    }
+    HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_none() {
+            *held = Some(LOCK.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    });
+}
+
+/// The Vulkan backend as its concrete type, or `None` (with the reason
+/// printed) only when the machine has no Vulkan device at all. With
+/// `VKLLM_REQUIRE_VULKAN=1` (set by CI) a missing device is a failure instead.
+pub fn vulkan_backend() -> Option<VulkanBackend> {
+    vulkan_with(&Options::from_env())
+}
+
+/// [`vulkan_backend`] with explicit options.
+pub fn vulkan_with(opts: &Options) -> Option<VulkanBackend> {
+    hold_vulkan_lock();
+    match VulkanBackend::new(opts) {
         Ok(b) => Some(b),
         Err(e) => {
             if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() == Ok("1") {
@@ -59,6 +89,11 @@ pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
             None
         }
     }
+}
+
+/// [`vulkan_backend`], boxed.
+pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
+    vulkan_backend().map(|b| Box::new(b) as Box<dyn ComputeBackend>)
 }
 
 /// Every backend available here: the CPU always, Vulkan when a device exists.

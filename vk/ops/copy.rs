@@ -41,8 +41,11 @@ impl VulkanBackend {
             .src_offset(src_offset as u64)
             .dst_offset(dst_offset as u64)
             .size(bytes as u64)];
+        self.rec.time_begin()?;
         // SAFETY: recording command buffer; ranges checked above.
         unsafe { self.dev.device.cmd_copy_buffer(self.rec.cmd, s, d, &region) };
+        // Read and written once.
+        self.rec.time_end(OP, 2 * bytes as u64)?;
         self.rec.stats.copies += 1;
         Ok(())
     }

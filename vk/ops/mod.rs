@@ -207,6 +207,7 @@ impl VulkanBackend {
             }
         }
         self.rec.access(&reads[..n_reads], &written[..n_written]);
+        self.rec.time_begin()?;
         let d = &self.dev.device;
         let cmd = self.rec.cmd;
         // SAFETY: the set, pipeline and layout are live; the command buffer is recording.
@@ -216,6 +217,13 @@ impl VulkanBackend {
             d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, layout, 0, &[set], &[]);
             d.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::COMPUTE, 0, &push_data);
             d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
+        }
+        if self.profile.is_some() {
+            let bytes = binds
+                .iter()
+                .filter(|b| b.tracked)
+                .map(|b| b.buf.bytes as u64);
+            self.rec.time_end(op, bytes.sum())?;
         }
         self.rec.stats.dispatches += 1;
         Ok(())

@@ -1,0 +1,210 @@
+//! GPU profiling: one timestamped GPU event per dispatch and copy, a valid
+//! Chrome trace, the per-op summary, and `--profile` on the CLI.
+
+mod common;
+
+use serde_json::Value;
+use std::collections::HashMap;
+use vkllm::backend::ComputeBackend;
+use vkllm::dtype::DType;
+use vkllm::model::{LoadOptions, Model, Want};
+use vkllm::profile::{summary, write_chrome_trace, ProfileEvent, Track};
+
+/// Write `events` as a trace, read it back and return its complete events.
+fn round_trip(events: &[ProfileEvent]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.json");
+    write_chrome_trace(&path, events).unwrap();
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let all = trace["traceEvents"].as_array().expect("traceEvents array");
+    let complete: Vec<Value> = all.iter().filter(|e| e["ph"] == "X").cloned().collect();
+    for e in &complete {
+        assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+        assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+        assert!(
+            e["name"].is_string() && e["pid"].is_u64() && e["tid"].is_u64(),
+            "{e}"
+        );
+    }
+    complete
+}
+
+fn gpu_counts(trace: &[Value]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for e in trace.iter().filter(|e| e["tid"] == Track::Gpu.tid()) {
+        *counts
+            .entry(e["name"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// A pass of known ops gives exactly one GPU event per dispatch and copy,
+/// named by op, plus the host spans of the pass.
+#[test]
+fn profile_times_each_dispatch_and_copy_of_a_pass() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    let n = 256;
+    let x = common::upload_f32(&mut b, &common::rand_f32(n, 1));
+    let w = common::upload_f32(&mut b, &common::rand_f32(n, 2));
+    let y = b.alloc(4 * n).unwrap();
+    let z = b.alloc(4 * n).unwrap();
+    let weight = b
+        .upload_weight(
+            DType::F32,
+            n,
+            n,
+            bytemuck::cast_slice(&common::rand_f32(n * n, 3)),
+        )
+        .unwrap();
+
+    // Off: nothing is recorded.
+    b.begin_pass().unwrap();
+    b.add(&x, &w, &y, n).unwrap();
+    b.end_pass().unwrap();
+    assert!(b.take_profile().is_empty());
+
+    b.set_profiling(true).unwrap();
+    for _ in 0..2 {
+        b.begin_pass().unwrap();
+        b.add(&x, &w, &y, n).unwrap();
+        b.scale(&y, 0.5, &y, n).unwrap();
+        b.rms_norm(&y, &w, &z, 1, n, 1e-5).unwrap();
+        b.copy(&z, 0, &y, 0, 4 * n).unwrap();
+        b.matmul(&weight, None, &y, &z, 1).unwrap();
+        b.end_pass().unwrap();
+    }
+    let stats = b.stats();
+    let events = b.take_profile();
+    assert!(b.take_profile().is_empty(), "take_profile drains");
+    let trace = round_trip(&events);
+    let counts = gpu_counts(&trace);
+    let gpu_total: usize = counts.values().sum();
+    assert_eq!(
+        gpu_total as u32,
+        2 * (stats.dispatches + stats.copies),
+        "{counts:?} vs {stats:?}"
+    );
+    for op in ["add", "scale", "rms_norm", "copy"] {
+        assert_eq!(counts.get(op), Some(&2), "{op}: {counts:?}");
+    }
+    assert!(counts.get("matmul").is_some_and(|&c| c >= 2), "{counts:?}");
+    let host: Vec<&str> = trace
+        .iter()
+        .filter(|e| e["tid"] == Track::Host.tid())
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(host, ["record", "submit+wait", "record", "submit+wait"]);
+    // The second pass starts after the first on the one timeline.
+    let gpu: Vec<&ProfileEvent> = events.iter().filter(|e| e.track == Track::Gpu).collect();
+    let half = gpu.len() / 2;
+    assert!(gpu[half].start_us >= gpu[0].start_us + gpu[0].dur_us);
+    // Bytes: the copy reads and writes 4n bytes; matmul binds at least the weight.
+    let copy = gpu.iter().find(|e| e.name == "copy").unwrap();
+    assert_eq!(copy.bytes, 8 * n as u64);
+    let mm = gpu.iter().find(|e| e.name == "matmul").unwrap();
+    assert!(mm.bytes >= (4 * n * n) as u64);
+
+    let table = summary(&events);
+    for op in ["add", "scale", "rms_norm", "copy", "matmul"] {
+        assert!(table.lines().any(|l| l.starts_with(op)), "{op}:\n{table}");
+    }
+
+    // Off again: later passes record nothing.
+    b.set_profiling(false).unwrap();
+    b.begin_pass().unwrap();
+    b.add(&x, &w, &y, n).unwrap();
+    b.end_pass().unwrap();
+    assert!(b.take_profile().is_empty());
+}
+
+/// `N dispatches, M copies` from `last_pass_stats`.
+fn dispatches_and_copies(stats: &str) -> usize {
+    let count = |what: &str| -> usize {
+        let words: Vec<&str> = stats.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        let i = words.iter().position(|w| *w == what).expect(what);
+        words[i - 1].parse().unwrap()
+    };
+    count("dispatches") + count("copies")
+}
+
+/// One forward of the tiny llama: its pass's GPU events match the
+/// dispatches and copies the backend reports for it.
+#[test]
+fn profile_of_a_model_forward_matches_the_pass_stats() {
+    let Some(be) = common::vulkan() else { return };
+    let dir = common::reference_dir().join("tiny").join("llama");
+    let mut model = Model::load(be, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    model.set_profiling(true).unwrap();
+    model.forward(&[1, 2, 3], Want::LastLogits).unwrap();
+    let expected = dispatches_and_copies(&model.last_pass_stats().unwrap());
+    let events = model.take_profile();
+    let trace = round_trip(&events);
+    let counts = gpu_counts(&trace);
+    assert_eq!(counts.values().sum::<usize>(), expected, "{counts:?}");
+    for op in ["embedding", "matmul", "rms_norm", "attention", "rope"] {
+        assert!(counts.contains_key(op), "{op}: {counts:?}");
+    }
+    let table = summary(&events);
+    for op in counts.keys() {
+        assert!(
+            table.lines().any(|l| l.starts_with(op.as_str())),
+            "{op}:\n{table}"
+        );
+    }
+}
+
+/// The CPU backend says profiling is unsupported, in a typed error.
+#[test]
+fn cpu_profiling_is_unsupported() {
+    let mut b = common::cpu();
+    match b.set_profiling(true) {
+        Err(vkllm::Error::Unsupported(msg)) => assert!(msg.contains("profiling"), "{msg}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    assert!(b.set_profiling(false).is_ok());
+    assert!(b.take_profile().is_empty());
+}
+
+/// `vkllm generate --profile FILE` writes a trace with GPU and host events
+/// and prints the summary.
+#[test]
+fn generate_profile_writes_a_chrome_trace() {
+    if common::vulkan().is_none() {
+        return;
+    }
+    let model = common::smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(["generate", "--backend", "vulkan", "--temperature", "0"])
+        .args(["-n", "2", "-p", "The capital of France is", "-m"])
+        .arg(&model)
+        .arg("--profile")
+        .arg(&trace)
+        .current_dir(common::root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("GPU profile") && err.contains("% gpu"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == Track::Gpu.tid())
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"matmul") && names.contains(&"attention"),
+        "{names:?}"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "X" && e["tid"] == Track::Host.tid()));
+}
