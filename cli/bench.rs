@@ -1,7 +1,7 @@
 //! `vkllm bench`: llama-bench's protocol and table for several models and
 //! backends side by side; the protocol itself lives in `vkllm::bench`.
 
-use super::{BackendArgs, BackendKind, ModelArg};
+use super::{ActivationsArg, BackendArgs, BackendKind, ModelArg};
 use clap::Args;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -66,6 +66,9 @@ pub struct BenchArgs {
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     threads: Option<NonZeroUsize>,
+    /// CPU: activations of decode matmuls with Q4_0/Q4_1/Q8_0 weights
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
+    activations: ActivationsArg,
     /// Size of the copy-bandwidth probe in MiB (0 skips it and the roofline column)
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     copy_mib: usize,
@@ -111,6 +114,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             let be = super::open_backend(&BackendArgs {
                 backend: kind,
                 threads: a.threads,
+                activations: a.activations,
                 ctx: None,
                 quantize: None,
             })?;

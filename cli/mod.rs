@@ -67,6 +67,27 @@ pub enum BackendKind {
     Vulkan,
 }
 
+/// `--activations`: see `vkllm::cpu::Activations`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ActivationsArg {
+    /// f32 against weights dequantized in registers (f32-exact)
+    F32,
+    /// 16-bit integers per 32-value block, integer dots (error ≤ 2⁻¹⁶ of the block's max)
+    Q16,
+    /// 8-bit integers per block, integer dots, as llama.cpp (fastest; error ≤ 2⁻⁸)
+    Q8,
+}
+
+impl From<ActivationsArg> for vkllm::cpu::Activations {
+    fn from(a: ActivationsArg) -> Self {
+        match a {
+            ActivationsArg::F32 => vkllm::cpu::Activations::F32,
+            ActivationsArg::Q16 => vkllm::cpu::Activations::Q16,
+            ActivationsArg::Q8 => vkllm::cpu::Activations::Q8,
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct BackendArgs {
     /// Compute backend
@@ -75,6 +96,9 @@ pub struct BackendArgs {
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
+    /// CPU: activations of decode matmuls with Q4_0/Q4_1/Q8_0 weights
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
+    pub activations: ActivationsArg,
     /// KV-cache size in positions [default: the model's context, at most 8192]
     #[arg(short = 'c', long = "ctx", value_name = "N")]
     pub ctx: Option<NonZeroUsize>,
@@ -226,9 +250,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// The backend `--backend` asks for; `auto` says on stderr what it picked.
 pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
     let cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(vkllm::cpu::CpuBackend::new(
-            args.threads.map(NonZeroUsize::get),
-        ))
+        Box::new(
+            vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get))
+                .with_activations(args.activations.into()),
+        )
     };
     match args.backend {
         BackendKind::Cpu => Ok(cpu()),

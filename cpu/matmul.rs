@@ -1,14 +1,19 @@
-//! `y[m, n] = x[m, k] · Wᵀ + bias` in f32 with exactly dequantized weights.
+//! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
-//! Decode (`m <= GEMV_MAX_M`): each weight row is read once and dequantized in
-//! registers against up to four activation rows; rayon splits the output rows.
+//! Decode (`m <= GEMV_MAX_M`): each weight row is read once against up to
+//! four activation rows; rayon splits the output rows. Q4_0 / Q4_1 / Q8_0
+//! rows meet activations rounded to 16-bit (default) or 8-bit integers per
+//! 32-value block in exact integer dots (`Activations`); other types, and
+//! `Activations::F32`, dequantize in registers and use f32 FMAs.
 //! Prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
 //! `m` activation rows; rayon splits the panels.
 
 use super::buffers::CpuWeight;
 use super::par::{self, Ctx};
-use super::simd;
+use super::quant::act::{self, ActInt, ActRows, ACT_BLOCK};
+use super::simd::{self, ActQuant};
+use super::Activations;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -57,8 +62,15 @@ pub(crate) fn run(
 fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
-    // Enough tasks to balance the pool, few enough that each streams a
-    // useful amount of weights.
+    // Quantized once per call (in chunks of up to 4 rows), shared by every task.
+    // Decode only (as on every instruction set, including those without a
+    // GEMM kernel, whose prefill also comes here).
+    let quantized = m <= GEMV_MAX_M && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
+    let (x16, x8): (Vec<ActRows<i16>>, Vec<ActRows<i8>>) = match ctx.acts {
+        Activations::Q16 if quantized => (quantize_rows(x, m, k), Vec::new()),
+        Activations::Q8 if quantized => (Vec::new(), quantize_rows(x, m, k)),
+        _ => (Vec::new(), Vec::new()),
+    };
     let per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
     let tasks = n.div_ceil(per_task);
     let yp = OutPtr(y.as_mut_ptr());
@@ -72,16 +84,24 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
             let mut tmp = vec![0f32; (r1 - r0) * 4];
             for i0 in (0..m).step_by(4) {
                 let mm = (m - i0).min(4);
-                simd::dot_rows(
-                    isa,
-                    w.dtype,
-                    rows,
-                    rb,
-                    k,
-                    &x[i0 * k..(i0 + mm) * k],
-                    mm,
-                    &mut tmp,
-                );
+                let int = match (x16.get(i0 / 4), x8.get(i0 / 4)) {
+                    (Some(x), _) => Some(ActQuant::I16(x)),
+                    (_, Some(x)) => Some(ActQuant::I8(x)),
+                    _ => None,
+                };
+                match int {
+                    Some(x) => simd::dot_rows_int(isa, w.dtype, rows, rb, x, &mut tmp),
+                    None => simd::dot_rows(
+                        isa,
+                        w.dtype,
+                        rows,
+                        rb,
+                        k,
+                        &x[i0 * k..(i0 + mm) * k],
+                        mm,
+                        &mut tmp,
+                    ),
+                }
                 for r in 0..r1 - r0 {
                     for i in 0..mm {
                         // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
@@ -92,6 +112,14 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
             }
         },
     );
+}
+
+/// `x` (`[m, k]`) quantized in chunks of up to 4 rows, as `gemv` consumes it.
+fn quantize_rows<T: ActInt>(x: &[f32], m: usize, k: usize) -> Vec<ActRows<T>> {
+    (0..m)
+        .step_by(4)
+        .map(|i0| ActRows::quantize(&x[i0 * k..], (m - i0).min(4), k))
+        .collect()
 }
 
 /// Reduction length above which `k` is split into chunks, so the activation

@@ -31,10 +31,37 @@ use buffers::{CpuWeight, Slot, Store};
 use par::Ctx;
 use rayon::ThreadPool;
 
+/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q8_0
+/// weights do with the f32 activations. Prefill, the other weight types and
+/// every other op always work in f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 against weights dequantized in registers: exact up to f32 rounding.
+    F32,
+    /// Rounded per 32-value block to 16-bit integers (relative error at most
+    /// 2⁻¹⁶ of the block's largest value), exact integer dots.
+    #[default]
+    Q16,
+    /// Rounded per block to 8 bits (2⁻⁸), integer dots, as llama.cpp does:
+    /// fastest, but far enough from f32 to change near-tied greedy tokens.
+    Q8,
+}
+
+impl Activations {
+    pub fn name(self) -> &'static str {
+        match self {
+            Activations::F32 => "f32",
+            Activations::Q16 => "q16",
+            Activations::Q8 => "q8",
+        }
+    }
+}
+
 pub struct CpuBackend {
     pool: ThreadPool,
     threads: usize,
     isa: Isa,
+    acts: Activations,
     store: Store,
     in_pass: bool,
 }
@@ -80,6 +107,7 @@ impl CpuBackend {
             threads: pool.current_num_threads(),
             pool,
             isa: Isa::detect(),
+            acts: Activations::default(),
             store: Store::default(),
             in_pass: false,
         }
@@ -101,6 +129,13 @@ impl CpuBackend {
 
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// How decode matmuls (up to 4 rows) of Q4_0, Q4_1 and Q8_0 weights
+    /// treat the activations; see [`Activations`].
+    pub fn with_activations(mut self, acts: Activations) -> CpuBackend {
+        self.acts = acts;
+        self
     }
 
     fn in_pass(&self, op: &'static str) -> Result<()> {
@@ -141,7 +176,14 @@ impl CpuBackend {
             Slot::Data { words, bytes } if *bytes >= n * 4 => {
                 let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
                 let par = self.threads > 1 && work >= par::PAR_MIN_WORK;
-                let (store, ctx) = (&self.store, Ctx { isa: self.isa, par });
+                let (store, ctx) = (
+                    &self.store,
+                    Ctx {
+                        isa: self.isa,
+                        par,
+                        acts: self.acts,
+                    },
+                );
                 if par {
                     self.pool.install(|| f(store, dst, ctx))
                 } else {
@@ -173,7 +215,8 @@ fn build_pool(threads: Option<usize>) -> ThreadPool {
 
 impl ComputeBackend for CpuBackend {
     fn name(&self) -> String {
-        format!("cpu ({}, {} threads)", self.isa.name(), self.threads)
+        let (isa, t, acts) = (self.isa.name(), self.threads, self.acts.name());
+        format!("cpu ({isa}, {t} threads, {acts} activations)")
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {

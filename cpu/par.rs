@@ -3,10 +3,11 @@
 //! [`PAR_MIN_WORK`] run inline on the calling thread with the same code.
 
 use super::simd::Isa;
+use super::Activations;
 use rayon::prelude::*;
 
 /// Work (roughly multiply-adds or values touched) below which an op runs inline.
-pub(crate) const PAR_MIN_WORK: usize = 1 << 18;
+pub(crate) const PAR_MIN_WORK: usize = 1 << 23;
 
 /// What an op kernel needs to know about where it runs.
 #[derive(Clone, Copy, Debug)]
@@ -14,6 +15,8 @@ pub(crate) struct Ctx {
     pub isa: Isa,
     /// Run on the pool (true) or inline on the calling thread.
     pub par: bool,
+    /// What decode matmuls of Q4_0 / Q4_1 / Q8_0 weights do with activations.
+    pub acts: Activations,
 }
 
 /// `f(i, chunk)` for each `chunk`-sized piece of `out` (the last may be shorter).

@@ -9,8 +9,9 @@ mod common;
 
 use common::{download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32};
 use vkllm::backend::{Activation, AttentionParams, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::cpu::quant::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::quant::quantize_row;
-use vkllm::cpu::{CpuBackend, Isa};
+use vkllm::cpu::{Activations, CpuBackend, Isa};
 use vkllm::{reference, DType};
 
 type Backends = Vec<(String, Box<dyn ComputeBackend>)>;
@@ -31,6 +32,55 @@ fn all_backends() -> Backends {
         }
     }
     v
+}
+
+/// Backends for the matmul tests, each with what its decode matmuls do to
+/// activations: `all_backends()` (the CPU ones in the default mode, Vulkan
+/// exact f32) plus the CPU's other activation modes on every instruction set.
+fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Activations)> {
+    let mut v: Vec<_> = all_backends()
+        .into_iter()
+        .map(|(n, b)| {
+            let acts = if n.starts_with("cpu") {
+                Activations::default()
+            } else {
+                Activations::F32
+            };
+            (n, b, acts)
+        })
+        .collect();
+    for isa in Isa::ALL {
+        for acts in [Activations::F32, Activations::Q16, Activations::Q8] {
+            if acts == Activations::default() {
+                continue;
+            }
+            if let Ok(b) = CpuBackend::with_isa(Some(2), isa) {
+                let name = format!("cpu-{}-{}", isa.name(), acts.name());
+                v.push((name, Box::new(b.with_activations(acts)), acts));
+            }
+        }
+    }
+    v
+}
+
+/// The most that rounding the activations as `acts` does can move output
+/// `r` of row `x` (`k` values) of a matmul with `m` rows: each value moves by
+/// at most half a step, `max|x_block| / (2·MAX)`, times `|w|`. Zero where the
+/// backend stays in f32 (other weight types, prefill, `Activations::F32`).
+fn activation_bound(acts: Activations, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
+    let max = match acts {
+        _ if !act::supports(dtype) || m > 4 || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
+        Activations::F32 => return 0.0,
+        Activations::Q16 => 32767.0,
+        Activations::Q8 => 127.0,
+    };
+    w.chunks(ACT_BLOCK)
+        .zip(x.chunks(ACT_BLOCK))
+        .map(|(wb, xb)| {
+            let step = xb.iter().fold(0f32, |a, v| a.max(v.abs())) / max;
+            wb.iter().map(|w| w.abs()).sum::<f32>() * step / 2.0
+        })
+        .sum()
 }
 
 /// Run `f` inside one pass.
@@ -67,7 +117,8 @@ fn matmul_every_dtype_matches_reference() {
     // Σ|w·x| (the sum's condition bound). f32 blocked summation over k <= 768
     // terms is typically ~sqrt(k)·6e-8 ≈ 2e-6 of it; 1e-5 leaves margin for
     // other backends' orders while still catching any wrong weight or row.
-    for (name, mut b) in all_backends() {
+    // CPU modes that round activations to integers add `activation_bound`.
+    for (name, mut b, acts) in matmul_backends() {
         for dtype in DType::ALL {
             for cols in cols_for(dtype) {
                 for (rows, m, with_bias) in [
@@ -100,8 +151,11 @@ fn matmul_every_dtype_matches_reference() {
                                 .sum::<f32>()
                                 + bias.map_or(0.0, |v| v[r].abs());
                             let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                            let xr = &x[i * cols..(i + 1) * cols];
+                            let wr = &wf[r * cols..(r + 1) * cols];
+                            let bound = activation_bound(acts, dtype, wr, xr, m);
                             assert!(
-                                (g - e).abs() <= 1e-5 * mag + 1e-7,
+                                (g - e).abs() <= 1e-5 * mag + bound + 1e-7,
                                 "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e} (Σ|wx| {mag})"
                             );
                         }
@@ -113,12 +167,104 @@ fn matmul_every_dtype_matches_reference() {
     }
 }
 
+/// The SIMD integer-dot kernels (AVX2, AVX-512 VNNI) against the scalar
+/// integer dot on the same quantized activations: the integer sums are
+/// exact, so only the f32 scaling may differ (1e-5 of Σ|w·x|).
+#[test]
+fn matmul_integer_activations_match_the_scalar_integer_dot() {
+    for isa in Isa::ALL {
+        for acts in [Activations::Q16, Activations::Q8] {
+            let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
+                continue;
+            };
+            let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
+            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+                for (rows, cols, m) in [
+                    (1, 32, 1),
+                    (33, 96, 2),
+                    (70, 576, 1),
+                    (9, 576, 3),
+                    (5, 1536, 4),
+                ] {
+                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                    let rb = dtype.row_bytes(cols).unwrap();
+                    let x = rand_f32(m * cols, 3 + m as u64);
+                    let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                    let (xb, yb) = (upload_f32(b.as_mut(), &x), b.alloc(m * rows * 4).unwrap());
+                    pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+                    let got = download_f32(b.as_mut(), &yb, m * rows);
+                    for i in 0..m {
+                        for r in 0..rows {
+                            let wrow = &wb[r * rb..(r + 1) * rb];
+                            let want = match acts {
+                                Activations::Q16 => act::dot_row(
+                                    dtype,
+                                    wrow,
+                                    &ActRows::<i16>::quantize(&x, m, cols),
+                                    i,
+                                ),
+                                _ => act::dot_row(
+                                    dtype,
+                                    wrow,
+                                    &ActRows::<i8>::quantize(&x, m, cols),
+                                    i,
+                                ),
+                            };
+                            let mag: f32 = (0..cols)
+                                .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
+                                .sum();
+                            let g = got[i * rows + r];
+                            assert!(
+                                (g - want).abs() <= 1e-5 * mag + 1e-7,
+                                "{} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
+                                isa.name(),
+                                acts.name()
+                            );
+                        }
+                    }
+                    b.free_weight(w);
+                }
+            }
+        }
+    }
+}
+
+/// Quantized activations: each value within half a step of its block's
+/// scale, and the stored block sums are `d · Σq`.
+#[test]
+fn activation_quantization_rounds_to_the_nearest_step() {
+    let x = rand_f32(3 * 64, 9);
+    let mut x = x.iter().map(|v| v * 7.0).collect::<Vec<_>>();
+    x[32..64].fill(0.0); // block 1: all zero
+    let q16 = ActRows::<i16>::quantize(&x, 3, 64);
+    let q8 = ActRows::<i8>::quantize(&x, 3, 64);
+    for (b, xb) in x.chunks(ACT_BLOCK).enumerate() {
+        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (j, v) in xb.iter().enumerate() {
+            let [d16, _] = q16.ds[b];
+            let [d8, _] = q8.ds[b];
+            assert!((q16.qs[b * 32 + j] as f32 * d16 - v).abs() <= d16 / 2.0 * 1.0001 + 1e-9);
+            assert!((q8.qs[b * 32 + j] as f32 * d8 - v).abs() <= d8 / 2.0 * 1.0001 + 1e-9);
+        }
+        assert_eq!(q16.ds[b][0], amax / 32767.0);
+        let s16: i32 = q16.qs[b * 32..(b + 1) * 32].iter().map(|&q| q as i32).sum();
+        assert_eq!(q16.ds[b][1], q16.ds[b][0] * s16 as f32);
+        let s8: i32 = q8.qs[b * 32..(b + 1) * 32].iter().map(|&q| q as i32).sum();
+        assert_eq!(q8.ds[b][1], q8.ds[b][0] * s8 as f32);
+    }
+    // An all-zero block has scale 0 and values 0 (no division by zero).
+    assert_eq!((q16.ds[1], q8.ds[1]), ([0.0, 0.0], [0.0, 0.0]));
+    assert!(q16.qs[32..64].iter().all(|&q| q == 0) && q8.qs[32..64].iter().all(|&q| q == 0));
+}
+
 #[test]
 fn matmul_long_reductions_match_reference() {
     // Reductions longer than 1536 are split into chunks on the CPU GEMM path
     // (partial sums added into y); odd float lengths leave a ragged last
-    // chunk. Same tolerance as above: 1e-5 of Σ|w·x|.
-    for (name, mut b) in all_backends() {
+    // chunk. Same tolerance as above: 1e-5 of Σ|w·x| (m = 13 is prefill,
+    // f32 in every CPU mode).
+    for (name, mut b, _) in matmul_backends() {
         for (dtype, cols) in [
             (DType::F32, 1601),
             (DType::F16, 2048),

@@ -4,6 +4,7 @@
 mod common;
 
 use serde_json::Value;
+use vkllm::cpu::{Activations, CpuBackend};
 use vkllm::model::{LoadOptions, Model};
 
 struct Ref {
@@ -58,10 +59,28 @@ fn top10(logits: &[f32]) -> Vec<u32> {
 
 #[test]
 fn smollm2_matches_transformers_on_every_backend() {
+    for (name, be) in common::backends() {
+        // Quantized weights are exact; f32 summation order differs from
+        // PyTorch, and the CPU's default 16-bit activations add at most
+        // 2⁻¹⁶ of each block's largest value.
+        check(name, be, 1e-2);
+    }
+}
+
+/// The CPU's f32-activation mode (the default is 16-bit integer activations).
+#[test]
+fn smollm2_f32_activations_match_transformers() {
+    let be = CpuBackend::new(None).with_activations(Activations::F32);
+    check("cpu-f32", Box::new(be), 1e-2);
+}
+
+/// Every reference prompt on `be`: top-10 ids and logits (within
+/// `logit_tol`) after the prompt, then the 32 greedy tokens.
+fn check(name: &str, be: Box<dyn vkllm::backend::ComputeBackend>, logit_tol: f32) {
     let path = common::smollm2();
     let refs = refs();
     assert_eq!(refs.len(), 4);
-    for (name, be) in common::backends() {
+    {
         let opts = LoadOptions {
             context: Some(256),
             ..Default::default()
@@ -73,9 +92,8 @@ fn smollm2_matches_transformers_on_every_backend() {
             assert_eq!(top10(&logits), r.top10_ids, "{name}: prompt {i} top-10 ids");
             for (id, want) in r.top10_ids.iter().zip(&r.top10_logits) {
                 let got = logits[*id as usize];
-                // Quantized weights are exact; f32 summation order differs from PyTorch.
                 assert!(
-                    (got - want).abs() < 1e-2,
+                    (got - want).abs() < logit_tol,
                     "{name}: prompt {i} logit {id}: {got} vs {want}"
                 );
             }

@@ -145,7 +145,9 @@ fn matmul_every_dtype_gemv_and_tiled() {
 
 #[test]
 fn matmul_gemv_model_sized_rows_every_m() {
-    let Some(mut b) = common::vulkan_backend() else { return };
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
     // Row counts that are not a multiple of the rows per workgroup, model-sized
     // k (4096, and 14336 for the anchor types' FFN down projection), m = 1..4
     // sharing one pass over the weights.

@@ -4,6 +4,7 @@
 //! Used by tests, by load-time quantization, by the synthetic-model writer and
 //! as the portable fallback of the CPU kernels.
 
+pub mod act;
 mod kquants;
 mod legacy;
 

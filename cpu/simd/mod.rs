@@ -12,6 +12,7 @@ mod neon;
 mod x86;
 
 use crate::cpu::quant;
+use crate::cpu::quant::act::{self, ActRows};
 use crate::dtype::DType;
 use std::ops::Range;
 
@@ -177,6 +178,81 @@ fn dot_rows_portable(
             out[r * m + i] = dot_f32(isa, &row, &x[i * k..(i + 1) * k]);
         }
     }
+}
+
+/// Activations quantized for the integer-dot decode kernels.
+#[derive(Clone, Copy)]
+pub(crate) enum ActQuant<'a> {
+    I16(&'a ActRows<i16>),
+    I8(&'a ActRows<i8>),
+}
+
+impl ActQuant<'_> {
+    fn shape(&self) -> (usize, usize, usize, usize) {
+        match self {
+            ActQuant::I16(x) => (x.m, x.k, x.qs.len(), x.ds.len()),
+            ActQuant::I8(x) => (x.m, x.k, x.qs.len(), x.ds.len()),
+        }
+    }
+}
+
+/// Dots of each weight row in `w` (rows of `row_bytes`, a type with
+/// `act::supports`) with the `m` (1..=4) quantized activation rows of `x`;
+/// `out` is `[rows, m]`. Integer dots on AVX2 / AVX-512 VNNI, the scalar
+/// `act::dot_row` elsewhere.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn dot_rows_int(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    x: ActQuant,
+    out: &mut [f32],
+) {
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
+    let (m, k, nq, nd) = x.shape();
+    assert!(act::supports(dtype) && (1..=4).contains(&m) && k.is_multiple_of(act::ACT_BLOCK));
+    assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
+    assert!(nq == m * k && nd == m * k / act::ACT_BLOCK && out.len() >= rows * m);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        // SAFETY: the instruction set was checked when the backend was made
+        // (VNNI here); the lengths were asserted above.
+        unsafe {
+            match (isa, x) {
+                (Isa::Avx512, ActQuant::I16(x)) if has_vnni() => {
+                    return vnni::dot_rows_i16(dtype, w, row_bytes, x, out)
+                }
+                (Isa::Avx512, ActQuant::I8(x)) if has_vnni() => {
+                    return vnni::dot_rows_i8(dtype, w, row_bytes, x, out)
+                }
+                (Isa::Avx512 | Isa::Avx2, ActQuant::I16(x)) => {
+                    return avx2::dot_rows_i16(dtype, w, row_bytes, x, out)
+                }
+                (Isa::Avx512 | Isa::Avx2, ActQuant::I8(x)) => {
+                    return avx2::dot_rows_i8(dtype, w, row_bytes, x, out)
+                }
+                _ => {}
+            }
+        }
+    }
+    for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+        for i in 0..m {
+            out[r * m + i] = match x {
+                ActQuant::I16(x) => act::dot_row(dtype, row, x, i),
+                ActQuant::I8(x) => act::dot_row(dtype, row, x, i),
+            };
+        }
+    }
+}
+
+/// AVX-512 VNNI, with the BW and VL parts its kernels also use.
+#[cfg(target_arch = "x86_64")]
+fn has_vnni() -> bool {
+    is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
 }
 
 /// One weight row dequantized into `out` (`out.len()` values).

@@ -1,0 +1,260 @@
+//! Integer-dot decode kernels: Q4_0 / Q4_1 / Q8_0 weight rows against
+//! activations quantized per 32-value block to 16 or 8 bits ([`ActRows`]).
+//! Per block the products are summed exactly in i32, then scaled in f32 as
+//! `cpu::quant::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
+//! `vpmaddubsw`) and AVX-512 VNNI (`vpdpwssd`, `vpdpbusd`).
+
+use crate::cpu::quant::act::ActRows;
+use crate::dtype::DType;
+
+/// Weight types as const parameters, so each kernel is branch-free.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// Bytes per block of the weight type `d`.
+const fn block_bytes(d: u8) -> usize {
+    match d {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        _ => 34,
+    }
+}
+
+macro_rules! intdot_kernels {
+    ($feat:literal) => {
+        use super::*;
+        use core::arch::x86_64::*;
+
+        /// A block's exact integer sum for one activation width (the
+        /// instance's `sum_i16` / `sum_i8`), chosen statically so it inlines.
+        trait BlockSum: Copy {
+            unsafe fn block_sum<const D: u8>(w: __m256i, x: *const Self) -> __m256i;
+        }
+        impl BlockSum for i16 {
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i16) -> __m256i {
+                sum_i16::<D>(w, x)
+            }
+        }
+        impl BlockSum for i8 {
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
+                sum_i8::<D>(w, x)
+            }
+        }
+
+        /// 16 bytes of packed 4-bit values as 32 bytes: low nibbles first
+        /// (values 0..16), then high nibbles (16..32), ggml's order.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn nibbles(p: *const u8) -> __m256i {
+            let raw = _mm_loadu_si128(p as *const __m128i);
+            let m4 = _mm_set1_epi8(0x0F);
+            _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16(raw, 4), m4),
+                _mm_and_si128(raw, m4),
+            )
+        }
+
+        /// The 32 weight values of block `b` as bytes (unsigned 0..16 for
+        /// the 4-bit types, signed for Q8_0), and `[d_w, o]` where `o`
+        /// multiplies the activation block's `d_x · Σq_x`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn weights<const D: u8>(b: *const u8) -> (__m256i, __m128) {
+            let f16 = |bits: i32| _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+            let h = core::ptr::read_unaligned(b as *const u16) as i32;
+            match D {
+                // (q - 8) d: the -8 goes into the offset term.
+                Q4_0 => (
+                    nibbles(b.add(2)),
+                    _mm_mul_ps(_mm_moveldup_ps(f16(h)), _mm_set_ps(0.0, 0.0, -8.0, 1.0)),
+                ),
+                // q d + m: [d, m] converted together.
+                Q4_1 => (
+                    nibbles(b.add(4)),
+                    f16(core::ptr::read_unaligned(b as *const i32)),
+                ),
+                _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), f16(h)),
+            }
+        }
+
+        /// Block `b` of the weight row `w` against row `i` of `x`: the scaled
+        /// integer sum added to `acc`, the offset term to lane 1 of `off`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn step<T: BlockSum, const D: u8>(
+            w: *const u8,
+            x: &ActRows<T>,
+            i: usize,
+            b: usize,
+            acc: &mut __m256,
+            off: &mut __m128,
+        ) {
+            let (wq, dw) = weights::<D>(w.add(b * block_bytes(D)));
+            // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
+            let dsx = _mm_castpd_ps(_mm_load_sd(
+                x.ds.as_ptr().add(i * x.blocks() + b) as *const f64
+            ));
+            let p = _mm_mul_ps(dw, dsx);
+            *off = _mm_add_ps(*off, p);
+            let s = _mm256_cvtepi32_ps(T::block_sum::<D>(wq, x.qs.as_ptr().add(i * x.k + 32 * b)));
+            *acc = _mm256_fmadd_ps(s, _mm256_broadcastss_ps(p), *acc);
+        }
+
+        /// Dots of one weight row with the `M` rows of `x` into `out[..M]`.
+        #[target_feature(enable = $feat)]
+        unsafe fn dot_row<T: BlockSum, const D: u8, const M: usize>(
+            w: *const u8,
+            x: &ActRows<T>,
+            out: *mut f32,
+        ) {
+            let nb = x.blocks();
+            // Two accumulators per row so consecutive blocks do not wait on
+            // each other's FMA; lane 1 of `off` sums the offset terms.
+            let mut acc = [[_mm256_setzero_ps(); 2]; M];
+            let mut off = [_mm_setzero_ps(); M];
+            let mut b = 0;
+            while b + 2 <= nb {
+                for i in 0..M {
+                    let [a0, a1] = &mut acc[i];
+                    step::<T, D>(w, x, i, b, a0, &mut off[i]);
+                    step::<T, D>(w, x, i, b + 1, a1, &mut off[i]);
+                }
+                b += 2;
+            }
+            if b < nb {
+                for i in 0..M {
+                    step::<T, D>(w, x, i, b, &mut acc[i][0], &mut off[i]);
+                }
+            }
+            for i in 0..M {
+                let v = _mm256_add_ps(acc[i][0], acc[i][1]);
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                *out.add(i) = _mm_cvtss_f32(s) + _mm_cvtss_f32(_mm_movehdup_ps(off[i]));
+            }
+        }
+
+        /// See `cpu::simd::dot_rows_int`.
+        #[target_feature(enable = $feat)]
+        unsafe fn dot_rows<T: BlockSum, const D: u8>(
+            w: &[u8],
+            row_bytes: usize,
+            x: &ActRows<T>,
+            out: &mut [f32],
+        ) {
+            for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+                let (wr, o) = (row.as_ptr(), out.as_mut_ptr().add(r * x.m));
+                match x.m {
+                    1 => dot_row::<T, D, 1>(wr, x, o),
+                    2 => dot_row::<T, D, 2>(wr, x, o),
+                    3 => dot_row::<T, D, 3>(wr, x, o),
+                    _ => dot_row::<T, D, 4>(wr, x, o),
+                }
+            }
+        }
+
+        /// 16-bit activations.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_rows_i16(
+            dtype: DType,
+            w: &[u8],
+            row_bytes: usize,
+            x: &ActRows<i16>,
+            out: &mut [f32],
+        ) {
+            match dtype {
+                DType::Q4_0 => dot_rows::<i16, Q4_0>(w, row_bytes, x, out),
+                DType::Q4_1 => dot_rows::<i16, Q4_1>(w, row_bytes, x, out),
+                _ => dot_rows::<i16, Q8_0>(w, row_bytes, x, out),
+            }
+        }
+
+        /// 8-bit activations.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_rows_i8(
+            dtype: DType,
+            w: &[u8],
+            row_bytes: usize,
+            x: &ActRows<i8>,
+            out: &mut [f32],
+        ) {
+            match dtype {
+                DType::Q4_0 => dot_rows::<i8, Q4_0>(w, row_bytes, x, out),
+                DType::Q4_1 => dot_rows::<i8, Q4_1>(w, row_bytes, x, out),
+                _ => dot_rows::<i8, Q8_0>(w, row_bytes, x, out),
+            }
+        }
+    };
+}
+
+pub(crate) mod avx2 {
+    intdot_kernels!("avx2,fma,f16c");
+
+    /// Σ w·x over a block with 16-bit activations, as 8 i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sum_i16<const D: u8>(w: __m256i, x: *const i16) -> __m256i {
+        let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+        let (lo, hi) = if D == Q8_0 {
+            (_mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi))
+        } else {
+            (_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi))
+        };
+        let x0 = _mm256_loadu_si256(x as *const __m256i);
+        let x1 = _mm256_loadu_si256(x.add(16) as *const __m256i);
+        _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1))
+    }
+
+    /// Σ w·x over a block with 8-bit activations, as 8 i32 lanes. Q8_0 goes
+    /// as |w| × (x with w's sign), so `vpmaddubsw`'s i16 pair sums cannot
+    /// saturate: at most 2 · 128 · 127 = 32,512.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sum_i8<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
+        let x = _mm256_loadu_si256(x as *const __m256i);
+        let (u, s) = if D == Q8_0 {
+            (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        } else {
+            (w, x)
+        };
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+}
+
+pub(crate) mod vnni {
+    intdot_kernels!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c");
+
+    /// Σ w·x over a block with 16-bit activations: one `vpdpwssd` over all
+    /// 32 values, folded to 8 i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn sum_i16<const D: u8>(w: __m256i, x: *const i16) -> __m256i {
+        let w = if D == Q8_0 {
+            _mm512_cvtepi8_epi16(w)
+        } else {
+            _mm512_cvtepu8_epi16(w)
+        };
+        let s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x as *const _));
+        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+    }
+
+    /// Σ w·x over a block with 8-bit activations: one `vpdpbusd`
+    /// (unsigned × signed, so Q8_0 goes as |w| × (x with w's sign)).
+    #[inline]
+    #[target_feature(enable = "avx512vl,avx512vnni,avx2")]
+    unsafe fn sum_i8<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
+        let x = _mm256_loadu_si256(x as *const __m256i);
+        let (u, s) = if D == Q8_0 {
+            (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        } else {
+            (w, x)
+        };
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    }
+}
