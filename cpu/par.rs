@@ -7,7 +7,7 @@ use super::Activations;
 use rayon::prelude::*;
 
 /// Work (roughly multiply-adds or values touched) below which an op runs inline.
-pub(crate) const PAR_MIN_WORK: usize = 1 << 23;
+pub(crate) const PAR_MIN_WORK: usize = 1 << 21;
 
 /// What an op kernel needs to know about where it runs.
 #[derive(Clone, Copy, Debug)]
