@@ -187,6 +187,41 @@ fn matmul_gemv_model_sized_rows_every_m() {
     }
 }
 
+/// Large tiled outputs (hundreds of mul_mat.comp workgroups) with partial
+/// tiles on both edges and, for F32, a reduction length that is not a
+/// multiple of 4.
+#[test]
+fn matmul_large_outputs_match_reference() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    for (dtype, rows, cols, m) in [
+        (DType::F32, 1000, 70, 2050),
+        (DType::Q8_0, 1000, 96, 2050),
+        (DType::Q4K, 2100, 256, 1030),
+    ] {
+        let wb = weight_bytes(dtype, rows, cols, 500);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let x = rand_f32(m * cols, 501);
+        let xb = upload_f32(&mut b, &x);
+        let yb = b.alloc(m * rows * 4).unwrap();
+        pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+        let got = download_f32(&mut b, &yb, m * rows);
+        let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
+        let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+        assert_close(
+            &format!("matmul {dtype} {rows}x{cols} m={m}"),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        b.free(xb);
+        b.free(yb);
+        b.free_weight(w);
+    }
+}
+
 #[test]
 fn matmul_float_weights_with_odd_columns() {
     let Some(mut b) = common::vulkan_backend() else {
