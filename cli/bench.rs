@@ -66,7 +66,7 @@ pub struct BenchArgs {
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     threads: Option<NonZeroUsize>,
-    /// CPU: activations of decode matmuls with Q4_0/Q4_1/Q8_0 weights
+    /// CPU: activations of decode matmuls with Q4_0/Q4_1/Q8_0/Q4_K weights
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
     activations: ActivationsArg,
     /// Size of the copy-bandwidth probe in MiB (0 skips it and the roofline column)

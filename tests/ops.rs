@@ -178,14 +178,26 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
                 continue;
             };
             let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
-            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
-                for (rows, cols, m) in [
-                    (1, 32, 1),
-                    (33, 96, 2),
-                    (70, 576, 1),
-                    (9, 576, 3),
-                    (5, 1536, 4),
-                ] {
+            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4K] {
+                // Odd block counts (96 = 3 blocks) exercise the kernels' tail.
+                let shapes: &[(usize, usize, usize)] = if dtype == DType::Q4K {
+                    &[
+                        (1, 256, 1),
+                        (33, 768, 2),
+                        (70, 512, 1),
+                        (9, 1536, 3),
+                        (5, 2304, 4),
+                    ]
+                } else {
+                    &[
+                        (1, 32, 1),
+                        (33, 96, 2),
+                        (70, 576, 1),
+                        (9, 576, 3),
+                        (5, 1536, 4),
+                    ]
+                };
+                for &(rows, cols, m) in shapes {
                     let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
                     let rb = dtype.row_bytes(cols).unwrap();
                     let x = rand_f32(m * cols, 3 + m as u64);

@@ -1,6 +1,6 @@
 //! Activations quantized per 32-value block to 16-bit or 8-bit integers
 //! (ggml's Q8_1 layout idea, with f32 scales), for the CPU's integer-dot
-//! decode, and the scalar block dots of Q4_0 / Q4_1 / Q8_0 weights with
+//! decode, and the scalar block dots of Q4_0 / Q4_1 / Q8_0 / Q4_K weights with
 //! them. The SIMD kernels (`cpu::simd`) compute the same exact integer sums
 //! and combine them with the same formulas.
 
@@ -81,50 +81,71 @@ impl<T> ActRows<T> {
 
 /// Whether weights of `dtype` have integer-dot kernels.
 pub fn supports(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0)
+    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K)
 }
 
-/// One weight row (`k / 32` blocks of `dtype`, one of [`supports`]; other
-/// types give 0) dotted with row `i` of `x`: per block an exact integer sum
-/// `Σ q_w q_x`, scaled.
-pub fn dot_row<T: ActInt>(dtype: DType, w: &[u8], x: &ActRows<T>, i: usize) -> f32 {
-    debug_assert!(supports(dtype));
-    let nb = x.blocks();
-    let bb = dtype.block_bytes();
-    let qx = &x.qs[i * x.k..(i + 1) * x.k];
-    let ds = &x.ds[i * nb..(i + 1) * nb];
-    let mut acc = 0f32;
-    let mut offset = 0f32;
-    for (b, blk) in w.chunks_exact(bb).take(nb).enumerate() {
-        let q = &qx[b * ACT_BLOCK..(b + 1) * ACT_BLOCK];
-        let [dx, sx] = ds[b];
-        let f16 =
-            |o: usize| half::f16::from_bits(u16::from_le_bytes([blk[o], blk[o + 1]])).to_f32();
-        let nib = |j: usize, qs: &[u8]| -> i32 {
+/// The 32 integer weights meeting activation block `b` of a row `w` of
+/// `dtype`, with `[s, o]`: the block's value is `s·q + o` (Q4_K: one of
+/// the 8 sub-blocks of a 256-value block, `d·sc·q − dmin·m`).
+pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f32; 2]) {
+    let f16 = |blk: &[u8], o: usize| {
+        half::f16::from_bits(u16::from_le_bytes([blk[o], blk[o + 1]])).to_f32()
+    };
+    let nibbles = |qs: &[u8]| -> [i32; ACT_BLOCK] {
+        std::array::from_fn(|j| {
             if j < 16 {
                 (qs[j] & 0x0F) as i32
             } else {
                 (qs[j - 16] >> 4) as i32
             }
-        };
-        let sum = |wq: &dyn Fn(usize) -> i32| -> f32 {
-            (0..ACT_BLOCK).map(|j| wq(j) * q[j].into()).sum::<i32>() as f32
-        };
-        match dtype {
-            // (q - 8) d: Σ q x - 8 Σ x.
-            DType::Q4_0 => {
-                let dw = f16(0);
-                acc += dw * dx * sum(&|j| nib(j, &blk[2..18]));
-                offset -= 8.0 * dw * sx;
-            }
-            // q d + m: d Σ q x + m Σ x.
-            DType::Q4_1 => {
-                acc += f16(0) * dx * sum(&|j| nib(j, &blk[4..20]));
-                offset += f16(2) * sx;
-            }
-            DType::Q8_0 => acc += f16(0) * dx * sum(&|j| blk[2 + j] as i8 as i32),
-            _ => {}
+        })
+    };
+    let bb = dtype.block_bytes();
+    match dtype {
+        DType::Q4_0 => {
+            let blk = &w[b * bb..(b + 1) * bb];
+            let d = f16(blk, 0);
+            (nibbles(&blk[2..18]), [d, -8.0 * d])
         }
+        DType::Q4_1 => {
+            let blk = &w[b * bb..(b + 1) * bb];
+            (nibbles(&blk[4..20]), [f16(blk, 0), f16(blk, 2)])
+        }
+        DType::Q8_0 => {
+            let blk = &w[b * bb..(b + 1) * bb];
+            (
+                std::array::from_fn(|j| blk[2 + j] as i8 as i32),
+                [f16(blk, 0), 0.0],
+            )
+        }
+        DType::Q4K => {
+            let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
+            let s = b % 8;
+            let (sc, m) = super::kquants::scale_min_k4(s, &blk[4..16]);
+            let qs = &blk[16 + 32 * (s / 2)..16 + 32 * (s / 2) + 32];
+            let shift = 4 * (s % 2);
+            let q = std::array::from_fn(|j| ((qs[j] >> shift) & 0x0F) as i32);
+            (q, [f16(blk, 0) * sc as f32, -f16(blk, 2) * m as f32])
+        }
+        _ => ([0; ACT_BLOCK], [0.0, 0.0]),
+    }
+}
+
+/// One weight row (`k` values of `dtype`, one of [`supports`]; other types
+/// give 0) dotted with row `i` of `x`: per block an exact integer sum
+/// `Σ q_w q_x`, scaled.
+pub fn dot_row<T: ActInt>(dtype: DType, w: &[u8], x: &ActRows<T>, i: usize) -> f32 {
+    debug_assert!(supports(dtype));
+    let nb = x.blocks();
+    let qx = &x.qs[i * x.k..(i + 1) * x.k];
+    let ds = &x.ds[i * nb..(i + 1) * nb];
+    let (mut acc, mut offset) = (0f32, 0f32);
+    for (b, &[dx, sx]) in ds.iter().enumerate() {
+        let (q, [scale, off]) = block_weights(dtype, w, b);
+        let qb = &qx[b * ACT_BLOCK..(b + 1) * ACT_BLOCK];
+        let sum: i32 = q.iter().zip(qb).map(|(&a, &b)| a * b.into()).sum();
+        acc += scale * dx * sum as f32;
+        offset += off * sx;
     }
     acc + offset
 }

@@ -1,4 +1,4 @@
-//! Integer-dot decode kernels: Q4_0 / Q4_1 / Q8_0 weight rows against
+//! Integer-dot decode kernels: Q4_0 / Q4_1 / Q8_0 / Q4_K weight rows against
 //! activations quantized per 32-value block to 16 or 8 bits ([`ActRows`]).
 //! Per block the products are summed exactly in i32, then scaled in f32 as
 //! `cpu::quant::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
@@ -11,15 +11,7 @@ use crate::dtype::DType;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-/// Bytes per block of the weight type `d`.
-const fn block_bytes(d: u8) -> usize {
-    match d {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        _ => 34,
-    }
-}
+const Q4_K: u8 = 3;
 
 macro_rules! intdot_kernels {
     ($feat:literal) => {
@@ -59,26 +51,56 @@ macro_rules! intdot_kernels {
             )
         }
 
-        /// The 32 weight values of block `b` as bytes (unsigned 0..16 for
-        /// the 4-bit types, signed for Q8_0), and `[d_w, o]` where `o`
-        /// multiplies the activation block's `d_x · Σq_x`.
+        /// The 32 weight values meeting activation block `b` of the row at
+        /// `w`, as bytes (unsigned 0..16 for the 4-bit types, signed for
+        /// Q8_0), and `[s, o]`: each value is `s·q + o` (see
+        /// `act::block_weights`, which this matches).
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn weights<const D: u8>(b: *const u8) -> (__m256i, __m128) {
+        unsafe fn weights<const D: u8>(w: *const u8, b: usize) -> (__m256i, __m128) {
             let f16 = |bits: i32| _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-            let h = core::ptr::read_unaligned(b as *const u16) as i32;
+            let pair = |p: *const u8| f16(core::ptr::read_unaligned(p as *const i32));
             match D {
                 // (q - 8) d: the -8 goes into the offset term.
-                Q4_0 => (
-                    nibbles(b.add(2)),
-                    _mm_mul_ps(_mm_moveldup_ps(f16(h)), _mm_set_ps(0.0, 0.0, -8.0, 1.0)),
-                ),
+                Q4_0 => {
+                    let p = w.add(b * 18);
+                    let d = f16(core::ptr::read_unaligned(p as *const u16) as i32);
+                    (
+                        nibbles(p.add(2)),
+                        _mm_mul_ps(_mm_moveldup_ps(d), _mm_set_ps(0.0, 0.0, -8.0, 1.0)),
+                    )
+                }
                 // q d + m: [d, m] converted together.
-                Q4_1 => (
-                    nibbles(b.add(4)),
-                    f16(core::ptr::read_unaligned(b as *const i32)),
-                ),
-                _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), f16(h)),
+                Q4_1 => {
+                    let p = w.add(b * 20);
+                    (nibbles(p.add(4)), pair(p))
+                }
+                Q8_0 => {
+                    let p = w.add(b * 34);
+                    let d = f16(core::ptr::read_unaligned(p as *const u16) as i32);
+                    (_mm256_loadu_si256(p.add(2) as *const __m256i), d)
+                }
+                // Sub-block s of a 256-value block: d·sc·q − dmin·m, the
+                // low (even s) or high (odd s) nibbles of 32 bytes.
+                _ => {
+                    let p = w.add((b / 8) * 144);
+                    let s = b % 8;
+                    let (sc, m) = crate::cpu::quant::scale_min_k4(
+                        s,
+                        core::slice::from_raw_parts(p.add(4), 12),
+                    );
+                    let raw = _mm256_loadu_si256(p.add(16 + 32 * (s / 2)) as *const __m256i);
+                    let q = if s % 2 == 0 {
+                        raw
+                    } else {
+                        _mm256_srli_epi16(raw, 4)
+                    };
+                    let q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+                    (
+                        q,
+                        _mm_mul_ps(pair(p), _mm_set_ps(0.0, 0.0, -(m as f32), sc as f32)),
+                    )
+                }
             }
         }
 
@@ -94,7 +116,7 @@ macro_rules! intdot_kernels {
             acc: &mut __m256,
             off: &mut __m128,
         ) {
-            let (wq, dw) = weights::<D>(w.add(b * block_bytes(D)));
+            let (wq, dw) = weights::<D>(w, b);
             // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
             let dsx = _mm_castpd_ps(_mm_load_sd(
                 x.ds.as_ptr().add(i * x.blocks() + b) as *const f64
@@ -171,6 +193,7 @@ macro_rules! intdot_kernels {
             match dtype {
                 DType::Q4_0 => dot_rows::<i16, Q4_0>(w, row_bytes, x, out),
                 DType::Q4_1 => dot_rows::<i16, Q4_1>(w, row_bytes, x, out),
+                DType::Q4K => dot_rows::<i16, Q4_K>(w, row_bytes, x, out),
                 _ => dot_rows::<i16, Q8_0>(w, row_bytes, x, out),
             }
         }
@@ -187,6 +210,7 @@ macro_rules! intdot_kernels {
             match dtype {
                 DType::Q4_0 => dot_rows::<i8, Q4_0>(w, row_bytes, x, out),
                 DType::Q4_1 => dot_rows::<i8, Q4_1>(w, row_bytes, x, out),
+                DType::Q4K => dot_rows::<i8, Q4_K>(w, row_bytes, x, out),
                 _ => dot_rows::<i8, Q8_0>(w, row_bytes, x, out),
             }
         }
