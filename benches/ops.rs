@@ -1,16 +1,21 @@
 //! Op benchmarks on every backend available (the CPU; Vulkan when
 //! `vkllm::vk::open` succeeds): matmul as GEMV (m = 1, weight GB/s) and GEMM
 //! (m = 512, GFLOP/s, shown by criterion as elements/s) at SmolLM2-135M shapes
-//! and at 2048² / 4096², plus rms_norm, rope and attention.
+//! and at 2048², 4096² and 14336×4096 (Llama-3.1-8B's FFN), plus rms_norm,
+//! rope and attention against 512- and 4096-position caches.
+//!
+//! Vulkan work is timed on the GPU (timestamp queries around each dispatch,
+//! via the backend's profiler), the CPU by the wall clock.
 //!
 //! `VKLLM_BENCH_ALL=1` runs every weight dtype at every shape; the default
 //! keeps the run short (SmolLM2's dtypes at its shapes, every dtype at 2048²).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
 use vkllm::cpu::quant::quantize_row;
 use vkllm::cpu::CpuBackend;
+use vkllm::profile::Track;
 use vkllm::DType;
 
 fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {
@@ -50,6 +55,31 @@ fn weight_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     row.repeat(rows)
 }
 
+/// `iters` passes of `f`, timed on the GPU where the backend can (the sum of
+/// the dispatch and copy durations its timestamp queries measured), else by
+/// the wall clock.
+fn timed(b: &mut dyn ComputeBackend, iters: u64, f: impl Fn(&mut dyn ComputeBackend)) -> Duration {
+    let gpu = b.set_profiling(true).is_ok();
+    let start = Instant::now();
+    for _ in 0..iters {
+        b.begin_pass().unwrap();
+        f(b);
+        b.end_pass().unwrap();
+    }
+    let wall = start.elapsed();
+    if !gpu {
+        return wall;
+    }
+    let us: f64 = b
+        .take_profile()
+        .iter()
+        .filter(|e| e.track == Track::Gpu)
+        .map(|e| e.dur_us)
+        .sum();
+    b.set_profiling(false).unwrap();
+    Duration::from_secs_f64(us * 1e-6)
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
@@ -74,6 +104,12 @@ fn matmul_shapes() -> Vec<(&'static str, usize, usize, Vec<DType>)> {
             4096,
             pick(&[DType::Q4_1, DType::Q8_0, DType::F16]),
         ),
+        (
+            "ffn_14336x4096",
+            14336,
+            4096,
+            pick(&[DType::Q4K, DType::Q4_0]),
+        ),
     ]
 }
 
@@ -85,7 +121,7 @@ fn bench_matmul(c: &mut Criterion) {
                 let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
                 for m in [1usize, 512] {
                     // 512 rows of the output projection is not a real workload.
-                    if m > 1 && rows > 8192 {
+                    if m > 1 && rows > 8192 && cols < 1024 {
                         continue;
                     }
                     let x = upload(b.as_mut(), &rand(m * cols, 2));
@@ -97,10 +133,8 @@ fn bench_matmul(c: &mut Criterion) {
                         g.throughput(Throughput::Elements((2 * m * rows * cols) as u64));
                     }
                     g.bench_function(BenchmarkId::new(label, dtype.name()), |it| {
-                        it.iter(|| {
-                            b.begin_pass().unwrap();
-                            b.matmul(&w, None, &x, &y, m).unwrap();
-                            b.end_pass().unwrap();
+                        it.iter_custom(|n| {
+                            timed(b.as_mut(), n, |b| b.matmul(&w, None, &x, &y, m).unwrap())
                         })
                     });
                     g.finish();
@@ -123,10 +157,10 @@ fn bench_small_ops(c: &mut Criterion) {
             let out = b.alloc(rows * dim * 4).unwrap();
             g.throughput(Throughput::Bytes((rows * dim * 8) as u64));
             g.bench_function(BenchmarkId::new("rms_norm_576", rows), |it| {
-                it.iter(|| {
-                    b.begin_pass().unwrap();
-                    b.rms_norm(&x, &w, &out, rows, dim, 1e-5).unwrap();
-                    b.end_pass().unwrap();
+                it.iter_custom(|n| {
+                    timed(b.as_mut(), n, |b| {
+                        b.rms_norm(&x, &w, &out, rows, dim, 1e-5).unwrap()
+                    })
                 })
             });
             let p = RopeParams {
@@ -142,42 +176,39 @@ fn bench_small_ops(c: &mut Criterion) {
             b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();
             g.throughput(Throughput::Bytes((rows * dim * 8) as u64));
             g.bench_function(BenchmarkId::new("rope_9x64", rows), |it| {
-                it.iter(|| {
-                    b.begin_pass().unwrap();
-                    b.rope(&x, &pb, &p).unwrap();
-                    b.end_pass().unwrap();
-                })
+                it.iter_custom(|n| timed(b.as_mut(), n, |b| b.rope(&x, &pb, &p).unwrap()))
             });
-            // Attention against a 512-position cache: decode at the last
-            // position, or a 512-row causal prefill.
-            let capacity = 512;
-            let kv = 3 * 64;
-            let k = upload(b.as_mut(), &rand(capacity * kv, 5));
-            let v = upload(b.as_mut(), &rand(capacity * kv, 6));
-            let pos: Vec<u32> = if rows == 1 {
-                vec![511]
-            } else {
-                (0..512).collect()
-            };
-            b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();
-            let ap = AttentionParams {
-                rows,
-                n_heads: 9,
-                n_kv_heads: 3,
-                head_dim: 64,
-                capacity,
-                scale: 0.125,
-                window: 0,
-            };
-            let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();
-            g.throughput(Throughput::Elements((pairs * 9 * 64 * 4) as u64));
-            g.bench_function(BenchmarkId::new("attention_kv512_flop", rows), |it| {
-                it.iter(|| {
-                    b.begin_pass().unwrap();
-                    b.attention(&x, &k, &v, &pb, &out, &ap).unwrap();
-                    b.end_pass().unwrap();
-                })
-            });
+            // Attention against a 512- or 4096-position cache: decode at the
+            // last position, or a 512-row causal prefill ending there.
+            for capacity in [512usize, 4096] {
+                let kv = 3 * 64;
+                let k = upload(b.as_mut(), &rand(capacity * kv, 5));
+                let v = upload(b.as_mut(), &rand(capacity * kv, 6));
+                let last = capacity as u32 - 1;
+                let pos: Vec<u32> = (last + 1 - rows as u32..=last).collect();
+                b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();
+                let ap = AttentionParams {
+                    rows,
+                    n_heads: 9,
+                    n_kv_heads: 3,
+                    head_dim: 64,
+                    capacity,
+                    scale: 0.125,
+                    window: 0,
+                };
+                let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();
+                g.throughput(Throughput::Elements((pairs * 9 * 64 * 4) as u64));
+                let id = BenchmarkId::new(format!("attention_kv{capacity}_flop"), rows);
+                g.bench_function(id, |it| {
+                    it.iter_custom(|n| {
+                        timed(b.as_mut(), n, |b| {
+                            b.attention(&x, &k, &v, &pb, &out, &ap).unwrap()
+                        })
+                    })
+                });
+                b.free(k);
+                b.free(v);
+            }
         }
         g.finish();
     }
