@@ -66,10 +66,10 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     // Decode only (as on every instruction set, including those without a
     // GEMM kernel, whose prefill also comes here).
     let quantized = m <= GEMV_MAX_M && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
-    let (x16, x8): (Vec<ActRows<i16>>, Vec<ActRows<i8>>) = match ctx.acts {
-        Activations::Q16 if quantized => (quantize_rows(x, m, k), Vec::new()),
-        Activations::Q8 if quantized => (Vec::new(), quantize_rows(x, m, k)),
-        _ => (Vec::new(), Vec::new()),
+    let int_acts = match ctx.acts {
+        Activations::Q16 if quantized => Some(IntActs::I16(quantize_rows(x, m, k))),
+        Activations::Q8 if quantized => Some(IntActs::I8(quantize_rows(x, m, k))),
+        _ => None,
     };
     let per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
     let tasks = n.div_ceil(per_task);
@@ -84,13 +84,10 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
             let mut tmp = vec![0f32; (r1 - r0) * 4];
             for i0 in (0..m).step_by(4) {
                 let mm = (m - i0).min(4);
-                let int = match (x16.get(i0 / 4), x8.get(i0 / 4)) {
-                    (Some(x), _) => Some(ActQuant::I16(x)),
-                    (_, Some(x)) => Some(ActQuant::I8(x)),
-                    _ => None,
-                };
-                match int {
-                    Some(x) => simd::dot_rows_int(isa, w.dtype, rows, rb, x, &mut tmp),
+                match &int_acts {
+                    Some(a) => {
+                        simd::dot_rows_int(isa, w.dtype, rows, rb, a.chunk(i0 / 4), &mut tmp)
+                    }
                     None => simd::dot_rows(
                         isa,
                         w.dtype,
@@ -112,6 +109,22 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
             }
         },
     );
+}
+
+/// Decode activations quantized for the integer kernels, one entry per
+/// chunk of up to 4 rows.
+enum IntActs {
+    I16(Vec<ActRows<i16>>),
+    I8(Vec<ActRows<i8>>),
+}
+
+impl IntActs {
+    fn chunk(&self, c: usize) -> ActQuant<'_> {
+        match self {
+            IntActs::I16(v) => ActQuant::I16(&v[c]),
+            IntActs::I8(v) => ActQuant::I8(&v[c]),
+        }
+    }
 }
 
 /// `x` (`[m, k]`) quantized in chunks of up to 4 rows, as `gemv` consumes it.

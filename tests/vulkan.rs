@@ -12,7 +12,9 @@
 mod common;
 
 use common::{download_f32, download_u32, rand_f32, upload_f32, upload_u32};
-use vkllm::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::backend::{
+    Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
+};
 use vkllm::cpu::quant::quantize_row;
 use vkllm::vk::{Options, VulkanBackend};
 use vkllm::{reference, DType, Error};
@@ -72,6 +74,33 @@ fn abs_dot(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize
     out
 }
 
+/// One matmul of the uploaded weight `w` (`wb` on the host, `[rows, cols]`
+/// of `dtype`) by `x` (`m` rows), with `bias` when given, checked against the
+/// reference within `TOL` of Σ|w·x|.
+#[allow(clippy::too_many_arguments)]
+fn check_matmul(
+    b: &mut VulkanBackend,
+    what: &str,
+    (dtype, wb, w): (DType, &[u8], &Weight),
+    rows: usize,
+    cols: usize,
+    bias: Option<(&Buffer, &[f32])>,
+    x: &[f32],
+    m: usize,
+) {
+    let xb = upload_f32(b, x);
+    let yb = b.alloc(m * rows * 4).unwrap();
+    pass(b, |b| {
+        b.matmul(w, bias.map(|(bb, _)| bb), &xb, &yb, m).unwrap()
+    });
+    let got = download_f32(b, &yb, m * rows);
+    let want = reference::matmul(dtype, wb, rows, cols, bias.map(|(_, v)| v), x, m).unwrap();
+    let scale = abs_dot(dtype, wb, rows, cols, x, m);
+    assert_close(what, &got, &want, &scale, TOL);
+    b.free(xb);
+    b.free(yb);
+}
+
 #[test]
 fn backend_is_send() {
     fn is_send<T: Send>() {}
@@ -115,28 +144,18 @@ fn matmul_every_dtype_gemv_and_tiled() {
         // m = 1 and 3 take the GEMV kernel, 9 and 67 the tiled one (67 crosses a tile edge).
         for m in [1, 3, 9, 67] {
             let x = rand_f32(m * cols, 200 + m as u64);
-            let xb = upload_f32(&mut b, &x);
-            let yb = b.alloc(m * rows * 4).unwrap();
-            let with_bias = m % 2 == 1;
-            b.begin_pass().unwrap();
-            b.matmul(&w, with_bias.then_some(&bias_buf), &xb, &yb, m)
-                .unwrap();
-            b.end_pass().unwrap();
-            let got = download_f32(&mut b, &yb, m * rows);
-            let want = reference::matmul(
-                dtype,
-                &wb,
+            let with_bias = (m % 2 == 1).then_some((&bias_buf, &bias[..]));
+            let what = format!("matmul {dtype} m={m}");
+            check_matmul(
+                &mut b,
+                &what,
+                (dtype, &wb, &w),
                 rows,
                 cols,
-                with_bias.then_some(&bias[..]),
+                with_bias,
                 &x,
                 m,
-            )
-            .unwrap();
-            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
-            assert_close(&format!("matmul {dtype} m={m}"), &got, &want, &scale, TOL);
-            b.free(xb);
-            b.free(yb);
+            );
         }
         b.free_weight(w);
         b.free(bias_buf);
@@ -167,21 +186,8 @@ fn matmul_gemv_model_sized_rows_every_m() {
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
         for m in 1..=4 {
             let x = rand_f32(m * cols, 400 + m as u64);
-            let xb = upload_f32(&mut b, &x);
-            let yb = b.alloc(m * rows * 4).unwrap();
-            pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-            let got = download_f32(&mut b, &yb, m * rows);
-            let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
-            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
-            assert_close(
-                &format!("matmul {dtype} {rows}x{cols} m={m}"),
-                &got,
-                &want,
-                &scale,
-                TOL,
-            );
-            b.free(xb);
-            b.free(yb);
+            let what = format!("matmul {dtype} {rows}x{cols} m={m}");
+            check_matmul(&mut b, &what, (dtype, &wb, &w), rows, cols, None, &x, m);
         }
         b.free_weight(w);
     }
@@ -203,21 +209,8 @@ fn matmul_large_outputs_match_reference() {
         let wb = weight_bytes(dtype, rows, cols, 500);
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
         let x = rand_f32(m * cols, 501);
-        let xb = upload_f32(&mut b, &x);
-        let yb = b.alloc(m * rows * 4).unwrap();
-        pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-        let got = download_f32(&mut b, &yb, m * rows);
-        let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
-        let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
-        assert_close(
-            &format!("matmul {dtype} {rows}x{cols} m={m}"),
-            &got,
-            &want,
-            &scale,
-            TOL,
-        );
-        b.free(xb);
-        b.free(yb);
+        let what = format!("matmul {dtype} {rows}x{cols} m={m}");
+        check_matmul(&mut b, &what, (dtype, &wb, &w), rows, cols, None, &x, m);
         b.free_weight(w);
     }
 }
@@ -233,19 +226,8 @@ fn matmul_float_weights_with_odd_columns() {
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
         for m in [1, 10] {
             let x = rand_f32(m * cols, 9);
-            let xb = upload_f32(&mut b, &x);
-            let yb = b.alloc(m * rows * 4).unwrap();
-            pass(&mut b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-            let got = download_f32(&mut b, &yb, m * rows);
-            let want = reference::matmul(dtype, &wb, rows, cols, None, &x, m).unwrap();
-            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
-            assert_close(
-                &format!("matmul {dtype} k=37 m={m}"),
-                &got,
-                &want,
-                &scale,
-                TOL,
-            );
+            let what = format!("matmul {dtype} k=37 m={m}");
+            check_matmul(&mut b, &what, (dtype, &wb, &w), rows, cols, None, &x, m);
         }
     }
 }

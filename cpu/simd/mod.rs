@@ -222,16 +222,16 @@ pub(crate) fn dot_rows_int(
         unsafe {
             match (isa, x) {
                 (Isa::Avx512, ActQuant::I16(x)) if has_vnni() => {
-                    return vnni::dot_rows_i16(dtype, w, row_bytes, x, out)
+                    return vnni::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
                 (Isa::Avx512, ActQuant::I8(x)) if has_vnni() => {
-                    return vnni::dot_rows_i8(dtype, w, row_bytes, x, out)
+                    return vnni::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
                 (Isa::Avx512 | Isa::Avx2, ActQuant::I16(x)) => {
-                    return avx2::dot_rows_i16(dtype, w, row_bytes, x, out)
+                    return avx2::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
                 (Isa::Avx512 | Isa::Avx2, ActQuant::I8(x)) => {
-                    return avx2::dot_rows_i8(dtype, w, row_bytes, x, out)
+                    return avx2::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
                 _ => {}
             }

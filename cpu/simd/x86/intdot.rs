@@ -20,7 +20,7 @@ macro_rules! intdot_kernels {
 
         /// A block's exact integer sum for one activation width (the
         /// instance's `sum_i16` / `sum_i8`), chosen statically so it inlines.
-        trait BlockSum: Copy {
+        pub(crate) trait BlockSum: Copy {
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const Self) -> __m256i;
         }
         impl BlockSum for i16 {
@@ -162,7 +162,7 @@ macro_rules! intdot_kernels {
             }
         }
 
-        /// See `cpu::simd::dot_rows_int`.
+        /// Every row of `w` with the kernel of weight type `D`.
         #[target_feature(enable = $feat)]
         unsafe fn dot_rows<T: BlockSum, const D: u8>(
             w: &[u8],
@@ -181,37 +181,21 @@ macro_rules! intdot_kernels {
             }
         }
 
-        /// 16-bit activations.
+        /// See `cpu::simd::dot_rows_int`: the kernel of `dtype` for
+        /// activations of width `T` (i16 or i8).
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn dot_rows_i16(
+        pub(crate) unsafe fn dot_rows_typed<T: BlockSum>(
             dtype: DType,
             w: &[u8],
             row_bytes: usize,
-            x: &ActRows<i16>,
+            x: &ActRows<T>,
             out: &mut [f32],
         ) {
             match dtype {
-                DType::Q4_0 => dot_rows::<i16, Q4_0>(w, row_bytes, x, out),
-                DType::Q4_1 => dot_rows::<i16, Q4_1>(w, row_bytes, x, out),
-                DType::Q4K => dot_rows::<i16, Q4_K>(w, row_bytes, x, out),
-                _ => dot_rows::<i16, Q8_0>(w, row_bytes, x, out),
-            }
-        }
-
-        /// 8-bit activations.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn dot_rows_i8(
-            dtype: DType,
-            w: &[u8],
-            row_bytes: usize,
-            x: &ActRows<i8>,
-            out: &mut [f32],
-        ) {
-            match dtype {
-                DType::Q4_0 => dot_rows::<i8, Q4_0>(w, row_bytes, x, out),
-                DType::Q4_1 => dot_rows::<i8, Q4_1>(w, row_bytes, x, out),
-                DType::Q4K => dot_rows::<i8, Q4_K>(w, row_bytes, x, out),
-                _ => dot_rows::<i8, Q8_0>(w, row_bytes, x, out),
+                DType::Q4_0 => dot_rows::<T, Q4_0>(w, row_bytes, x, out),
+                DType::Q4_1 => dot_rows::<T, Q4_1>(w, row_bytes, x, out),
+                DType::Q4K => dot_rows::<T, Q4_K>(w, row_bytes, x, out),
+                _ => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
             }
         }
     };
