@@ -97,6 +97,26 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// What one recorded pass holds, on backends that record passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    pub submits: u32,
+    pub barriers: u32,
+    pub descriptor_sets: u32,
+    pub dispatches: u32,
+    pub copies: u32,
+}
+
+impl std::fmt::Display for PassStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} submit, {} dispatches, {} copies, {} barriers, {} descriptor sets",
+            self.submits, self.dispatches, self.copies, self.barriers, self.descriptor_sets
+        )
+    }
+}
+
 /// Largest upload allowed inside a pass (Vulkan's `vkCmdUpdateBuffer` limit).
 pub const PASS_UPLOAD_MAX: usize = 65536;
 
@@ -105,9 +125,17 @@ pub trait ComputeBackend {
     /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
     fn name(&self) -> String;
 
-    /// What the last pass cost the device (submits, dispatches, barriers,
-    /// descriptor sets), where the backend records passes.
-    fn last_pass_stats(&self) -> Option<String> {
+    /// What the last recorded pass holds (submits, dispatches, barriers,
+    /// descriptor sets), where the backend records passes; a replayed pass
+    /// is the one recorded last under its key.
+    fn last_pass_stats(&self) -> Option<PassStats> {
+        None
+    }
+
+    /// Nanoseconds the host has spent blocked waiting for the device since
+    /// the backend was made; `None` where ops run on the calling thread. Wall
+    /// time minus this is the host's own cost (recording, submitting).
+    fn device_wait_ns(&self) -> Option<u64> {
         None
     }
 
@@ -130,6 +158,12 @@ pub trait ComputeBackend {
 
     /// A zero-initialised buffer of `bytes` bytes.
     fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
+    /// A buffer like [`ComputeBackend::alloc`] that the host writes and reads
+    /// in place, without a copy or submit (per-token values, the sampled
+    /// token). Its uploads and downloads are outside passes.
+    fn alloc_mapped(&mut self, bytes: usize) -> Result<Buffer> {
+        self.alloc(bytes)
+    }
     /// Copy `data` into `buf` at byte `offset`. Inside a pass the write is
     /// ordered with the recorded ops (per-token ids and positions, so a decode
     /// step is one submit); there it must be at most [`PASS_UPLOAD_MAX`] bytes
@@ -158,6 +192,22 @@ pub trait ComputeBackend {
     fn begin_pass(&mut self) -> Result<()>;
     /// Run everything recorded since `begin_pass` and wait for it.
     fn end_pass(&mut self) -> Result<()>;
+    /// Start recording a pass that the backend may keep under `key` and run
+    /// again with [`ComputeBackend::replay`] (a decode step). It must read
+    /// every per-token value from buffers and allocate nothing. Ends with
+    /// `end_pass`, which runs it once.
+    fn begin_replayable_pass(&mut self, key: u32) -> Result<()> {
+        let _ = key;
+        self.begin_pass()
+    }
+    /// Run the pass kept under `key` `times` times back to back and wait.
+    /// `Ok(false)` when none is kept (never recorded, or invalidated because
+    /// a buffer was freed): the caller records it again. Backends that run
+    /// ops as they are recorded keep nothing.
+    fn replay(&mut self, key: u32, times: usize) -> Result<bool> {
+        let _ = (key, times);
+        Ok(false)
+    }
 
     /// `out[r] = dequant(table[ids[r]])` for `rows` ids; `out` is `[rows, table.cols]`.
     /// An id past the table is an error where the backend can see ids (CPU);
@@ -232,6 +282,39 @@ pub trait ComputeBackend {
     ) -> Result<()>;
     /// Index of the largest value of each row (`u32`; the first on ties).
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()>;
+    /// `dst` row `positions[r]` = `src` row `r` for `rows` rows of `row_len`
+    /// values (the KV-cache append at positions read on the device). A
+    /// position past `dst` is skipped (the attention op reports it).
+    fn store_rows(
+        &mut self,
+        src: &Buffer,
+        dst: &Buffer,
+        positions: &Buffer,
+        rows: usize,
+        row_len: usize,
+    ) -> Result<()>;
+    /// The attention front of a step in one op: [`ComputeBackend::rope`] on
+    /// `q` in place (`p.n_heads` heads), `k` (`n_kv_heads` heads) roped with
+    /// the same parameters into `k_cache` row `positions[r]`, `v` copied into
+    /// `v_cache` row `positions[r]`. `p.rot_dim == 0`: no rotation (learned
+    /// positions). A position past the caches stores nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store(
+        &mut self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        positions: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        p: &RopeParams,
+        n_kv_heads: usize,
+    ) -> Result<()>;
+    /// Greedy feedback after a decode step: `history[1 + history[0]] =
+    /// ids[0]`, `history[0] += 1`, `positions[0] += 1`, so the next step
+    /// embeds the token just chosen at the next position, with no host
+    /// round trip. `history` holds `1 + steps` values.
+    fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()>;
 }
 
 /// Checks shared by every backend's op entry points, so shape errors read the

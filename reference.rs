@@ -230,6 +230,17 @@ pub fn attention(
 }
 
 /// `act(x)` in f64.
+/// `dst` row `positions[r]` = `src` row `r` (rows of `row_len`); positions
+/// past `dst` store nothing.
+pub fn store_rows(src: &[f32], dst: &mut [f32], positions: &[u32], row_len: usize) {
+    for (row, &p) in src.chunks_exact(row_len).zip(positions) {
+        let at = p as usize * row_len;
+        if at + row_len <= dst.len() {
+            dst[at..at + row_len].copy_from_slice(row);
+        }
+    }
+}
+
 pub fn activate(act: Activation, x: f64) -> f64 {
     match act {
         Activation::Silu => x / (1.0 + (-x).exp()),

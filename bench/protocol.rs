@@ -11,6 +11,7 @@
 //! over the repetitions, every repetition kept. The cache contents at depth are
 //! whatever is there: only the attention length matters for timing.
 
+use crate::backend::PassStats;
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
 use crate::model::hf::HfCheckpoint;
@@ -133,6 +134,12 @@ pub struct TestResult {
     pub spec: TestSpec,
     /// Wall-clock nanoseconds of each repetition.
     pub samples_ns: Vec<u64>,
+    /// Of each repetition, the nanoseconds the host did not spend waiting
+    /// for the device (recording, submitting, reading back); `None` where
+    /// the backend runs ops on the calling thread.
+    pub host_ns: Option<Vec<u64>>,
+    /// The last pass the test recorded (for tg, the decode step).
+    pub pass: Option<PassStats>,
 }
 
 impl TestResult {
@@ -183,8 +190,12 @@ pub fn run_test(
     let vocab = model.config().vocab as u32;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut samples_ns = Vec::with_capacity(repetitions);
+    let mut host_ns = model
+        .device_wait_ns()
+        .map(|_| Vec::with_capacity(repetitions));
     for rep in 0..=repetitions {
         model.set_n_past(spec.depth)?;
+        let waited = model.device_wait_ns().unwrap_or(0);
         let ns = match spec.kind {
             TestKind::Pp => {
                 let ids: Vec<u32> = (0..spec.tokens).map(|_| rng.gen_range(0..vocab)).collect();
@@ -203,13 +214,20 @@ pub fn run_test(
         };
         // Repetition 0 is the warm-up.
         if rep > 0 {
-            samples_ns.push(u64::try_from(ns).unwrap_or(u64::MAX));
+            let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+            samples_ns.push(ns);
+            if let Some(h) = &mut host_ns {
+                let wait = model.device_wait_ns().unwrap_or(0) - waited;
+                h.push(ns.saturating_sub(wait));
+            }
         }
     }
     model.reset();
     Ok(TestResult {
         spec: *spec,
         samples_ns,
+        host_ns,
+        pass: model.last_pass_stats(),
     })
 }
 
@@ -274,6 +292,13 @@ pub struct Record {
     pub weight_gbs: Option<f64>,
     /// tg only: `weight_gbs` as a percentage of `copy_gbs`.
     pub roofline_pct: Option<f64>,
+    /// Host time per token outside waits for the device, microseconds
+    /// (backends that record passes).
+    pub host_us_per_token: Option<f64>,
+    /// Commands of the last pass recorded (for tg, one decode step).
+    pub dispatches: Option<u32>,
+    pub barriers: Option<u32>,
+    pub copies: Option<u32>,
 }
 
 /// Where a test ran, shared by its records.
@@ -324,6 +349,13 @@ impl Record {
             copy_gbs: ctx.copy_gbs,
             weight_gbs,
             roofline_pct,
+            host_us_per_token: r.host_ns.as_ref().map(|h| {
+                let per: Vec<f64> = h.iter().map(|&x| x as f64).collect();
+                mean(&per) / r.spec.tokens.max(1) as f64 / 1e3
+            }),
+            dispatches: r.pass.map(|p| p.dispatches),
+            barriers: r.pass.map(|p| p.barriers),
+            copies: r.pass.map(|p| p.copies),
         }
     }
 }
@@ -443,9 +475,25 @@ mod tests {
                 depth: 0,
             },
             samples_ns: vec![1_000_000_000, 500_000_000],
+            host_ns: Some(vec![1_000_000, 3_000_000]),
+            pass: None,
         };
         assert_eq!(r.samples_ts(), vec![10.0, 20.0]);
         assert_eq!(r.avg_ts(), 15.0);
         assert!((r.stddev_ts() - 50f64.sqrt()).abs() < 1e-9);
+        let ctx = RunContext {
+            model: ModelInfo {
+                filename: "m.gguf".into(),
+                n_params: 1,
+            },
+            weight_bytes: 1,
+            backend: "vulkan".into(),
+            device: "d".into(),
+            n_threads: None,
+            copy_gbs: 0.0,
+        };
+        // Mean host time of the repetitions over their 10 tokens: 200 µs.
+        let rec = Record::new(&ctx, &r);
+        assert_eq!(rec.host_us_per_token, Some(200.0));
     }
 }

@@ -5,7 +5,10 @@ use clap::{ArgGroup, Args};
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, StopReason};
+use vkllm::model::generate::{
+    generate, prompt_ids, GenerateOptions, Prompt, StopReason, DEFAULT_DECODE_CHUNK,
+};
+use vkllm::model::runner::MAX_DECODE_STEPS;
 use vkllm::model::sampling::SamplerConfig;
 use vkllm::{Error, Result};
 
@@ -55,10 +58,23 @@ pub struct GenerateArgs {
     /// Print one JSON object instead of streaming text
     #[arg(long)]
     json: bool,
+    /// Greedy decoding: most steps run on the device before their tokens
+    /// are read back (chunks grow 1, 2, 4, ... up to this; 1 = every token)
+    #[arg(long, default_value_t = DEFAULT_DECODE_CHUNK, value_parser = parse_chunk)]
+    decode_chunk: usize,
     /// Time every GPU dispatch and copy: write a Chrome trace (Perfetto,
     /// chrome://tracing) to FILE and print a per-op summary to stderr
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+}
+
+fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_DECODE_STEPS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a whole number from 1 to {MAX_DECODE_STEPS}"
+        )),
+    }
 }
 
 #[derive(Serialize)]
@@ -109,6 +125,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     }
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
+        decode_chunk: a.decode_chunk,
         sampler: SamplerConfig {
             temperature: a.temperature,
             top_k: a.top_k,

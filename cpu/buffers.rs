@@ -80,6 +80,21 @@ impl Store {
         }
     }
 
+    /// Every whole 4-byte value of `buf`, writable.
+    pub fn words_mut(&mut self, op: &'static str, what: &str, buf: &Buffer) -> Result<&mut [u32]> {
+        match self.slots.get_mut(&buf.id()) {
+            Some(Slot::Data { words, bytes }) => Ok(&mut words[..*bytes / 4]),
+            Some(Slot::Weight(_)) => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is a weight", buf.id()),
+            )),
+            None => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is freed or unknown", buf.id()),
+            )),
+        }
+    }
+
     fn words(&self, op: &'static str, what: &str, buf: &Buffer, n: usize) -> Result<&[u32]> {
         match self.slot(op, what, buf)? {
             Slot::Data { words, bytes } => {

@@ -6,6 +6,7 @@
 //! rope.rs, attention.rs, glu.rs, elementwise.rs (add, scale, copy), argmax.rs;
 //! simd/ holds the instruction-set kernels, quant/ the GGUF block formats.
 
+mod append_token;
 mod argmax;
 mod attention;
 mod buffers;
@@ -18,7 +19,9 @@ mod par;
 pub mod quant;
 mod rms_norm;
 mod rope;
+mod rope_store;
 pub mod simd;
+mod store_rows;
 
 pub use simd::Isa;
 
@@ -518,5 +521,46 @@ impl ComputeBackend for CpuBackend {
             argmax::run(xs, n, bytemuck::cast_slice_mut(dst));
             Ok(())
         })
+    }
+
+    fn store_rows(
+        &mut self,
+        src: &Buffer,
+        dst: &Buffer,
+        positions: &Buffer,
+        rows: usize,
+        row_len: usize,
+    ) -> Result<()> {
+        self.in_pass("store_rows")?;
+        store_rows::run(&mut self.store, src, dst, positions, rows, row_len)
+    }
+
+    fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()> {
+        self.in_pass("append_token")?;
+        append_token::run(&mut self.store, ids, positions, history)
+    }
+
+    fn rope_store(
+        &mut self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        positions: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        p: &RopeParams,
+        n_kv_heads: usize,
+    ) -> Result<()> {
+        self.rope(q, positions, p)?;
+        rope_store::store_kv(
+            &mut self.store,
+            k,
+            v,
+            positions,
+            k_cache,
+            v_cache,
+            p,
+            n_kv_heads,
+        )
     }
 }

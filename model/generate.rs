@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::chat::{render_chat, ChatMessage};
-use crate::model::runner::{Model, Output, Want};
+use crate::model::runner::{Model, Output, Want, MAX_DECODE_STEPS};
 use crate::model::sampling::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use std::ops::ControlFlow;
@@ -64,13 +64,21 @@ pub struct GenerateOptions {
     /// Most tokens to generate (a stop token counts as one).
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
+    /// Greedy decoding: most steps run back to back on the device before
+    /// their tokens are read (1 = a readback per token). Chunks grow from 1
+    /// up to this, so the first tokens stream at once.
+    pub decode_chunk: usize,
 }
+
+/// Default [`GenerateOptions::decode_chunk`].
+pub const DEFAULT_DECODE_CHUNK: usize = 16;
 
 impl Default for GenerateOptions {
     fn default() -> Self {
         GenerateOptions {
             max_tokens: 128,
             sampler: SamplerConfig::greedy(),
+            decode_chunk: DEFAULT_DECODE_CHUNK,
         }
     }
 }
@@ -159,49 +167,75 @@ pub fn generate(
         stop: StopReason::MaxTokens,
         timings: Timings::default(),
     };
-    while result.tokens.len() < opts.max_tokens {
-        let input = match result.tokens.last() {
-            Some(prev) => std::slice::from_ref(prev),
-            None => prompt,
-        };
+    let max_chunk = opts.decode_chunk.clamp(1, MAX_DECODE_STEPS);
+    let mut chunk_len = 1;
+    'outer: while result.tokens.len() < opts.max_tokens {
         let start = Instant::now();
-        let id = match model.forward(input, want)? {
-            Output::Token(t) => t,
-            Output::Logits(l) => sampler.sample(&l, &history),
+        let chunk: Vec<u32> = match result.tokens.last() {
+            None => vec![match model.forward(prompt, want)? {
+                Output::Token(t) => t,
+                Output::Logits(l) => sampler.sample(&l, &history),
+            }],
+            Some(&prev) if want == Want::Argmax => {
+                let room = model.capacity() - model.n_past();
+                let steps = chunk_len
+                    .min(opts.max_tokens - result.tokens.len())
+                    .min(room);
+                if steps == 0 {
+                    result.stop = StopReason::ContextFull;
+                    break;
+                }
+                chunk_len = (chunk_len * 2).min(max_chunk);
+                model.decode_greedy(prev, steps)?
+            }
+            Some(&prev) => match model.forward(&[prev], want)? {
+                Output::Token(t) => vec![t],
+                Output::Logits(l) => vec![sampler.sample(&l, &history)],
+            },
         };
         let secs = start.elapsed().as_secs_f64();
         if result.tokens.is_empty() {
             result.timings.prefill_tokens = prompt.len();
             result.timings.prefill_s = secs;
         } else {
-            result.timings.decode_tokens += 1;
+            result.timings.decode_tokens += chunk.len();
             result.timings.decode_s += secs;
         }
-        result.tokens.push(id);
-        history.push(id);
-        let is_stop = tok.stop_ids().contains(&id);
-        let full = model.n_past() >= model.capacity();
-        let ends = is_stop || full || result.tokens.len() == opts.max_tokens;
-        let mut chunk = if is_stop {
-            String::new()
-        } else {
-            decoder.push(id)
-        };
-        if ends {
-            chunk.push_str(&decoder.finish());
-        }
-        result.text.push_str(&chunk);
-        if on_token(id, &chunk).is_break() {
-            result.stop = StopReason::Cancelled;
-            break;
-        }
-        if is_stop {
-            result.stop = StopReason::StopToken;
-            break;
-        }
-        if full {
-            result.stop = StopReason::ContextFull;
-            break;
+        // The cache position after the chunk's first token, for a rewind
+        // when the chunk is cut short.
+        let chunk_base = model.n_past() + 1 - chunk.len();
+        for (i, &id) in chunk.iter().enumerate() {
+            result.tokens.push(id);
+            history.push(id);
+            let is_stop = tok.stop_ids().contains(&id);
+            let full = chunk_base + i >= model.capacity();
+            let ends = is_stop || full || result.tokens.len() == opts.max_tokens;
+            let mut text = if is_stop {
+                String::new()
+            } else {
+                decoder.push(id)
+            };
+            if ends {
+                text.push_str(&decoder.finish());
+            }
+            result.text.push_str(&text);
+            let stop = if on_token(id, &text).is_break() {
+                Some(StopReason::Cancelled)
+            } else if is_stop {
+                Some(StopReason::StopToken)
+            } else if full {
+                Some(StopReason::ContextFull)
+            } else {
+                None
+            };
+            if let Some(reason) = stop {
+                result.stop = reason;
+                if i + 1 < chunk.len() {
+                    // Steps past this token ran on the device; forget them.
+                    model.set_n_past(chunk_base + i)?;
+                }
+                break 'outer;
+            }
         }
     }
     Ok(result)

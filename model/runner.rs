@@ -3,7 +3,7 @@
 //! prefill batches every prompt row, decode runs one row; the only readback
 //! is the sampled token id or the logits asked for.
 
-use crate::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams};
+use crate::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
 use crate::model::gguf::GgufFile;
@@ -50,6 +50,13 @@ pub enum Output {
     Logits(Vec<f32>),
 }
 
+/// Keys under which a backend may keep the decode passes for replay.
+const DECODE_GREEDY: u32 = 0;
+const DECODE_LOGITS: u32 = 1;
+
+/// Most greedy decode steps submitted back to back by [`Model::decode_greedy`].
+pub const MAX_DECODE_STEPS: usize = 64;
+
 /// Per-pass activations, sized for `max_batch` rows.
 #[derive(Clone, Copy)]
 struct Scratch {
@@ -71,6 +78,8 @@ struct Scratch {
     last: Buffer,
     logits: Buffer,
     token: Buffer,
+    /// Greedy decode steps: [count, tokens...] (see `append_token`).
+    history: Buffer,
 }
 
 /// A model on a backend with its KV cache: feed token ids, get tokens or logits.
@@ -84,6 +93,8 @@ pub struct Model {
     n_past: usize,
     s: Scratch,
     logits_rows: usize,
+    /// Decode passes are kept and replayed (see [`Model::set_replay`]).
+    replay: bool,
 }
 
 fn f32_buf(be: &mut dyn ComputeBackend, n: usize) -> Result<Buffer> {
@@ -129,10 +140,12 @@ impl Model {
         }
         let rows = opts.max_batch.min(capacity);
         let b = be.as_mut();
+        // Per-token values and the chosen token are written and read by the
+        // host in place: a decode step is one submit with no copies.
         let s = Scratch {
             rows,
-            ids: f32_buf(b, rows)?,
-            pos: f32_buf(b, rows)?,
+            ids: b.alloc_mapped(rows * 4)?,
+            pos: b.alloc_mapped(rows * 4)?,
             x: f32_buf(b, rows * cfg.n_embd)?,
             h: f32_buf(b, rows * cfg.n_embd)?,
             t: f32_buf(b, rows * cfg.n_embd)?,
@@ -147,7 +160,8 @@ impl Model {
             act: f32_buf(b, rows * cfg.n_ff)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
-            token: f32_buf(b, 1)?,
+            token: b.alloc_mapped(4)?,
+            history: b.alloc_mapped((1 + MAX_DECODE_STEPS) * 4)?,
         };
         Ok(Model {
             be,
@@ -159,6 +173,7 @@ impl Model {
             n_past: 0,
             s,
             logits_rows: 1,
+            replay: true,
         })
     }
 
@@ -169,8 +184,12 @@ impl Model {
         self.be.name()
     }
     /// The device cost of the last pass (one decode step after generation).
-    pub fn last_pass_stats(&self) -> Option<String> {
+    pub fn last_pass_stats(&self) -> Option<crate::backend::PassStats> {
         self.be.last_pass_stats()
+    }
+    /// See [`ComputeBackend::device_wait_ns`].
+    pub fn device_wait_ns(&self) -> Option<u64> {
+        self.be.device_wait_ns()
     }
     /// See [`ComputeBackend::set_profiling`].
     pub fn set_profiling(&mut self, on: bool) -> Result<()> {
@@ -194,6 +213,12 @@ impl Model {
     /// KV-cache capacity in positions.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+    /// Keep decode passes and replay them (the default), or record every
+    /// pass afresh: the two give the same results, so this is for tests and
+    /// A/B timing.
+    pub fn set_replay(&mut self, on: bool) {
+        self.replay = on;
     }
     /// Forget the sequence (the cache is overwritten, not cleared).
     pub fn reset(&mut self) {
@@ -224,11 +249,9 @@ impl Model {
                 self.capacity
             )));
         }
-        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(Error::Invalid(format!(
-                "token id {bad} is outside the vocabulary of {}",
-                self.cfg.vocab
-            )));
+        self.check_ids(ids)?;
+        if let ([id], Want::Argmax) = (ids, want) {
+            return Ok(Output::Token(self.decode_greedy(*id, 1)?[0]));
         }
         let mut all = Vec::new();
         let mut out = None;
@@ -251,6 +274,63 @@ impl Model {
             Want::AllLogits => Output::Logits(all),
             _ => out.ok_or_else(|| Error::Invalid("no output".into()))?,
         })
+    }
+
+    /// `steps` greedy tokens after `first`, chosen on the device: each step's
+    /// argmax feeds the next step's embedding, and the steps run back to back
+    /// (one submit on backends that replay passes), read back once. The cache
+    /// then holds `first` and every returned token but the last.
+    pub fn decode_greedy(&mut self, first: u32, steps: usize) -> Result<Vec<u32>> {
+        if steps == 0 {
+            return Ok(Vec::new());
+        }
+        if steps > MAX_DECODE_STEPS {
+            return Err(Error::Invalid(format!(
+                "{steps} decode steps at once; at most {MAX_DECODE_STEPS}"
+            )));
+        }
+        if self.n_past + steps > self.capacity {
+            return Err(Error::Invalid(format!(
+                "{} cached + {steps} new tokens exceed the context of {} positions",
+                self.n_past, self.capacity
+            )));
+        }
+        self.check_ids(&[first])?;
+        let s = self.s;
+        self.be.upload(&s.ids, 0, &first.to_le_bytes())?;
+        self.be
+            .upload(&s.pos, 0, &(self.n_past as u32).to_le_bytes())?;
+        self.be.upload(&s.history, 0, &0u32.to_le_bytes())?;
+        let mut done = 0;
+        while done < steps {
+            if self.replay && self.be.replay(DECODE_GREEDY, steps - done)? {
+                break;
+            }
+            self.begin(Some(DECODE_GREEDY))?;
+            self.record_closed(1, Want::Argmax, true, true)?;
+            done += 1;
+        }
+        let mut words = vec![0u32; 1 + steps];
+        self.be
+            .download(&s.history, 0, bytemuck::cast_slice_mut(&mut words))?;
+        if words[0] as usize != steps {
+            return Err(Error::Invalid(format!(
+                "the device ran {} decode steps, {steps} were submitted",
+                words[0]
+            )));
+        }
+        self.n_past += steps;
+        Ok(words[1..].to_vec())
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(Error::Invalid(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.cfg.vocab
+            )));
+        }
+        Ok(())
     }
 
     /// Greedy next token after `ids`.
@@ -281,22 +361,31 @@ impl Model {
         self.be.matmul(&l.w, l.b.as_ref(), &x, &y, m)
     }
 
-    /// Record the ops of one pass: embeddings, the layers, the head.
-    fn record(
-        &mut self,
-        ids: &[u32],
-        positions: &[u32],
-        want: Want,
-        read: bool,
-        logits: Buffer,
-    ) -> Result<()> {
-        let m = ids.len();
+    /// Begin a pass, kept under `key` for replay when replay is on.
+    fn begin(&mut self, key: Option<u32>) -> Result<()> {
+        match key {
+            Some(k) if self.replay => self.be.begin_replayable_pass(k),
+            _ => self.be.begin_pass(),
+        }
+    }
+
+    /// Record the ops of a pass begun by the caller and end it, closing it
+    /// on an error too so the model stays usable (the first error wins).
+    fn record_closed(&mut self, m: usize, want: Want, read: bool, feedback: bool) -> Result<()> {
+        let recorded = self.record(m, want, read, feedback);
+        let ended = self.be.end_pass();
+        recorded.and(ended)
+    }
+
+    /// Record the ops of one pass over the `m` ids and positions already in
+    /// the scratch buffers: embeddings, the layers, the head. With
+    /// `feedback` (a single-row greedy step) the token goes back into `ids`
+    /// for the next step (`append_token`).
+    fn record(&mut self, m: usize, want: Want, read: bool, feedback: bool) -> Result<()> {
         let c = self.cfg.clone();
         let s = self.s;
-        let (e, kvd) = (c.n_embd, c.kv_dim());
-        // Inside the pass, so a decode step is a single submit.
-        self.be.upload(&s.ids, 0, bytemuck::cast_slice(ids))?;
-        self.be.upload(&s.pos, 0, bytemuck::cast_slice(positions))?;
+        let logits = s.logits;
+        let e = c.n_embd;
         self.be.embedding(&self.w.tok_embd, &s.ids, &s.x, m)?;
         if let Some(pe) = self.w.pos_embd {
             self.be.embedding(&pe, &s.pos, &s.t, m)?;
@@ -321,21 +410,25 @@ impl Model {
                     .rms_norm(&s.k, &kn.w, &s.kn, m * c.n_head_kv, c.head_dim, c.norm_eps)?;
                 (q, k) = (s.qn, s.kn);
             }
-            if let Some(r) = c.rope {
-                let p = |n_heads| RopeParams {
-                    rows: m,
-                    n_heads,
-                    head_dim: c.head_dim,
-                    rot_dim: r.rot_dim,
-                    base: lc.rope_base,
-                    style: r.style,
-                };
-                self.be.rope(&q, &s.pos, &p(c.n_head))?;
-                self.be.rope(&k, &s.pos, &p(c.n_head_kv))?;
-            }
-            let at = self.n_past * kvd * 4;
-            self.be.copy(&k, 0, &self.k_cache[il], at, m * kvd * 4)?;
-            self.be.copy(&s.v, 0, &self.v_cache[il], at, m * kvd * 4)?;
+            // Learned positions (no rope): rot_dim 0 only stores k and v.
+            let rope = RopeParams {
+                rows: m,
+                n_heads: c.n_head,
+                head_dim: c.head_dim,
+                rot_dim: c.rope.map_or(0, |r| r.rot_dim),
+                base: lc.rope_base,
+                style: c.rope.map_or(RopeStyle::Neox, |r| r.style),
+            };
+            self.be.rope_store(
+                &q,
+                &k,
+                &s.v,
+                &s.pos,
+                &self.k_cache[il],
+                &self.v_cache[il],
+                &rope,
+                c.n_head_kv,
+            )?;
             let ap = AttentionParams {
                 rows: m,
                 n_heads: c.n_head,
@@ -392,18 +485,21 @@ impl Model {
             self.be.copy(&s.x, (m - 1) * e * 4, &s.last, 0, e * 4)?;
             self.norm(&output_norm, s.last, s.h, 1)?;
             self.be.matmul(&output, None, &s.h, &logits, 1)?;
-            if want == Want::Argmax {
+            if want == Want::Argmax && feedback {
+                self.be.argmax(&logits, &s.ids, 1, c.vocab)?;
+                self.be.append_token(&s.ids, &s.pos, &s.history)?;
+            } else if want == Want::Argmax {
                 self.be.argmax(&logits, &s.token, 1, c.vocab)?;
             }
         }
         Ok(())
     }
 
-    /// One pass over `ids` (at most `max_batch` rows).
+    /// One pass over `ids` (at most `max_batch` rows). Single-row passes
+    /// that read logits are kept by the backend and replayed.
     fn pass(&mut self, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
         let m = ids.len();
         let c = self.cfg.clone();
-        let s = self.s;
         let positions: Vec<u32> = (self.n_past..self.n_past + m).map(|p| p as u32).collect();
         let logit_rows = if want == Want::AllLogits { m } else { 1 };
         if logit_rows > self.logits_rows {
@@ -411,15 +507,19 @@ impl Model {
             self.s.logits = f32_buf(self.be.as_mut(), logit_rows * c.vocab)?;
             self.logits_rows = logit_rows;
         }
-        let logits = self.s.logits;
-        self.be.begin_pass()?;
-        let recorded = self.record(ids, &positions, want, read, logits);
-        if recorded.is_err() {
-            // Close the pass so the model stays usable; the first error wins.
-            let _ = self.be.end_pass();
-            recorded?;
+        let s = self.s;
+        self.be.upload(&s.ids, 0, bytemuck::cast_slice(ids))?;
+        self.be
+            .upload(&s.pos, 0, bytemuck::cast_slice(&positions))?;
+        if m == 1 && read && want == Want::LastLogits {
+            if !(self.replay && self.be.replay(DECODE_LOGITS, 1)?) {
+                self.begin(Some(DECODE_LOGITS))?;
+                self.record_closed(m, want, read, false)?;
+            }
+        } else {
+            self.begin(None)?;
+            self.record_closed(m, want, read, false)?;
         }
-        self.be.end_pass()?;
         self.n_past += m;
         if !read {
             return Ok(None);
@@ -433,7 +533,7 @@ impl Model {
             _ => {
                 let mut v = vec![0f32; logit_rows * c.vocab];
                 self.be
-                    .download(&logits, 0, bytemuck::cast_slice_mut(&mut v))?;
+                    .download(&s.logits, 0, bytemuck::cast_slice_mut(&mut v))?;
                 Output::Logits(v)
             }
         }))

@@ -772,3 +772,100 @@ fn uploads_inside_a_pass_land_in_order() {
         b.end_pass().unwrap();
     }
 }
+
+#[test]
+fn store_rows_and_rope_store_write_the_cache_at_positions() {
+    // Tolerance as rope (1e-5); stores are exact.
+    let (rows, n_heads, n_kv, head_dim, cap) = (3, 6, 2, 64, 12);
+    let kvd = n_kv * head_dim;
+    let positions = [7u32, 2, 40]; // the last is past the cache: stored nowhere
+    for (name, mut b) in all_backends() {
+        for (style, rot_dim) in [
+            (RopeStyle::Neox, 64),
+            (RopeStyle::Interleaved, 32),
+            (RopeStyle::Neox, 0),
+        ] {
+            let p = RopeParams {
+                rows,
+                n_heads,
+                head_dim,
+                rot_dim,
+                base: 10000.0,
+                style,
+            };
+            let q = rand_f32(rows * n_heads * head_dim, 61);
+            let k = rand_f32(rows * kvd, 62);
+            let v = rand_f32(rows * kvd, 63);
+            let old = rand_f32(cap * kvd, 64);
+            let (mut q_want, mut k_roped) = (q.clone(), k.clone());
+            reference::rope(&mut q_want, &positions, &p).unwrap();
+            let kp = RopeParams { n_heads: n_kv, ..p };
+            reference::rope(&mut k_roped, &positions, &kp).unwrap();
+            let (mut kc_want, mut vc_want) = (old.clone(), old.clone());
+            reference::store_rows(&k_roped, &mut kc_want, &positions, kvd);
+            reference::store_rows(&v, &mut vc_want, &positions, kvd);
+            let bufs: Vec<_> = [&q, &k, &v, &old, &old]
+                .iter()
+                .map(|d| upload_f32(b.as_mut(), d))
+                .collect();
+            let pb = upload_u32(b.as_mut(), &positions);
+            let (qb, kb, vb, kcb, vcb) = (&bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4]);
+            pass(b.as_mut(), |b| {
+                b.rope_store(qb, kb, vb, &pb, kcb, vcb, &p, n_kv).unwrap()
+            });
+            let what = format!("{name} {style:?} rot={rot_dim}");
+            let err = max_abs_diff(&download_f32(b.as_mut(), qb, q.len()), &q_want);
+            assert!(err <= 1e-5, "{what}: q error {err}");
+            let err = max_abs_diff(&download_f32(b.as_mut(), kcb, old.len()), &kc_want);
+            assert!(err <= 1e-5, "{what}: k cache error {err}");
+            assert_eq!(
+                download_f32(b.as_mut(), vcb, old.len()),
+                vc_want,
+                "{what}: v cache"
+            );
+            // store_rows alone: exact, the same rows.
+            let cache = upload_f32(b.as_mut(), &old);
+            pass(b.as_mut(), |b| {
+                b.store_rows(vb, &cache, &pb, rows, kvd).unwrap()
+            });
+            assert_eq!(
+                download_f32(b.as_mut(), &cache, old.len()),
+                vc_want,
+                "{what}: store_rows"
+            );
+        }
+    }
+}
+
+#[test]
+fn append_token_records_the_token_and_advances() {
+    for (name, mut b) in all_backends() {
+        let ids = upload_u32(b.as_mut(), &[42]);
+        let pos = upload_u32(b.as_mut(), &[9]);
+        let history = upload_u32(b.as_mut(), &[0, 0, 0, 0]);
+        for t in [42u32, 7] {
+            b.upload(&ids, 0, &t.to_le_bytes()).unwrap();
+            pass(b.as_mut(), |b| {
+                b.append_token(&ids, &pos, &history).unwrap()
+            });
+        }
+        assert_eq!(
+            download_u32(b.as_mut(), &history, 4),
+            [2, 42, 7, 0],
+            "{name}"
+        );
+        assert_eq!(download_u32(b.as_mut(), &pos, 1), [11], "{name}");
+    }
+}
+
+#[test]
+fn mapped_buffers_round_trip_and_feed_ops() {
+    for (name, mut b) in all_backends() {
+        let m = b.alloc_mapped(16).unwrap();
+        assert_eq!(download_u32(b.as_mut(), &m, 4), [0; 4], "{name}: zeroed");
+        b.upload(&m, 4, &5u32.to_le_bytes()).unwrap();
+        let x = upload_f32(b.as_mut(), &[1.0, 9.0, 3.0]);
+        pass(b.as_mut(), |b| b.argmax(&x, &m, 1, 3).unwrap());
+        assert_eq!(download_u32(b.as_mut(), &m, 4), [1, 5, 0, 0], "{name}");
+    }
+}

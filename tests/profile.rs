@@ -139,7 +139,7 @@ fn profile_of_a_model_forward_matches_the_pass_stats() {
     let mut model = Model::load(be, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
     model.set_profiling(true).unwrap();
     model.forward(&[1, 2, 3], Want::LastLogits).unwrap();
-    let expected = dispatches_and_copies(&model.last_pass_stats().unwrap());
+    let expected = dispatches_and_copies(&model.last_pass_stats().unwrap().to_string());
     let events = model.take_profile();
     let trace = round_trip(&events);
     let counts = gpu_counts(&trace);

@@ -19,6 +19,9 @@ pub struct DeviceBuffer {
     pub buffer: vk::Buffer,
     pub size: u64,
     allocation: Allocation,
+    /// Made by [`Memory::alloc_mapped`]: host-coherent and mapped, so the
+    /// host reads and writes it in place.
+    pub host: bool,
 }
 
 pub struct Memory {
@@ -65,17 +68,19 @@ impl Memory {
     }
 
     fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {
-        let usage = match location {
-            MemoryLocation::CpuToGpu => vk::BufferUsageFlags::TRANSFER_SRC,
-            MemoryLocation::GpuToCpu => {
-                vk::BufferUsageFlags::TRANSFER_DST | vk::BufferUsageFlags::STORAGE_BUFFER
-            }
-            _ => {
-                vk::BufferUsageFlags::STORAGE_BUFFER
-                    | vk::BufferUsageFlags::TRANSFER_SRC
-                    | vk::BufferUsageFlags::TRANSFER_DST
-            }
-        };
+        let storage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        self.create_with(size, location, storage, what)
+    }
+
+    fn create_with(
+        &mut self,
+        size: u64,
+        location: MemoryLocation,
+        usage: vk::BufferUsageFlags,
+        what: &str,
+    ) -> Result<DeviceBuffer> {
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(usage)
@@ -113,6 +118,7 @@ impl Memory {
             buffer,
             size,
             allocation,
+            host: false,
         };
         if let Err(e) = bound {
             self.destroy(dev);
@@ -145,6 +151,16 @@ impl Memory {
         let size = (bytes.max(4) as u64).div_ceil(4) * 4;
         let buf = self.create(size, MemoryLocation::GpuToCpu, "the status buffer")?;
         Ok(self.register(buf).0)
+    }
+
+    /// A small storage buffer the host writes and reads through a mapping,
+    /// with no copy or submit (per-token values, the sampled token). Device
+    /// local where the device offers host-visible VRAM.
+    pub fn alloc_mapped(&mut self, bytes: usize) -> Result<(u32, vk::Buffer, u64)> {
+        let size = (bytes.max(4) as u64).div_ceil(4) * 4;
+        let mut buf = self.create(size, MemoryLocation::CpuToGpu, "a host-mapped buffer")?;
+        buf.host = buf.is_mapped();
+        Ok(self.register(buf))
     }
 
     fn register(&mut self, buf: DeviceBuffer) -> (u32, vk::Buffer, u64) {
@@ -215,7 +231,12 @@ impl Memory {
             } else {
                 (MemoryLocation::CpuToGpu, "the upload staging buffer")
             };
-            let fresh = self.create(want, location, what)?;
+            let usage = if download {
+                vk::BufferUsageFlags::TRANSFER_DST
+            } else {
+                vk::BufferUsageFlags::TRANSFER_SRC
+            };
+            let fresh = self.create_with(want, location, usage, what)?;
             *if download {
                 &mut self.download
             } else {
@@ -251,6 +272,11 @@ impl Drop for Memory {
 }
 
 impl DeviceBuffer {
+    /// Whether the host can reach the buffer through a mapping.
+    pub fn is_mapped(&self) -> bool {
+        self.allocation.mapped_ptr().is_some()
+    }
+
     pub fn mapped(&mut self) -> Result<&mut [u8]> {
         self.allocation
             .mapped_slice_mut()

@@ -243,6 +243,41 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// Zero buffers allocated since the last submit, in a submit of their
+    /// own, so a pass (and its stats) holds only the work recorded into it.
+    fn flush_fills(&mut self) -> Result<()> {
+        if !self.pending_fills.is_empty() {
+            self.begin_recording(Slot::Transfer)?;
+            self.finish_recording()?;
+        }
+        Ok(())
+    }
+
+    fn begin_pass_in(&mut self, slot: Slot) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Vulkan(
+                "begin_pass called twice without end_pass".into(),
+            ));
+        }
+        self.flush_fills()?;
+        if let Some(p) = &mut self.profile {
+            p.pass_begun = Instant::now();
+        }
+        self.begin_recording(slot)?;
+        self.in_pass = true;
+        Ok(())
+    }
+
+    /// The host-mapped buffer behind `buf`, if it is one (see `alloc_mapped`).
+    fn host_bytes(&mut self, buf: &Buffer) -> Result<Option<&mut [u8]>> {
+        self.mem.resolve(buf)?;
+        let db = self.mem.get_mut(buf.id)?;
+        if !db.host {
+            return Ok(None);
+        }
+        Ok(Some(db.mapped()?))
+    }
+
     /// Begin a command buffer, zeroing buffers allocated since the last one.
     fn begin_recording(&mut self, slot: Slot) -> Result<()> {
         self.rec.begin(slot)?;
@@ -440,18 +475,20 @@ impl ComputeBackend for VulkanBackend {
         format!("vulkan ({})", self.dev.info.name)
     }
 
-    fn last_pass_stats(&self) -> Option<String> {
-        let s = self.last_pass;
-        Some(format!(
-            "{} submit, {} dispatches, {} copies, {} barriers, {} descriptor sets",
-            s.submits, s.dispatches, s.copies, s.barriers, s.descriptor_sets
-        ))
+    fn last_pass_stats(&self) -> Option<PassStats> {
+        Some(self.last_pass)
+    }
+
+    fn device_wait_ns(&self) -> Option<u64> {
+        Some(self.rec.wait_ns)
     }
 
     fn set_profiling(&mut self, on: bool) -> Result<()> {
         if self.in_pass {
             return Err(Error::Vulkan("set_profiling called inside a pass".into()));
         }
+        // Kept passes were recorded with or without timestamps.
+        self.rec.invalidate_pass();
         if !on {
             self.profile = None;
             self.rec.set_timestamps(false);
@@ -502,11 +539,28 @@ impl ComputeBackend for VulkanBackend {
         Ok(Buffer::new(id, bytes))
     }
 
+    fn alloc_mapped(&mut self, bytes: usize) -> Result<Buffer> {
+        if self.rec.is_recording() {
+            return Err(Error::Vulkan("alloc_mapped called inside a pass".into()));
+        }
+        let (id, _, _) = self.mem.alloc_mapped(bytes)?;
+        if let Some(host) = self.host_bytes(&Buffer::new(id, bytes))? {
+            host.fill(0);
+        } else {
+            self.pending_fills.push(id);
+        }
+        Ok(Buffer::new(id, bytes))
+    }
+
     fn upload(&mut self, buf: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
         if self.in_pass {
             return self.record_upload(buf, offset, data);
         }
         self.transfer(buf, offset, data.len(), "upload")?;
+        if let Some(host) = self.host_bytes(buf)? {
+            host[offset..offset + data.len()].copy_from_slice(data);
+            return Ok(());
+        }
         for (i, chunk) in data.chunks(STAGING_CAP as usize).enumerate() {
             let staging = self.mem.staging(chunk.len() as u64, false)?;
             staging.mapped()?[..chunk.len()].copy_from_slice(chunk);
@@ -520,6 +574,10 @@ impl ComputeBackend for VulkanBackend {
 
     fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.transfer(buf, offset, out.len(), "download")?;
+        if let Some(host) = self.host_bytes(buf)? {
+            out.copy_from_slice(&host[offset..offset + out.len()]);
+            return Ok(());
+        }
         for (i, chunk) in out.chunks_mut(STAGING_CAP as usize).enumerate() {
             let src = self.mem.resolve(buf)?.buffer;
             let dst = self.mem.staging(chunk.len() as u64, true)?.buffer;
@@ -563,23 +621,35 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn begin_pass(&mut self) -> Result<()> {
+        self.begin_pass_in(Slot::Pass)
+    }
+
+    fn begin_replayable_pass(&mut self, key: u32) -> Result<()> {
+        // Timestamps of a replayed pass would belong to no recording.
+        let slot = if self.profile.is_some() {
+            Slot::Pass
+        } else {
+            Slot::Kept(key)
+        };
+        self.begin_pass_in(slot)
+    }
+
+    fn replay(&mut self, key: u32, times: usize) -> Result<bool> {
         if self.in_pass {
-            return Err(Error::Vulkan(
-                "begin_pass called twice without end_pass".into(),
-            ));
+            return Err(Error::Vulkan("replay called inside a pass".into()));
         }
-        if !self.pending_fills.is_empty() {
-            // Zero new buffers in a submit of their own, so the pass (and its
-            // stats) holds only the work recorded into it.
-            self.begin_recording(Slot::Transfer)?;
-            self.finish_recording()?;
+        if self.profile.is_some() || times == 0 {
+            return Ok(times == 0);
         }
-        if let Some(p) = &mut self.profile {
-            p.pass_begun = Instant::now();
+        self.flush_fills()?;
+        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        let times = u32::try_from(times)
+            .map_err(|_| Error::Vulkan(format!("{times} replays in one submit")))?;
+        if !self.rec.replay(key, times)? {
+            return Ok(false);
         }
-        self.begin_recording(Slot::Pass)?;
-        self.in_pass = true;
-        Ok(())
+        self.check_after_submit()?;
+        Ok(true)
     }
 
     fn end_pass(&mut self) -> Result<()> {
@@ -693,6 +763,41 @@ impl ComputeBackend for VulkanBackend {
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
         self.record("argmax", |b| b.encode_argmax(x, out, rows, n))
+    }
+
+    fn store_rows(
+        &mut self,
+        src: &Buffer,
+        dst: &Buffer,
+        positions: &Buffer,
+        rows: usize,
+        row_len: usize,
+    ) -> Result<()> {
+        self.record("store_rows", |b| {
+            b.encode_store_rows(src, dst, positions, rows, row_len)
+        })
+    }
+
+    fn rope_store(
+        &mut self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        positions: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        p: &RopeParams,
+        n_kv_heads: usize,
+    ) -> Result<()> {
+        self.record("rope_store", |b| {
+            b.encode_rope_store(q, k, v, positions, k_cache, v_cache, p, n_kv_heads)
+        })
+    }
+
+    fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()> {
+        self.record("append_token", |b| {
+            b.encode_append_token(ids, positions, history)
+        })
     }
 }
 

@@ -1,15 +1,19 @@
 //! One command buffer, one fence, one submit per pass; transfers record into
-//! a second command buffer so a recorded pass survives them and can be
-//! submitted again (replayed). Barriers come from
+//! a command buffer of their own so a recorded pass survives them and can be
+//! submitted again (replayed). Passes recorded under a key ([`Slot::Kept`],
+//! decode steps) keep their own command buffer and descriptor pools, so
+//! several can be replayed in any order. Barriers come from
 //! what each command reads and writes: a command that reads a buffer written
 //! since the last barrier (RAW), or writes one read or written since then
 //! (WAR, WAW), gets one global memory barrier before it; independent commands
 //! (e.g. the Q, K, V projections of one input) get none.
 
 use super::vk_err;
+pub use crate::backend::PassStats;
 use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// Descriptor sets per pool; more pools are made when a pass needs them.
 const SETS_PER_POOL: u32 = 1024;
@@ -41,6 +45,8 @@ struct Timestamps {
 pub enum Slot {
     /// A pass: may be submitted again until the next pass is recorded.
     Pass,
+    /// A pass kept under a key until a buffer is freed: replayed per token.
+    Kept(u32),
     /// Staging copies and zero fills: submitted once.
     Transfer,
 }
@@ -72,14 +78,35 @@ impl Cmd {
     }
 }
 
-/// Work recorded in one pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PassStats {
-    pub submits: u32,
-    pub barriers: u32,
-    pub descriptor_sets: u32,
-    pub dispatches: u32,
-    pub copies: u32,
+/// A pass's command buffer with the descriptor pools its sets come from.
+struct Recording {
+    cmd: Cmd,
+    pools: Vec<vk::DescriptorPool>,
+    /// Pools in use by the recording (the rest are spare).
+    pools_used: usize,
+    /// Holds a complete, submitted pass that may be submitted again.
+    ready: bool,
+}
+
+impl Recording {
+    fn new(device: &ash::Device, family: u32) -> Result<Recording> {
+        Ok(Recording {
+            cmd: Cmd::new(device, family)?,
+            pools: Vec::new(),
+            pools_used: 0,
+            ready: false,
+        })
+    }
+
+    fn destroy(&mut self, device: &ash::Device) {
+        // SAFETY: the device is idle (the owner waits) and these objects belong to it.
+        unsafe {
+            for p in self.pools.drain(..) {
+                device.destroy_descriptor_pool(p, None);
+            }
+            device.destroy_command_pool(self.cmd.pool, None);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -91,20 +118,20 @@ struct Pending {
 pub struct Recorder {
     device: ash::Device,
     queue: vk::Queue,
-    pass: Cmd,
+    family: u32,
+    pass: Recording,
+    kept: HashMap<u32, Recording>,
     transfer: Cmd,
     /// The command buffer being recorded.
     pub cmd: vk::CommandBuffer,
     slot: Slot,
     fence: vk::Fence,
-    desc_pools: Vec<vk::DescriptorPool>,
-    desc_pool_next: usize,
     /// Accesses since the last barrier, by buffer id.
     pending: HashMap<u32, Pending>,
     recording: bool,
-    /// The pass command buffer holds a complete, submitted pass.
-    pass_ready: bool,
     pub stats: PassStats,
+    /// Nanoseconds spent in vkWaitForFences since creation.
+    pub wait_ns: u64,
     /// Some while profiling: pass commands are bracketed by timestamps.
     timestamps: Option<Timestamps>,
     /// Query pools of an earlier profiling session, destroyed on drop.
@@ -113,29 +140,28 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(device: &ash::Device, queue: vk::Queue, family: u32) -> Result<Recorder> {
-        let pass = Cmd::new(device, family)?;
+        let mut pass = Recording::new(device, family)?;
         let transfer = match Cmd::new(device, family) {
             Ok(t) => t,
             Err(e) => {
-                // SAFETY: the pool is unused.
-                unsafe { device.destroy_command_pool(pass.pool, None) };
+                pass.destroy(device);
                 return Err(e);
             }
         };
         let mut rec = Recorder {
             device: device.clone(),
             queue,
-            cmd: pass.buf,
+            family,
+            cmd: pass.cmd.buf,
             pass,
+            kept: HashMap::new(),
             transfer,
             slot: Slot::Pass,
             fence: vk::Fence::null(),
-            desc_pools: Vec::new(),
-            desc_pool_next: 0,
             pending: HashMap::new(),
             recording: false,
-            pass_ready: false,
             stats: PassStats::default(),
+            wait_ns: 0,
             timestamps: None,
             retired_pools: Vec::new(),
         };
@@ -151,32 +177,50 @@ impl Recorder {
 
     /// Start recording into `slot`'s command buffer. Every earlier submit
     /// has completed (submit waits), so its pools can be reset; recording a
-    /// pass discards the previous one.
+    /// pass discards the one recorded before into the same slot.
     pub fn begin(&mut self, slot: Slot) -> Result<()> {
         if self.recording {
             return Err(Error::Vulkan(
                 "a command buffer is already being recorded".into(),
             ));
         }
+        if let Slot::Kept(key) = slot {
+            if !self.kept.contains_key(&key) {
+                let r = Recording::new(&self.device, self.family)?;
+                self.kept.insert(key, r);
+            }
+        }
+        let device = self.device.clone();
         let (cmd, flags) = match slot {
-            Slot::Pass => (&self.pass, vk::CommandBufferUsageFlags::empty()),
             Slot::Transfer => (&self.transfer, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            _ => {
+                let r = self.recording_mut(slot)?;
+                // SAFETY: nothing allocated from these pools is pending on the GPU.
+                unsafe {
+                    for &p in &r.pools[..r.pools_used] {
+                        device
+                            .reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty())
+                            .map_err(vk_err("resetting a descriptor pool"))?;
+                    }
+                }
+                r.pools_used = 0;
+                r.ready = false;
+                // A kept pass is submitted several times in one batch (decode
+                // steps back to back), which needs simultaneous use.
+                let flags = if slot == Slot::Pass {
+                    vk::CommandBufferUsageFlags::empty()
+                } else {
+                    vk::CommandBufferUsageFlags::SIMULTANEOUS_USE
+                };
+                (&r.cmd, flags)
+            }
         };
-        // SAFETY: nothing recorded from these pools is pending on the GPU.
+        // SAFETY: nothing recorded from this pool is pending on the GPU.
         unsafe {
-            self.device
+            device
                 .reset_command_pool(cmd.pool, vk::CommandPoolResetFlags::empty())
                 .map_err(vk_err("resetting a command pool"))?;
-            if slot == Slot::Pass {
-                self.pass_ready = false;
-                for &p in &self.desc_pools[..self.desc_pool_next.min(self.desc_pools.len())] {
-                    self.device
-                        .reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty())
-                        .map_err(vk_err("resetting a descriptor pool"))?;
-                }
-                self.desc_pool_next = 0;
-            }
-            self.device
+            device
                 .begin_command_buffer(cmd.buf, &vk::CommandBufferBeginInfo::default().flags(flags))
                 .map_err(vk_err("beginning the command buffer"))?;
         }
@@ -185,13 +229,27 @@ impl Recorder {
         self.pending.clear();
         self.stats = PassStats::default();
         if let Some(ts) = &mut self.timestamps {
-            if slot == Slot::Pass {
+            if slot != Slot::Transfer {
                 ts.used = 0;
                 ts.timed.clear();
             }
         }
         self.recording = true;
         Ok(())
+    }
+
+    /// The pass recording of `slot` (not the transfer buffer).
+    fn recording_mut(&mut self, slot: Slot) -> Result<&mut Recording> {
+        match slot {
+            Slot::Pass => Ok(&mut self.pass),
+            Slot::Kept(key) => self
+                .kept
+                .get_mut(&key)
+                .ok_or_else(|| Error::Vulkan(format!("no pass is kept under key {key}"))),
+            Slot::Transfer => Err(Error::Vulkan(
+                "the transfer command buffer has no descriptor sets".into(),
+            )),
+        }
     }
 
     /// Time the commands of later passes (on) or stop (off). The query pools
@@ -206,7 +264,8 @@ impl Recorder {
 
     fn timing(&mut self) -> Option<&mut Timestamps> {
         match self.slot {
-            Slot::Pass if self.recording => self.timestamps.as_mut(),
+            Slot::Transfer => None,
+            _ if self.recording => self.timestamps.as_mut(),
             _ => None,
         }
     }
@@ -301,7 +360,7 @@ impl Recorder {
                 .iter()
                 .any(|id| self.pending.get(id).is_some_and(|p| p.written || p.read));
         if hazard {
-            self.barrier();
+            self.barrier(false);
             self.stats.barriers += 1;
             self.pending.clear();
         }
@@ -313,26 +372,31 @@ impl Recorder {
         }
     }
 
-    /// A global barrier from every compute/transfer write to every later
-    /// compute/transfer access and host reads.
-    fn barrier(&self) {
+    /// A global barrier from every compute/transfer write to later
+    /// compute/transfer accesses, and to host reads when `host` (only at the
+    /// end of a submission: a host stage inside a pass costs NVIDIA a flush
+    /// per barrier).
+    fn barrier(&self, host: bool) {
+        let (mut dst_access, mut dst_stage) = (
+            vk::AccessFlags::SHADER_READ
+                | vk::AccessFlags::SHADER_WRITE
+                | vk::AccessFlags::TRANSFER_READ
+                | vk::AccessFlags::TRANSFER_WRITE,
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+        );
+        if host {
+            dst_access |= vk::AccessFlags::HOST_READ;
+            dst_stage |= vk::PipelineStageFlags::HOST;
+        }
         let mb = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE
-                    | vk::AccessFlags::HOST_READ,
-            )];
+            .dst_access_mask(dst_access)];
         // SAFETY: recording command buffer.
         unsafe {
             self.device.cmd_pipeline_barrier(
                 self.cmd,
                 vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::COMPUTE_SHADER
-                    | vk::PipelineStageFlags::TRANSFER
-                    | vk::PipelineStageFlags::HOST,
+                dst_stage,
                 vk::DependencyFlags::empty(),
                 &mb,
                 &[],
@@ -341,14 +405,16 @@ impl Recorder {
         };
     }
 
-    /// A descriptor set of `layout` from this pass's pools.
+    /// A descriptor set of `layout` from the pools of the pass being recorded.
     pub fn descriptor_set(&mut self, layout: vk::DescriptorSetLayout) -> Result<vk::DescriptorSet> {
         let layouts = [layout];
+        let device = self.device.clone();
+        let r = self.recording_mut(self.slot)?;
         loop {
-            if self.desc_pool_next == 0 {
-                self.desc_pool_next = 1;
+            if r.pools_used == 0 {
+                r.pools_used = 1;
             }
-            if self.desc_pools.len() < self.desc_pool_next {
+            if r.pools.len() < r.pools_used {
                 let sizes = [vk::DescriptorPoolSize::default()
                     .ty(vk::DescriptorType::STORAGE_BUFFER)
                     .descriptor_count(DESCRIPTORS_PER_POOL)];
@@ -356,21 +422,21 @@ impl Recorder {
                     .max_sets(SETS_PER_POOL)
                     .pool_sizes(&sizes);
                 // SAFETY: valid device and create info.
-                let pool = unsafe { self.device.create_descriptor_pool(&info, None) }
+                let pool = unsafe { device.create_descriptor_pool(&info, None) }
                     .map_err(vk_err("creating a descriptor pool"))?;
-                self.desc_pools.push(pool);
+                r.pools.push(pool);
             }
             let info = vk::DescriptorSetAllocateInfo::default()
-                .descriptor_pool(self.desc_pools[self.desc_pool_next - 1])
+                .descriptor_pool(r.pools[r.pools_used - 1])
                 .set_layouts(&layouts);
             // SAFETY: valid pool and layout.
-            match unsafe { self.device.allocate_descriptor_sets(&info) } {
+            match unsafe { device.allocate_descriptor_sets(&info) } {
                 Ok(sets) => {
                     self.stats.descriptor_sets += 1;
                     return Ok(sets[0]);
                 }
                 Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL) => {
-                    self.desc_pool_next += 1;
+                    r.pools_used += 1;
                 }
                 Err(e) => return Err(vk_err("allocating a descriptor set")(e)),
             }
@@ -384,43 +450,66 @@ impl Recorder {
             return Err(Error::Vulkan("no command buffer is being recorded".into()));
         }
         self.recording = false;
-        self.barrier();
+        self.barrier(true);
         // SAFETY: the command buffer is in the recording state.
         unsafe { self.device.end_command_buffer(self.cmd) }
             .map_err(vk_err("ending the command buffer"))?;
-        self.run(self.cmd)?;
+        self.run(self.cmd, 1)?;
         self.stats.submits += 1;
-        if self.slot == Slot::Pass {
-            self.pass_ready = true;
+        if self.slot != Slot::Transfer {
+            self.recording_mut(self.slot)?.ready = true;
         }
         Ok(())
     }
 
-    /// Submit the last recorded pass again, unchanged, and wait.
+    /// Submit the last recorded [`Slot::Pass`] again, unchanged, and wait.
     pub fn resubmit_pass(&mut self) -> Result<()> {
-        if self.recording || !self.pass_ready {
+        if self.recording || !self.pass.ready {
             return Err(Error::Vulkan("there is no recorded pass to replay".into()));
         }
-        self.run(self.pass.buf)
+        self.run(self.pass.cmd.buf, 1)
     }
 
-    /// The pass may no longer be replayed (a buffer it uses is gone).
+    /// Submit the pass kept under `key` `times` times in one batch and wait;
+    /// false when no valid pass is kept under it.
+    pub fn replay(&mut self, key: u32, times: u32) -> Result<bool> {
+        if self.recording {
+            return Err(Error::Vulkan("replay called while recording".into()));
+        }
+        match self.kept.get(&key) {
+            Some(r) if r.ready => {
+                let cmd = r.cmd.buf;
+                self.run(cmd, times)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// No recorded pass may be submitted again (a buffer one uses is gone,
+    /// or how passes are recorded changed).
     pub fn invalidate_pass(&mut self) {
-        self.pass_ready = false;
+        self.pass.ready = false;
+        for r in self.kept.values_mut() {
+            r.ready = false;
+        }
     }
 
-    fn run(&mut self, cmd: vk::CommandBuffer) -> Result<()> {
-        let cmds = [cmd];
+    /// `cmd` `times` times in one submit, then wait.
+    fn run(&mut self, cmd: vk::CommandBuffer, times: u32) -> Result<()> {
+        let cmds = vec![cmd; times.max(1) as usize];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         // SAFETY: `cmd` is fully recorded and not pending (every submit is
-        // waited for); the fence is unsignalled (reset after every wait).
+        // waited for; repeats within a batch are kept passes, recorded for
+        // simultaneous use); the fence is unsignalled (reset after every wait).
         unsafe {
             self.device
                 .queue_submit(self.queue, &submit, self.fence)
                 .map_err(vk_err("submitting work"))?;
-            self.device
-                .wait_for_fences(&[self.fence], true, u64::MAX)
-                .map_err(vk_err("waiting for the GPU"))?;
+            let waiting = Instant::now();
+            let waited = self.device.wait_for_fences(&[self.fence], true, u64::MAX);
+            self.wait_ns += waiting.elapsed().as_nanos() as u64;
+            waited.map_err(vk_err("waiting for the GPU"))?;
             self.device
                 .reset_fences(&[self.fence])
                 .map_err(vk_err("resetting the fence"))?;
@@ -433,10 +522,12 @@ impl Drop for Recorder {
     /// The owner waits for the device to be idle before dropping.
     fn drop(&mut self) {
         // SAFETY: the device is idle and these objects belong to it.
+        self.pass.destroy(&self.device);
+        for (_, mut r) in self.kept.drain() {
+            r.destroy(&self.device);
+        }
+        // SAFETY: as above.
         unsafe {
-            for p in self.desc_pools.drain(..) {
-                self.device.destroy_descriptor_pool(p, None);
-            }
             let timestamp_pools = self.timestamps.take().map(|t| t.pools);
             for p in self
                 .retired_pools
@@ -446,7 +537,6 @@ impl Drop for Recorder {
                 self.device.destroy_query_pool(p, None);
             }
             self.device.destroy_fence(self.fence, None);
-            self.device.destroy_command_pool(self.pass.pool, None);
             self.device.destroy_command_pool(self.transfer.pool, None);
         }
     }

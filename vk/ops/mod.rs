@@ -2,6 +2,7 @@
 //! [`VulkanBackend::dispatch`], which declares reads and writes to the
 //! recorder so it can place barriers.
 
+mod append_token;
 mod argmax;
 mod attention;
 mod copy;
@@ -10,6 +11,8 @@ mod embedding;
 mod matmul;
 mod norm;
 mod rope;
+mod rope_store;
+mod store_rows;
 
 use super::pipeline::PUSH_BYTES;
 use super::VulkanBackend;

@@ -68,7 +68,7 @@ impl VulkanBackend {
 
     /// The `rot_dim / 2` inverse frequencies `base^(-2i/rot_dim)`, written into
     /// the current command buffer the first time they are needed.
-    fn rope_table(&mut self, rot_dim: u32, base: f32) -> Result<Buffer> {
+    pub(super) fn rope_table(&mut self, rot_dim: u32, base: f32) -> Result<Buffer> {
         if let Some(t) = self.rope_tables.get(&(rot_dim, base.to_bits())) {
             return Ok(*t);
         }

@@ -1,0 +1,89 @@
+// The attention front of a step in one dispatch: rotary embedding of q in
+// place, k rotated into the cache row of its position, v copied into its
+// cache row. Invocations take, in one index space, q's rotated pairs (in
+// place, so a pair per invocation), then k's and v's elements (each k element
+// reads its pair partner from the unrotated input). rot_dim = 0: no rotation.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(binding = 0) buffer Q { float q[]; };
+layout(binding = 1) readonly buffer K { float k[]; };
+layout(binding = 2) readonly buffer V { float v[]; };
+layout(binding = 3) readonly buffer Pos { uint pos[]; };
+layout(binding = 4) readonly buffer Freq { float inv_freq[]; };
+layout(binding = 5) writeonly buffer KC { float kc[]; };
+layout(binding = 6) writeonly buffer VC { float vc[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint n_heads;
+    uint n_kv_heads;
+    uint head_dim;
+    uint rot_dim;
+    uint neox;
+    uint capacity;
+} pc;
+
+// cos and sin of position p times inverse frequency i; the angle is reduced
+// to [-pi, pi] first (as rope.comp) so large positions keep their accuracy.
+vec2 rotation(uint p, uint i) {
+    precise float theta = float(p) * inv_freq[i];
+    precise float t = round(theta * 0.15915494309189535);
+    precise float r = (theta - t * 6.28125) - t * 0.0019353071795864769;
+    return vec2(cos(r), sin(r));
+}
+
+void main() {
+    uint half_rot = pc.rot_dim / 2u;
+    uint q_pairs = pc.rows * pc.n_heads * half_rot;
+    uint kvd = pc.n_kv_heads * pc.head_dim;
+    uint kv_elems = pc.rows * kvd;
+    uint total = q_pairs + 2u * kv_elems;
+    uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
+    for (uint g = wg_linear() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; g < total; g += stride) {
+        if (g < q_pairs) {
+            uint i = g % half_rot;
+            uint head = g / half_rot;
+            uint base = head * pc.head_dim;
+            vec2 cs = rotation(pos[head / pc.n_heads], i);
+            uint a = pc.neox != 0u ? base + i : base + 2u * i;
+            uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
+            float x0 = q[a];
+            float x1 = q[b];
+            q[a] = x0 * cs.x - x1 * cs.y;
+            q[b] = x0 * cs.y + x1 * cs.x;
+            continue;
+        }
+        uint e = g - q_pairs;
+        bool is_v = e >= kv_elems;
+        if (is_v) {
+            e -= kv_elems;
+        }
+        uint r = e / kvd;
+        uint p = pos[r];
+        if (p >= pc.capacity) {
+            continue; // attention.comp reports it
+        }
+        uint at = p * kvd + (e - r * kvd);
+        if (is_v) {
+            vc[at] = v[e];
+            continue;
+        }
+        uint d = e % pc.head_dim;
+        float val = k[e];
+        if (d < pc.rot_dim) {
+            // This element's pair: (i, i + half) for NeoX, (2i, 2i + 1) interleaved.
+            bool first = pc.neox != 0u ? d < half_rot : (d & 1u) == 0u;
+            uint i = pc.neox != 0u ? d % half_rot : d / 2u;
+            uint mate = pc.neox != 0u ? (first ? e + half_rot : e - half_rot) : (first ? e + 1u : e - 1u);
+            vec2 cs = rotation(p, i);
+            float x0 = first ? val : k[mate];
+            float x1 = first ? k[mate] : val;
+            val = first ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+        }
+        kc[at] = val;
+    }
+}

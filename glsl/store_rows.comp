@@ -1,0 +1,30 @@
+// KV-cache append: dst row positions[r] = src row r. The position is read
+// here, so a recorded decode pass writes the right cache row on replay. A
+// position past the cache is skipped (attention.comp flags it).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(binding = 0) readonly buffer Src { float src[]; };
+layout(binding = 1) writeonly buffer Dst { float dst[]; };
+layout(binding = 2) readonly buffer Pos { uint pos[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint row_len;
+    uint capacity;
+} pc;
+
+void main() {
+    uint total = pc.rows * pc.row_len;
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < total; i += stride) {
+        uint r = i / pc.row_len;
+        uint p = pos[r];
+        if (p < pc.capacity) {
+            dst[p * pc.row_len + (i - r * pc.row_len)] = src[i];
+        }
+    }
+}

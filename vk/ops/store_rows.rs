@@ -1,0 +1,50 @@
+//! `store_rows` (glsl/store_rows.comp): the KV-cache append at positions
+//! read on the device.
+
+use super::super::VulkanBackend;
+use super::{plain, read, u32_of, write};
+use crate::backend::{check, Buffer};
+use crate::error::{Error, Result};
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Push {
+    rows: u32,
+    row_len: u32,
+    capacity: u32,
+}
+
+impl VulkanBackend {
+    pub(in crate::vk) fn encode_store_rows(
+        &mut self,
+        src: &Buffer,
+        dst: &Buffer,
+        positions: &Buffer,
+        rows: usize,
+        row_len: usize,
+    ) -> Result<()> {
+        const OP: &str = "store_rows";
+        let n = rows
+            .checked_mul(row_len)
+            .ok_or_else(|| Error::op(OP, "rows * row_len overflows"))?;
+        check::fits(OP, "src", src, n)?;
+        check::fits(OP, "positions", positions, rows)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let push = Push {
+            rows: u32_of(OP, "rows", rows)?,
+            row_len: u32_of(OP, "row_len", row_len)?,
+            capacity: u32_of(OP, "capacity", dst.bytes / 4 / row_len)?,
+        };
+        let groups = self.stride_groups(n, 256);
+        self.dispatch(
+            OP,
+            plain("store_rows"),
+            &[read(src), write(dst), read(positions)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+}
