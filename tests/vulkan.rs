@@ -405,6 +405,90 @@ fn attention_gqa_causal_and_window() {
     }
 }
 
+/// Prefill attention (attention_prefill.comp for more than 4 rows, the split
+/// decode kernel for 1): many rows of consecutive positions at depth 0 and
+/// after a long prior cache, GQA ratios 1/3/4, head_dim 64 and 128, with and
+/// without a sliding window. Outputs are convex combinations of values in
+/// [-1, 1], so the bound is absolute: TOL (1e-4; f32 online softmax against
+/// the f64 reference differs by ~1e-6 here).
+#[test]
+fn attention_prefill_many_rows_long_cache() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    eprintln!(
+        "kernels: {}; shared memory {} B",
+        b.kernels(),
+        b.device_info().caps.max_shared_memory
+    );
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (1, 0, 4, 4, 64, 0),
+        (7, 0, 9, 3, 64, 0),
+        (64, 0, 8, 2, 128, 0),
+        (130, 0, 6, 2, 64, 0),
+        (130, 0, 4, 1, 128, 40),
+        (1, 650, 8, 2, 128, 0),
+        (7, 650, 4, 4, 128, 0),
+        (64, 620, 9, 3, 64, 0),
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (130, 640, 6, 2, 64, 37),
+        (33, 700, 3, 3, 80, 0),
+    ];
+    for (ci, (rows, depth, n_heads, n_kv_heads, head_dim, window)) in cases.into_iter().enumerate()
+    {
+        let p = AttentionParams {
+            rows,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            capacity: depth + rows + 5,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+        };
+        let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
+        let seed = 1000 + 10 * ci as u64;
+        // Large scores (q, k in [-2, 2]) make the softmax peaky, so a wrong
+        // running max or a masked key leaking in shows.
+        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, seed)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect();
+        let k: Vec<f32> = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 1)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect();
+        let v = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 2);
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let pb = upload_u32(&mut b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(&mut b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!(
+                "attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+                 hd {head_dim} window {window}"
+            ),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
+    }
+}
+
 #[test]
 fn glu_add_scale_with_aliasing() {
     let Some(mut b) = common::vulkan_backend() else {

@@ -3,7 +3,7 @@
 
 use super::instance::Instance;
 use super::vk_err;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use ash::vk;
 use std::ffi::CStr;
 
@@ -75,6 +75,51 @@ impl Caps {
     }
 }
 
+/// Which attention kernel passes of many rows (prefill) get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillAttention {
+    /// glsl/attention_prefill.comp: query-row tiles against shared-memory
+    /// key tiles (head_dim a multiple of 4, at most 128; others use `Rows`).
+    Flash,
+    /// glsl/attention.comp: one workgroup per (row, head), each reading the
+    /// whole cache it sees.
+    Rows,
+}
+
+/// The kernels a device gets, chosen once when the backend opens (and shown
+/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows` forces the prefill
+/// attention kernel for A/B runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    pub attention: PrefillAttention,
+}
+
+impl Kernels {
+    /// The kernels for `caps`, with the environment's overrides.
+    pub fn choose(_caps: &Caps) -> Result<Kernels> {
+        let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
+            Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
+            Ok("rows") => PrefillAttention::Rows,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_ATTENTION={other} is not one of flash, rows"
+                )))
+            }
+        };
+        Ok(Kernels { attention })
+    }
+}
+
+impl std::fmt::Display for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let attention = match self.attention {
+            PrefillAttention::Flash => "flash tiles (attention_prefill, head_dim <= 128)",
+            PrefillAttention::Rows => "one workgroup per row and head (attention)",
+        };
+        write!(f, "prefill attention: {attention}")
+    }
+}
+
 /// One physical device as `vkllm info` shows it.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -106,7 +151,11 @@ impl std::fmt::Display for DeviceInfo {
             c.max_storage_buffer_range >> 20,
             c.max_shared_memory >> 10,
             c.max_push_constants
-        )
+        )?;
+        match Kernels::choose(c) {
+            Ok(k) => write!(f, "\n      kernels: {k}"),
+            Err(e) => write!(f, "\n      kernels: {e}"),
+        }
     }
 }
 
