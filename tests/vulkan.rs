@@ -16,7 +16,7 @@ use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
 };
 use vkllm::cpu::quant::quantize_row;
-use vkllm::vk::{Options, VulkanBackend};
+use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
 /// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
@@ -190,6 +190,60 @@ fn matmul_gemv_model_sized_rows_every_m() {
             check_matmul(&mut b, &what, (dtype, &wb, &w), rows, cols, None, &x, m);
         }
         b.free_weight(w);
+    }
+}
+
+/// GPU-only: the cooperative-matrix GEMM (mul_mat_coopmat.comp) for every
+/// weight dtype, where the device gets it (skipped, with a note, elsewhere:
+/// lavapipe has no cooperative matrices). Inputs are rounded to f16 (11-bit
+/// significands) and products accumulate in f32, so each term carries a
+/// relative error of about 2 * 2⁻¹¹ ≈ 1e-3: the bound is 2e-3 · Σ|w·x|.
+/// Shapes cross the 128 (n) x 64 (m) output tile on both edges, the K step
+/// of 32 and, for F32, a reduction length that is not a multiple of 4.
+#[test]
+fn matmul_coopmat_every_dtype() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if b.kernels().matmul == MatmulKernel::Tiles {
+        eprintln!(
+            "skipped: {} gets the f32 tiles ({}), not cooperative matrices",
+            b.device_info().name,
+            b.kernels()
+        );
+        return;
+    }
+    eprintln!("kernels: {}", b.kernels());
+    const COOPMAT_TOL: f32 = 2e-3;
+    let mut shapes: Vec<(DType, usize, usize)> =
+        DType::ALL.into_iter().map(|d| (d, 300, 1024)).collect();
+    shapes.push((DType::F32, 130, 102));
+    shapes.push((DType::Q4K, 4096, 256));
+    for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 600 + si as u64);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let bias = rand_f32(rows, 8);
+        let bias_buf = upload_f32(&mut b, &bias);
+        for m in [5, 64, 67, 130, 512] {
+            let x = rand_f32(m * cols, 700 + m as u64);
+            let with_bias = (m % 2 == 1).then_some((&bias_buf, &bias[..]));
+            let xb = upload_f32(&mut b, &x);
+            let yb = b.alloc(m * rows * 4).unwrap();
+            pass(&mut b, |b| {
+                b.matmul(&w, with_bias.map(|(bb, _)| bb), &xb, &yb, m)
+                    .unwrap()
+            });
+            let got = download_f32(&mut b, &yb, m * rows);
+            let want = reference::matmul(dtype, &wb, rows, cols, with_bias.map(|(_, v)| v), &x, m)
+                .unwrap();
+            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+            let what = format!("coopmat matmul {dtype} {rows}x{cols} m={m}");
+            assert_close(&what, &got, &want, &scale, COOPMAT_TOL);
+            b.free(xb);
+            b.free(yb);
+        }
+        b.free_weight(w);
+        b.free(bias_buf);
     }
 }
 

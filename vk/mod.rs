@@ -24,8 +24,8 @@ mod ops;
 mod pipeline;
 mod recorder;
 
-pub use caps::{list_devices, Caps, DeviceInfo, Kernels, PrefillAttention};
-pub use pipeline::{GLSLC_COOPMAT, GLSLC_INT_DOT};
+pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
 use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
@@ -143,7 +143,7 @@ impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::new(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
-        let kernels = caps::Kernels::choose(dev.caps())?;
+        let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
         let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
