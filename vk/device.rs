@@ -1,7 +1,7 @@
 //! Physical device selection (`VKLLM_DEVICE` or discrete > integrated >
 //! virtual > CPU), the logical device and its compute queue.
 
-use super::caps::{device_info, Caps, DeviceInfo};
+use super::caps::{device_info, Caps, DeviceInfo, Kernels, MatmulKernel};
 use super::instance::Instance;
 use super::vk_err;
 use crate::error::{Error, Result};
@@ -13,6 +13,9 @@ pub struct Device {
     pub queue: vk::Queue,
     pub queue_family: u32,
     pub info: DeviceInfo,
+    /// Kernel variants for this device (chosen here: some need extensions
+    /// and features enabled at device creation).
+    pub kernels: Kernels,
 }
 
 impl Device {
@@ -43,6 +46,7 @@ impl Device {
         };
         let info = infos[chosen].clone();
         require(&info)?;
+        let kernels = Kernels::choose(&info.caps)?;
         let physical = pds[chosen];
         // SAFETY: valid physical device.
         let families = unsafe {
@@ -58,7 +62,34 @@ impl Device {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)
             .queue_priorities(&priorities)];
-        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        // The cooperative-matrix GEMM needs its extension, the feature, f16
+        // arithmetic and the Vulkan memory model (its SPIR-V declares it);
+        // nothing else enables optional features.
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .shader_float16(true)
+            .vulkan_memory_model(true);
+        let mut cm_khr =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut cm_nv =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
+        let khr_ext = [ash::khr::cooperative_matrix::NAME.as_ptr()];
+        let nv_ext = [ash::nv::cooperative_matrix::NAME.as_ptr()];
+        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        match kernels.matmul {
+            MatmulKernel::Tiles => {}
+            MatmulKernel::CoopmatKhr => {
+                create = create
+                    .enabled_extension_names(&khr_ext)
+                    .push_next(&mut f12)
+                    .push_next(&mut cm_khr);
+            }
+            MatmulKernel::CoopmatNv => {
+                create = create
+                    .enabled_extension_names(&nv_ext)
+                    .push_next(&mut f12)
+                    .push_next(&mut cm_nv);
+            }
+        }
         // SAFETY: `create` and what it points to outlive the call.
         let device = unsafe { inst.instance.create_device(physical, &create, None) }
             .map_err(vk_err("creating the logical device"))?;
@@ -70,6 +101,7 @@ impl Device {
             queue,
             queue_family,
             info,
+            kernels,
         })
     }
 

@@ -24,8 +24,8 @@ mod ops;
 mod pipeline;
 mod recorder;
 
-pub use caps::{list_devices, Caps, DeviceInfo};
-pub use pipeline::{GLSLC_COOPMAT, GLSLC_INT_DOT};
+pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
 use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
@@ -135,12 +135,15 @@ pub struct VulkanBackend {
     attn_scratch: Option<Buffer>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
+    /// Kernel variants chosen for this device (and the environment).
+    kernels: caps::Kernels,
 }
 
 impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::new(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
+        let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
         let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
@@ -162,6 +165,7 @@ impl VulkanBackend {
             status,
             pass_allocs: false,
             profile: None,
+            kernels,
         };
         backend.inst.check_messages()?;
         Ok(backend)
@@ -174,6 +178,11 @@ impl VulkanBackend {
 
     pub fn device_info(&self) -> &DeviceInfo {
         &self.dev.info
+    }
+
+    /// The kernel variants this backend dispatches.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
     }
 
     fn caps(&self) -> &Caps {

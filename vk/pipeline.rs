@@ -12,7 +12,7 @@ use std::collections::HashMap;
 mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 }
-pub use shaders::{GLSLC_COOPMAT, GLSLC_INT_DOT};
+pub use shaders::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 
 /// Push-constant block size shared by all kernels (the largest block used).
 pub const PUSH_BYTES: u32 = 48;

@@ -1,11 +1,16 @@
-//! `attention` (glsl/attention.comp): one workgroup per (head, row, key
-//! split). Decode (few rows) splits the cache so a long context still fills
-//! the GPU, then glsl/attention_combine.comp merges the splits.
+//! `attention`. Decode (a few rows): glsl/attention.comp, one workgroup per
+//! (head, row, key split), the cache split so a long context still fills the
+//! GPU, then glsl/attention_combine.comp merges the splits. Prefill (more
+//! rows): glsl/attention_prefill.comp, tiles of query rows of one GQA group
+//! against key tiles in shared memory, so the cache is read once per tile of
+//! rows instead of once per (row, head); head dims it cannot take fall back
+//! to attention.comp without splits.
 
 use super::super::VulkanBackend;
 use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::error::{Error, Result};
+use crate::vk::caps::PrefillAttention;
 use bytemuck::{Pod, Zeroable};
 
 /// The shader keeps 8 output dims per invocation of a 64-wide workgroup.
@@ -15,6 +20,31 @@ const SPLIT_MAX_ROWS: usize = 4;
 /// Keys per split at least, and the most splits.
 const SPLIT_KEYS: usize = 32;
 const MAX_SPLITS: usize = 64;
+/// attention_prefill.comp: invocations, keys per tile, most head_dim (its
+/// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
+const FLASH_WG: usize = 128;
+const FLASH_BC: usize = 32;
+const FLASH_MAX_HEAD_DIM: usize = 128;
+
+/// Shared memory attention_prefill.comp declares for `br` query vectors per
+/// tile (mirrors its declarations).
+fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
+    let qs = head_dim / 4 + 1;
+    (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
+}
+
+/// Query vectors per attention_prefill.comp workgroup for `head_dim`, or
+/// None where the kernel cannot take it: 32 when it fits the device's shared
+/// memory (more K/V reuse), else 16.
+pub(in crate::vk) fn flash_tile(head_dim: usize, max_shared: u32) -> Option<usize> {
+    if head_dim == 0 || !head_dim.is_multiple_of(4) || head_dim > FLASH_MAX_HEAD_DIM {
+        return None;
+    }
+    [32, 16].into_iter().find(|&br| {
+        (br * FLASH_BC).is_multiple_of(FLASH_WG)
+            && flash_shared_bytes(br, head_dim) <= max_shared as usize
+    })
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -109,6 +139,35 @@ impl VulkanBackend {
             ));
         }
         let status = self.status;
+        if p.rows > SPLIT_MAX_ROWS && self.kernels.attention == PrefillAttention::Flash {
+            if let Some(br) = flash_tile(p.head_dim, self.caps().max_shared_memory) {
+                let group = p.n_heads / p.n_kv_heads;
+                let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
+                let q_tiles = u32_of(OP, "query tiles", q_tiles)?;
+                if q_tiles > max[0] || push.n_kv_heads > max[1] {
+                    return Err(Error::op(
+                        OP,
+                        "rows or heads exceed the device's workgroup limits",
+                    ));
+                }
+                // Specialization constant 0: head_dim | BR << 16 (see the shader).
+                let spec = push.head_dim | ((br as u32) << 16);
+                return self.dispatch(
+                    OP,
+                    plain("attention_prefill").spec(spec),
+                    &[
+                        read(q),
+                        read(k_cache),
+                        read(v_cache),
+                        read(positions),
+                        write(out),
+                        atomic(&status),
+                    ],
+                    bytemuck::bytes_of(&push),
+                    [q_tiles, push.n_kv_heads, 1],
+                );
+            }
+        }
         let part = self.attention_scratch(p.rows * p.n_heads * n_split * (p.head_dim + 2))?;
         self.dispatch(
             OP,

@@ -1,17 +1,22 @@
 //! `matmul`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp, one subgroup per
-//! output row) for a few input rows, shared-memory tiled GEMM
-//! (glsl/mul_mat.comp) beyond that.
+//! output row) for a few input rows, shared-memory tiled GEMM beyond that:
+//! f16 cooperative matrices (glsl/mul_mat_coopmat.comp) where the device has
+//! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
 use super::super::VulkanBackend;
 use super::{read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
+use crate::vk::caps::MatmulKernel;
 use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
+/// Output tile of mul_mat_coopmat.comp: BN columns (n) by BM rows (m).
+const COOPMAT_BN: usize = 128;
+const COOPMAT_BM: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -80,9 +85,14 @@ impl VulkanBackend {
                 groups,
             )
         } else {
+            let kernel = self.kernels.matmul;
+            let (tn, tm) = match kernel {
+                MatmulKernel::Tiles => (TILE, TILE),
+                MatmulKernel::CoopmatKhr | MatmulKernel::CoopmatNv => (COOPMAT_BN, COOPMAT_BM),
+            };
             let groups = [
-                u32_of(OP, "n tiles", n.div_ceil(TILE))?,
-                u32_of(OP, "m tiles", m.div_ceil(TILE))?,
+                u32_of(OP, "n tiles", n.div_ceil(tn))?,
+                u32_of(OP, "m tiles", m.div_ceil(tm))?,
                 1,
             ];
             let max = self.caps().max_workgroup_count;
@@ -94,7 +104,7 @@ impl VulkanBackend {
             }
             self.dispatch(
                 OP,
-                typed("mul_mat", w.dtype),
+                typed(kernel.shader(), w.dtype),
                 &binds,
                 bytemuck::bytes_of(&push),
                 groups,
