@@ -89,6 +89,17 @@ pub struct AttentionParams {
     pub window: usize,
 }
 
+/// What [`ComputeBackend::linear`] adds to a plain `matmul`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LinearOpts<'a> {
+    /// `bias[n]`, added to every row.
+    pub bias: Option<&'a Buffer>,
+    /// RMS-normalize each row of x first, with these `[k]` weights and eps.
+    pub norm: Option<(&'a Buffer, f32)>,
+    /// Add the result to `y` instead of overwriting it (the residual add).
+    pub add: bool,
+}
+
 /// Activation applied by [`ComputeBackend::glu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -223,6 +234,54 @@ pub trait ComputeBackend {
         y: &Buffer,
         m: usize,
     ) -> Result<()>;
+    /// `y[m, w.rows] (+)= rms_norm(x) · Wᵀ + bias`: a projection with the
+    /// norm before it and the residual add after it folded in, as `o` asks.
+    /// Backends fuse what they can; this default runs the separate ops
+    /// through temporary buffers.
+    fn linear(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+    ) -> Result<()> {
+        let elems = |cols: usize| {
+            m.checked_mul(cols)
+                .ok_or_else(|| Error::op("matmul", "m * k overflows"))
+        };
+        let normed = match o.norm {
+            Some((nw, eps)) => {
+                let t = self.alloc(elems(w.cols)?.saturating_mul(4))?;
+                let done = self.rms_norm(x, nw, &t, m, w.cols, eps);
+                if let Err(e) = done {
+                    self.free(t);
+                    return Err(e);
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        let input = normed.as_ref().unwrap_or(x);
+        let result = if o.add {
+            match self.alloc(elems(w.rows)?.saturating_mul(4)) {
+                Ok(t) => {
+                    let r = self
+                        .matmul(w, o.bias, input, &t, m)
+                        .and_then(|()| self.add(y, &t, y, m * w.rows));
+                    self.free(t);
+                    r
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            self.matmul(w, o.bias, input, y, m)
+        };
+        if let Some(t) = normed {
+            self.free(t);
+        }
+        result
+    }
     /// Per row of `dim`: `out = x / sqrt(mean(x²) + eps) * w`. `w` has `dim` values.
     fn rms_norm(
         &mut self,

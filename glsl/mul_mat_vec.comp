@@ -1,9 +1,19 @@
-// y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for few rows m: each subgroup
-// computes whole output rows, reduced with subgroupAdd: no shared memory and
-// no barriers. A workgroup owns `rows_per_wg` consecutive rows and its
-// subgroups take them in turn, so the result is right whatever subgroup size
-// the driver picks. Each weight value is loaded once and dotted with all m
-// rows of x.
+// y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for few rows m, optionally with
+// the RMS norm of each x row folded in and the result added to y:
+//   y[r, j] (+)= inv_r · Σ_i W[j, i] · x[r, i] · nw[i] (+ bias[j]),
+//   inv_r = 1 / sqrt(Σ_i x[r, i]² / k + eps)  (1 without the norm flag).
+// The norm is a scalar per x row, so it is applied after the dot products;
+// each subgroup reads every x value of its rows anyway, so Σx² costs no
+// extra loads and the separate rms_norm dispatch (and its round trip through
+// memory) disappears.
+//
+// Each subgroup computes NR consecutive output rows, reduced with subgroupAdd:
+// no shared memory and no barriers. A slice of x is loaded once into
+// registers and dotted with the NR weight rows, so x traffic per weight byte
+// drops NR-fold (with one row per subgroup the x reads, not the weights,
+// bounded the kernel). A workgroup owns `rows_per_wg` consecutive rows and
+// its subgroups take NR of them in turn, so the result is right whatever
+// subgroup size the driver picks.
 //
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
@@ -18,31 +28,42 @@ layout(local_size_x_id = 0) in;
 
 layout(binding = 0) readonly buffer W { uint wdata[]; };
 layout(binding = 1) readonly buffer X { float x[]; };
-layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(binding = 2) buffer Y { float y[]; };
 layout(binding = 3) readonly buffer B { float bias[]; };
+layout(binding = 4) readonly buffer NW { float nw[]; };
+layout(binding = 4) readonly buffer NW4 { vec4 nw4[]; };
+
+// Flag bits (vk/ops/matmul.rs GemvPush).
+const uint HAS_BIAS = 1u;
+const uint ADD = 2u;
+const uint NORM = 4u;
 
 layout(push_constant) uniform Push {
     uint n;
     uint k;
     uint m;
-    uint has_bias;
+    uint flags;
     uint rows_per_wg;
+    float eps;
 } pc;
 
 #include "dequant.glsl"
 
 // Rows of x handled by one dispatch (vk/ops/matmul.rs GEMV_MAX_ROWS).
 const uint MAX_M = 4u;
+// Output rows per subgroup (vk/ops/matmul.rs GEMV_ROWS_PER_SUBGROUP).
+const uint NR = 4u;
+
+// x[r, col..col+3] with the norm weights applied; its squares go to ss.
+vec4 xv(uint r, uint col, inout float ss) {
+    vec4 v = x4[(r * pc.k + col) >> 2];
+    ss += dot(v, v);
+    return (pc.flags & NORM) != 0u ? v * nw4[col >> 2] : v;
+}
 
 #if defined(TYPE_Q4_K) || defined(TYPE_Q6_K) || defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0)
 #define BLOCKWISE
-// Quant columns are whole blocks (multiples of 32), so every slice starts on
-// a multiple of 4 elements and x can be read as vec4.
-layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
-
-vec4 xv(uint r, uint col) {
-    return x4[(r * pc.k + col) >> 2];
-}
 
 vec4 ibytes4(uint w) {
     int s = int(w);
@@ -59,6 +80,7 @@ const uint BWORDS = 36u;
 // Slice s: chunk s/2 (64 elements), bytes 16(s%2)..+15 of its 32 quant bytes,
 // low nibbles for sub-block 2c and high nibbles for 2c+1.
 const uint LANES = 8u;
+const uint XN = 8u;
 
 uint sbyte(uvec3 s, uint b) {
     return (s[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu;
@@ -73,37 +95,34 @@ vec2 k_sm(uvec3 s, uint j) {
                 (sbyte(s, j + 4u) >> 4) | ((sbyte(s, j) >> 6) << 4));
 }
 
-void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
+// x of slice `sub` of the block at column col0: 16 low-nibble then 16
+// high-nibble elements; `sums` their two sums (the min terms need them).
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 64u * (sub >> 1) + 16u * (sub & 1u);
+    vec4 slo = vec4(0.0), shi = vec4(0.0);
+    for (uint w = 0u; w < 4u; w++) {
+        xs[w] = xv(r, col + 4u * w, ss);
+        xs[4u + w] = xv(r, col + 32u + 4u * w, ss);
+        slo += xs[w];
+        shi += xs[4u + w];
+    }
+    sums = vec2(dot(slo, vec4(1.0)), dot(shi, vec4(1.0)));
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     uint c = sub >> 1;
-    uint hf = sub & 1u;
     vec2 dm = unpackHalf2x16(wdata[base]);
     uvec3 s = uvec3(wdata[base + 1u], wdata[base + 2u], wdata[base + 3u]);
     vec2 sm0 = k_sm(s, 2u * c);
     vec2 sm1 = k_sm(s, 2u * c + 1u);
-    uvec4 q = wdata4[(base + 4u + 8u * c + 4u * hf) >> 2];
-    vec4 qlo[4];
-    vec4 qhi[4];
+    uvec4 q = wdata4[(base + 4u + 8u * c + 4u * (sub & 1u)) >> 2];
+    vec4 dlo = vec4(0.0), dhi = vec4(0.0);
     for (uint w = 0u; w < 4u; w++) {
-        qlo[w] = bytes4(q[w] & 0x0F0F0F0Fu);
-        qhi[w] = bytes4((q[w] >> 4) & 0x0F0F0F0Fu);
+        dlo += bytes4(q[w] & 0x0F0F0F0Fu) * xs[w];
+        dhi += bytes4((q[w] >> 4) & 0x0F0F0F0Fu) * xs[4u + w];
     }
-    uint col = col0 + 64u * c + 16u * hf;
-    for (uint r = 0u; r < MAX_M; r++) {
-        if (r < m) {
-            vec4 dlo = vec4(0.0), slo = vec4(0.0), dhi = vec4(0.0), shi = vec4(0.0);
-            for (uint w = 0u; w < 4u; w++) {
-                vec4 xl = xv(r, col + 4u * w);
-                vec4 xh = xv(r, col + 32u + 4u * w);
-                dlo += qlo[w] * xl;
-                slo += xl;
-                dhi += qhi[w] * xh;
-                shi += xh;
-            }
-            vec4 one = vec4(1.0);
-            acc[r] += dm.x * (sm0.x * dot(dlo, one) + sm1.x * dot(dhi, one))
-                    - dm.y * (sm0.y * dot(slo, one) + sm1.y * dot(shi, one));
-        }
-    }
+    return dm.x * (sm0.x * dot(dlo, vec4(1.0)) + sm1.x * dot(dhi, vec4(1.0)))
+         - dm.y * (sm0.y * sums.x + sm1.y * sums.y);
 }
 
 #elif defined(TYPE_Q6_K)
@@ -111,8 +130,19 @@ const uint QK = 256u;
 const uint BWORDS = 53u;
 // Slice s: half h = s/4, positions l0 = 8(s%4)..+7 of all four quarters.
 const uint LANES = 8u;
+const uint XN = 8u;
 
-void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
+// xs[2t + w]: quarter t, positions l0 + 4w..+3.
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 128u * (sub >> 2) + 8u * (sub & 3u);
+    for (uint t = 0u; t < 4u; t++) {
+        xs[2u * t] = xv(r, col + 32u * t, ss);
+        xs[2u * t + 1u] = xv(r, col + 32u * t + 4u, ss);
+    }
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     uint h = sub >> 2;
     uint l0 = 8u * (sub & 3u);
     uint wo = l0 >> 2;
@@ -124,26 +154,19 @@ void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
     vec4 sc2 = ibytes4(wdata[base + 49u + 2u * h]);
     float d = unpackHalf2x16(wdata[base + 52u]).x;
     vec4 st = (l0 >> 4) == 0u ? vec4(sc.x, sc.z, sc2.x, sc2.z) : vec4(sc.y, sc.w, sc2.y, sc2.w);
-    st *= d;
-    uint col = col0 + 128u * h + l0;
-    for (uint r = 0u; r < MAX_M; r++) {
-        if (r < m) {
-            vec4 part = vec4(0.0);
-            for (uint w = 0u; w < 2u; w++) {
-                uint c = col + 4u * w;
-                uint lo = qa[w] & 0x0F0F0F0Fu;
-                uint lo2 = qb[w] & 0x0F0F0F0Fu;
-                uint hi = (qa[w] >> 4) & 0x0F0F0F0Fu;
-                uint hi2 = (qb[w] >> 4) & 0x0F0F0F0Fu;
-                uint b = qh[w];
-                part.x += dot(bytes4(lo | ((b & 0x03030303u) << 4)) - 32.0, xv(r, c));
-                part.y += dot(bytes4(lo2 | (((b >> 2) & 0x03030303u) << 4)) - 32.0, xv(r, c + 32u));
-                part.z += dot(bytes4(hi | (((b >> 4) & 0x03030303u) << 4)) - 32.0, xv(r, c + 64u));
-                part.w += dot(bytes4(hi2 | (((b >> 6) & 0x03030303u) << 4)) - 32.0, xv(r, c + 96u));
-            }
-            acc[r] += dot(part, st);
-        }
+    vec4 part = vec4(0.0);
+    for (uint w = 0u; w < 2u; w++) {
+        uint lo = qa[w] & 0x0F0F0F0Fu;
+        uint lo2 = qb[w] & 0x0F0F0F0Fu;
+        uint hi = (qa[w] >> 4) & 0x0F0F0F0Fu;
+        uint hi2 = (qb[w] >> 4) & 0x0F0F0F0Fu;
+        uint b = qh[w];
+        part.x += dot(bytes4(lo | ((b & 0x03030303u) << 4)) - 32.0, xs[w]);
+        part.y += dot(bytes4(lo2 | (((b >> 2) & 0x03030303u) << 4)) - 32.0, xs[2u + w]);
+        part.z += dot(bytes4(hi | (((b >> 4) & 0x03030303u) << 4)) - 32.0, xs[4u + w]);
+        part.w += dot(bytes4(hi2 | (((b >> 6) & 0x03030303u) << 4)) - 32.0, xs[6u + w]);
     }
+    return d * dot(part, st);
 }
 
 #elif defined(TYPE_Q4_0) || defined(TYPE_Q4_1)
@@ -151,23 +174,24 @@ const uint QK = 32u;
 const uint BWORDS = 5u;
 // Slice s: quant bytes 8s..8s+7, i.e. elements 8s..+7 and 16+8s..+7.
 const uint LANES = 2u;
+const uint XN = 4u;
 
-void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 8u * sub;
+    xs[0] = xv(r, col, ss);
+    xs[1] = xv(r, col + 4u, ss);
+    xs[2] = xv(r, col + 16u, ss);
+    xs[3] = xv(r, col + 20u, ss);
+    sums = vec2(dot(xs[0] + xs[1] + xs[2] + xs[3], vec4(1.0)), 0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     vec2 dm = q4_dm(base);
     uint w0 = wdata[base + 1u + 2u * sub];
     uint w1 = wdata[base + 2u + 2u * sub];
-    vec4 lo0 = bytes4(w0 & 0x0F0F0F0Fu), lo1 = bytes4(w1 & 0x0F0F0F0Fu);
-    vec4 hi0 = bytes4((w0 >> 4) & 0x0F0F0F0Fu), hi1 = bytes4((w1 >> 4) & 0x0F0F0F0Fu);
-    uint col = col0 + 8u * sub;
-    for (uint r = 0u; r < MAX_M; r++) {
-        if (r < m) {
-            vec4 a = xv(r, col), b = xv(r, col + 4u);
-            vec4 c = xv(r, col + 16u), e = xv(r, col + 20u);
-            vec4 dq = lo0 * a + lo1 * b + hi0 * c + hi1 * e;
-            vec4 sx = a + b + c + e;
-            acc[r] += dm.x * dot(dq, vec4(1.0)) + dm.y * dot(sx, vec4(1.0));
-        }
-    }
+    vec4 dq = bytes4(w0 & 0x0F0F0F0Fu) * xs[0] + bytes4(w1 & 0x0F0F0F0Fu) * xs[1]
+            + bytes4((w0 >> 4) & 0x0F0F0F0Fu) * xs[2] + bytes4((w1 >> 4) & 0x0F0F0F0Fu) * xs[3];
+    return dm.x * dot(dq, vec4(1.0)) + dm.y * sums.x;
 }
 
 #elif defined(TYPE_Q8_0)
@@ -175,60 +199,76 @@ const uint QK = 32u;
 const uint BWORDS = 9u;
 // Slice s: quant bytes (elements) 8s..8s+7.
 const uint LANES = 4u;
+const uint XN = 2u;
 
-void block_dot(uint base, uint col0, uint sub, uint m, inout float acc[MAX_M]) {
-    float d = unpackHalf2x16(wdata[base]).x;
-    vec4 q0 = ibytes4(wdata[base + 1u + 2u * sub]);
-    vec4 q1 = ibytes4(wdata[base + 2u + 2u * sub]);
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
     uint col = col0 + 8u * sub;
-    for (uint r = 0u; r < MAX_M; r++) {
-        if (r < m) {
-            acc[r] += d * (dot(q0, xv(r, col)) + dot(q1, xv(r, col + 4u)));
-        }
-    }
+    xs[0] = xv(r, col, ss);
+    xs[1] = xv(r, col + 4u, ss);
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    float d = unpackHalf2x16(wdata[base]).x;
+    return d * (dot(ibytes4(wdata[base + 1u + 2u * sub]), xs[0])
+              + dot(ibytes4(wdata[base + 2u + 2u * sub]), xs[1]));
 }
 #endif
 
+// Rows row0..row0+NR-1 (clamped to the last row: duplicates are computed but
+// never stored). `m` is a literal at every call site, so after inlining the
+// row loops have no branches.
 #if defined(BLOCKWISE)
-// Slots are (block, slice) pairs of one row; two per step so each invocation
-// has two blocks' loads in flight. `m` is a literal at every call site, so
-// after inlining the row loops of block_dot have no branches.
-void row_dot(uint row, uint m, inout float acc[MAX_M]) {
+void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint nb = pc.k / QK;
-    uint rowbase = row * nb * BWORDS;
-    uint total = nb * LANES;
-    uint width = gl_SubgroupSize;
-    uint s = gl_SubgroupInvocationID;
-    for (; s + width < total; s += 2u * width) {
-        uint s2 = s + width;
-        block_dot(rowbase + (s / LANES) * BWORDS, (s / LANES) * QK, s % LANES, m, acc);
-        block_dot(rowbase + (s2 / LANES) * BWORDS, (s2 / LANES) * QK, s2 % LANES, m, acc);
+    uint rowbase[NR];
+    for (uint j = 0u; j < NR; j++) {
+        rowbase[j] = min(row0 + j, pc.n - 1u) * nb * BWORDS;
     }
-    if (s < total) {
-        block_dot(rowbase + (s / LANES) * BWORDS, (s / LANES) * QK, s % LANES, m, acc);
+    for (uint s = gl_SubgroupInvocationID; s < nb * LANES; s += gl_SubgroupSize) {
+        uint blk = s / LANES;
+        uint sub = s % LANES;
+        for (uint r = 0u; r < MAX_M; r++) {
+            if (r < m) {
+                vec4 xs[XN];
+                vec2 sums;
+                load_x(r, blk * QK, sub, xs, sums, ss[r]);
+                for (uint j = 0u; j < NR; j++) {
+                    acc[j * MAX_M + r] += slot_dot(rowbase[j] + blk * BWORDS, sub, xs, sums);
+                }
+            }
+        }
     }
 }
 #else
-void row_dot(uint row, uint m, inout float acc[MAX_M]) {
+void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
+    uint wbase[NR];
+    for (uint j = 0u; j < NR; j++) {
+        wbase[j] = min(row0 + j, pc.n - 1u) * pc.k;
+    }
     uint lane = gl_SubgroupInvocationID;
     uint width = gl_SubgroupSize;
-    uint wbase = row * pc.k;
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
-            vec4 wv = dq4(wbase + i);
             for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
-                    uint xb = r * pc.k + i;
-                    acc[r] += dot(wv, vec4(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
+                    vec4 xs = xv(r, i, ss[r]);
+                    for (uint j = 0u; j < NR; j++) {
+                        acc[j * MAX_M + r] += dot(dq4(wbase[j] + i), xs);
+                    }
                 }
             }
         }
     } else {
         for (uint i = lane; i < pc.k; i += width) {
-            float wv = dq1(wbase + i);
             for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
-                    acc[r] += wv * x[r * pc.k + i];
+                    float v = x[r * pc.k + i];
+                    ss[r] += v * v;
+                    float xs = (pc.flags & NORM) != 0u ? v * nw[i] : v;
+                    for (uint j = 0u; j < NR; j++) {
+                        acc[j * MAX_M + r] += dq1(wbase[j] + i) * xs;
+                    }
                 }
             }
         }
@@ -240,26 +280,43 @@ void main() {
     uint first = wg_linear() * pc.rows_per_wg;
     uint last = min(first + pc.rows_per_wg, pc.n);
     uint m = min(pc.m, MAX_M);
-    for (uint row = first + gl_SubgroupID; row < last; row += gl_NumSubgroups) {
-        float acc[MAX_M];
+    for (uint row0 = first + gl_SubgroupID * NR; row0 < last; row0 += gl_NumSubgroups * NR) {
+        float acc[NR * MAX_M];
+        float ss[MAX_M];
+        for (uint i = 0u; i < NR * MAX_M; i++) {
+            acc[i] = 0.0;
+        }
         for (uint r = 0u; r < MAX_M; r++) {
-            acc[r] = 0.0;
+            ss[r] = 0.0;
         }
         if (m == 1u) {
-            row_dot(row, 1u, acc);
+            rows_dot(row0, 1u, acc, ss);
         } else if (m == 2u) {
-            row_dot(row, 2u, acc);
+            rows_dot(row0, 2u, acc, ss);
         } else if (m == 3u) {
-            row_dot(row, 3u, acc);
+            rows_dot(row0, 3u, acc, ss);
         } else {
-            row_dot(row, 4u, acc);
+            rows_dot(row0, 4u, acc, ss);
         }
-        float b = pc.has_bias != 0u ? bias[row] : 0.0;
         for (uint r = 0u; r < MAX_M; r++) {
             if (r < m) {
-                float total = subgroupAdd(acc[r]);
-                if (subgroupElect()) {
-                    y[r * pc.n + row] = total + b;
+                float inv = 1.0;
+                if ((pc.flags & NORM) != 0u) {
+                    inv = inversesqrt(subgroupAdd(ss[r]) / float(pc.k) + pc.eps);
+                }
+                for (uint j = 0u; j < NR; j++) {
+                    uint row = row0 + j;
+                    float total = subgroupAdd(acc[j * MAX_M + r]);
+                    if (subgroupElect() && row < last) {
+                        float v = total * inv;
+                        if ((pc.flags & HAS_BIAS) != 0u) {
+                            v += bias[row];
+                        }
+                        if ((pc.flags & ADD) != 0u) {
+                            v += y[r * pc.n + row];
+                        }
+                        y[r * pc.n + row] = v;
+                    }
                 }
             }
         }

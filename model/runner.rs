@@ -3,7 +3,7 @@
 //! prefill batches every prompt row, decode runs one row; the only readback
 //! is the sampled token id or the logits asked for.
 
-use crate::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
+use crate::backend::{AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
 use crate::model::gguf::GgufFile;
@@ -357,8 +357,55 @@ impl Model {
         }
     }
 
-    fn linear(&mut self, l: &Linear, x: Buffer, y: Buffer, m: usize) -> Result<()> {
-        self.be.matmul(&l.w, l.b.as_ref(), &x, &y, m)
+    /// Norm `n` ahead of projections: an RMS norm is folded into them
+    /// (returned as their norm weights); a layer norm runs into `out`.
+    fn pre_norm(
+        &mut self,
+        n: &Norm,
+        x: Buffer,
+        out: Buffer,
+        rows: usize,
+    ) -> Result<(Buffer, Option<Buffer>)> {
+        match (self.cfg.norm, n.b) {
+            (NormKind::Layer, Some(_)) => {
+                self.norm(n, x, out, rows)?;
+                Ok((out, None))
+            }
+            _ => Ok((x, Some(n.w))),
+        }
+    }
+
+    /// `y (+)= norm(x) · Wᵀ + b` (see [`ComputeBackend::linear`]).
+    fn linear(
+        &mut self,
+        l: &Linear,
+        x: Buffer,
+        norm: Option<Buffer>,
+        y: Buffer,
+        m: usize,
+        add: bool,
+    ) -> Result<()> {
+        let opts = LinearOpts {
+            bias: l.b.as_ref(),
+            norm: norm.as_ref().map(|w| (w, self.cfg.norm_eps)),
+            add,
+        };
+        self.be.linear(&l.w, &x, &y, m, &opts)
+    }
+
+    /// The residual stream after a block: `x += W·input`, or with a
+    /// post-norm (Gemma) `x += norm(W·input)`.
+    fn residual(&mut self, l: &Linear, post: Option<Norm>, input: Buffer, m: usize) -> Result<()> {
+        let s = self.s;
+        let e = self.cfg.n_embd;
+        match post {
+            Some(n) => {
+                self.linear(l, input, None, s.h, m, false)?;
+                self.norm(&n, s.h, s.t, m)?;
+                self.be.add(&s.x, &s.t, &s.x, m * e)
+            }
+            None => self.linear(l, input, None, s.x, m, true),
+        }
     }
 
     /// Begin a pass, kept under `key` for replay when replay is on.
@@ -398,10 +445,10 @@ impl Model {
             let lw = self.w.layers[il];
             let lc = c.layers[il];
             // Attention block.
-            self.norm(&lw.attn_norm, s.x, s.h, m)?;
-            self.linear(&lw.q, s.h, s.q, m)?;
-            self.linear(&lw.k, s.h, s.k, m)?;
-            self.linear(&lw.v, s.h, s.v, m)?;
+            let (h, nw) = self.pre_norm(&lw.attn_norm, s.x, s.h, m)?;
+            self.linear(&lw.q, h, nw, s.q, m, false)?;
+            self.linear(&lw.k, h, nw, s.k, m, false)?;
+            self.linear(&lw.v, h, nw, s.v, m, false)?;
             let (mut q, mut k) = (s.q, s.k);
             if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
                 self.be
@@ -446,45 +493,39 @@ impl Model {
                 &s.att,
                 &ap,
             )?;
-            self.linear(&lw.o, s.att, s.h, m)?;
-            if let Some(n) = lw.attn_post_norm {
-                self.norm(&n, s.h, s.t, m)?;
-                self.be.add(&s.x, &s.t, &s.x, m * e)?;
-            } else {
-                self.be.add(&s.x, &s.h, &s.x, m * e)?;
-            }
+            self.residual(&lw.o, lw.attn_post_norm, s.att, m)?;
             // Feed-forward block.
-            self.norm(&lw.ffn_norm, s.x, s.h, m)?;
+            let (h, nw) = self.pre_norm(&lw.ffn_norm, s.x, s.h, m)?;
             match lw.gate {
                 Some(g) => {
-                    self.linear(&g, s.h, s.gate, m)?;
-                    self.linear(&lw.up, s.h, s.up, m)?;
+                    self.linear(&g, h, nw, s.gate, m, false)?;
+                    self.linear(&lw.up, h, nw, s.up, m, false)?;
                     self.be
                         .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
                 }
                 None => {
-                    self.linear(&lw.up, s.h, s.up, m)?;
+                    self.linear(&lw.up, h, nw, s.up, m, false)?;
                     self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
                 }
             }
-            self.linear(&lw.down, s.act, s.h, m)?;
-            if let Some(n) = lw.ffn_post_norm {
-                self.norm(&n, s.h, s.t, m)?;
-                self.be.add(&s.x, &s.t, &s.x, m * e)?;
-            } else {
-                self.be.add(&s.x, &s.h, &s.x, m * e)?;
-            }
+            self.residual(&lw.down, lw.ffn_post_norm, s.act, m)?;
         }
         let output_norm = self.w.output_norm;
         let output = self.w.output;
+        let head = Linear { w: output, b: None };
         if want == Want::AllLogits {
-            self.norm(&output_norm, s.x, s.h, m)?;
-            self.be.matmul(&output, None, &s.h, &logits, m)?;
+            let (h, nw) = self.pre_norm(&output_norm, s.x, s.h, m)?;
+            self.linear(&head, h, nw, logits, m, false)?;
         } else if read {
             // Only the last row's logits are needed.
-            self.be.copy(&s.x, (m - 1) * e * 4, &s.last, 0, e * 4)?;
-            self.norm(&output_norm, s.last, s.h, 1)?;
-            self.be.matmul(&output, None, &s.h, &logits, 1)?;
+            let last = if m == 1 {
+                s.x
+            } else {
+                self.be.copy(&s.x, (m - 1) * e * 4, &s.last, 0, e * 4)?;
+                s.last
+            };
+            let (h, nw) = self.pre_norm(&output_norm, last, s.h, 1)?;
+            self.linear(&head, h, nw, logits, 1, false)?;
             if want == Want::Argmax && feedback {
                 self.be.argmax(&logits, &s.ids, 1, c.vocab)?;
                 self.be.append_token(&s.ids, &s.pos, &s.history)?;

@@ -8,7 +8,9 @@
 mod common;
 
 use common::{download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32};
-use vkllm::backend::{Activation, AttentionParams, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::backend::{
+    Activation, AttentionParams, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
+};
 use vkllm::cpu::quant::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::quant::quantize_row;
 use vkllm::cpu::{Activations, CpuBackend, Isa};
@@ -867,5 +869,80 @@ fn mapped_buffers_round_trip_and_feed_ops() {
         let x = upload_f32(b.as_mut(), &[1.0, 9.0, 3.0]);
         pass(b.as_mut(), |b| b.argmax(&x, &m, 1, 3).unwrap());
         assert_eq!(download_u32(b.as_mut(), &m, 4), [1, 5, 0, 0], "{name}");
+    }
+}
+
+#[test]
+fn linear_folds_norm_bias_and_residual_add() {
+    // y_old + rms_norm(x)·Wᵀ + b. Tolerance: 1e-5 of Σ|w·x̂| + |b| (as
+    // matmul; the norm's scale carries its own f32 rounding, well inside
+    // that) plus one rounding of the add.
+    let eps = 1e-5;
+    for (name, mut b, acts) in matmul_backends() {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+            DType::Q5K,
+        ] {
+            let cols = 512;
+            for (rows, m) in [(37, 1), (64, 2), (9, 4), (21, 7)] {
+                let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+                let x: Vec<f32> = rand_f32(m * cols, 71).iter().map(|v| v * 3.0).collect();
+                let nw: Vec<f32> = rand_f32(cols, 72).iter().map(|v| 1.0 + v).collect();
+                let bias = rand_f32(rows, 73);
+                let y_old = rand_f32(m * rows, 74);
+                let xn = reference::rms_norm(&x, &nw, cols, eps).unwrap();
+                let prod = reference::matmul(dtype, &wb, rows, cols, Some(&bias), &xn, m).unwrap();
+                let want = reference::add(&y_old, &prod).unwrap();
+
+                let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                let (xb, nwb, bb, yb) = (
+                    upload_f32(b.as_mut(), &x),
+                    upload_f32(b.as_mut(), &nw),
+                    upload_f32(b.as_mut(), &bias),
+                    upload_f32(b.as_mut(), &y_old),
+                );
+                let opts = LinearOpts {
+                    bias: Some(&bb),
+                    norm: Some((&nwb, eps)),
+                    add: true,
+                };
+                pass(b.as_mut(), |b| b.linear(&w, &xb, &yb, m, &opts).unwrap());
+                let got = download_f32(b.as_mut(), &yb, m * rows);
+                for i in 0..m {
+                    let xr = &xn[i * cols..(i + 1) * cols];
+                    for r in 0..rows {
+                        let wr = &wf[r * cols..(r + 1) * cols];
+                        let mag: f32 = wr.iter().zip(xr).map(|(a, c)| (a * c).abs()).sum::<f32>()
+                            + bias[r].abs();
+                        let bound = activation_bound(acts, dtype, wr, xr, m);
+                        let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                        assert!(
+                            (g - e).abs() <= 1e-5 * mag + bound + 1e-6 * e.abs() + 1e-7,
+                            "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e} (Σ|wx| {mag})"
+                        );
+                    }
+                }
+                // Without norm, bias or add it is plain matmul.
+                pass(b.as_mut(), |b| {
+                    b.linear(&w, &xb, &yb, m, &LinearOpts::default()).unwrap()
+                });
+                let plain = download_f32(b.as_mut(), &yb, m * rows);
+                let yb2 = b.alloc(m * rows * 4).unwrap();
+                pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb2, m).unwrap());
+                assert_eq!(
+                    plain,
+                    download_f32(b.as_mut(), &yb2, m * rows),
+                    "{name} {dtype} plain"
+                );
+                b.free_weight(w);
+            }
+        }
     }
 }

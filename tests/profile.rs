@@ -144,7 +144,8 @@ fn profile_of_a_model_forward_matches_the_pass_stats() {
     let trace = round_trip(&events);
     let counts = gpu_counts(&trace);
     assert_eq!(counts.values().sum::<usize>(), expected, "{counts:?}");
-    for op in ["embedding", "matmul", "rms_norm", "attention", "rope"] {
+    // The norms fold into the projections; rope and the KV append are one op.
+    for op in ["embedding", "matmul", "attention", "rope_store"] {
         assert!(counts.contains_key(op), "{op}: {counts:?}");
     }
     let table = summary(&events);

@@ -28,7 +28,9 @@ pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAtt
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
-use crate::backend::{Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight};
+use crate::backend::{
+    Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::profile::{ProfileEvent, Track};
@@ -133,6 +135,8 @@ pub struct VulkanBackend {
     rope_tables: HashMap<(u32, u32), Buffer>,
     /// Attention's per-split partials (decode), grown on demand.
     attn_scratch: Option<Buffer>,
+    /// `linear`'s normed input and product for many rows, grown on demand.
+    linear_scratch: [Option<Buffer>; 2],
     /// Some while profiling is on.
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
@@ -162,6 +166,7 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             attn_scratch: None,
+            linear_scratch: [None; 2],
             status,
             pass_allocs: false,
             profile: None,
@@ -691,6 +696,17 @@ impl ComputeBackend for VulkanBackend {
         m: usize,
     ) -> Result<()> {
         self.record("matmul", |b| b.encode_matmul(w, bias, x, y, m))
+    }
+
+    fn linear(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+    ) -> Result<()> {
+        self.record("matmul", |b| b.encode_linear(w, x, y, m, o))
     }
 
     fn rms_norm(

@@ -1,17 +1,20 @@
-//! `matmul`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp, one subgroup per
-//! output row) for a few input rows, shared-memory tiled GEMM beyond that:
+//! `matmul` and `linear`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp, a
+//! few output rows per subgroup, with the RMS norm of x and the residual add
+//! folded in) for a few input rows, shared-memory tiled GEMM beyond that:
 //! f16 cooperative matrices (glsl/mul_mat_coopmat.comp) where the device has
 //! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
 use super::super::VulkanBackend;
 use super::{read, typed, u32_of, write};
-use crate::backend::{check, Buffer, Weight};
+use crate::backend::{check, Buffer, LinearOpts, Weight};
 use crate::error::{Error, Result};
 use crate::vk::caps::MatmulKernel;
 use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
+/// Output rows per subgroup of mul_mat_vec.comp (NR there).
+const GEMV_ROWS_PER_SUBGROUP: u32 = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
 /// Output tile of mul_mat_coopmat.comp: BN columns (n) by BM rows (m).
@@ -25,8 +28,22 @@ struct Push {
     k: u32,
     m: u32,
     has_bias: u32,
-    /// Output rows per GEMV workgroup (one per subgroup at a time).
+    /// Unused by the tiled kernels (their push block is shared with GEMV's prefix).
     rows_per_wg: u32,
+}
+
+/// mul_mat_vec.comp's push constants.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct GemvPush {
+    n: u32,
+    k: u32,
+    m: u32,
+    /// 1: bias, 2: add to y, 4: RMS norm of x folded in.
+    flags: u32,
+    /// Output rows per workgroup: subgroups × GEMV_ROWS_PER_SUBGROUP.
+    rows_per_wg: u32,
+    eps: f32,
 }
 
 impl VulkanBackend {
@@ -37,6 +54,24 @@ impl VulkanBackend {
         x: &Buffer,
         y: &Buffer,
         m: usize,
+    ) -> Result<()> {
+        let opts = LinearOpts {
+            bias,
+            ..LinearOpts::default()
+        };
+        self.encode_linear(w, x, y, m, &opts)
+    }
+
+    /// `y (+)= rms_norm(x) · Wᵀ + bias`: one GEMV dispatch for a few rows;
+    /// beyond that the norm and the add are dispatches of their own around
+    /// the tiled GEMM, through scratch buffers.
+    pub(in crate::vk) fn encode_linear(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
     ) -> Result<()> {
         const OP: &str = "matmul";
         let (n, k) = (w.rows, w.cols);
@@ -55,9 +90,103 @@ impl VulkanBackend {
             .ok_or_else(|| Error::op(OP, "m * n overflows"))?;
         check::fits(OP, "x", x, mk)?;
         check::fits(OP, "y", y, mn)?;
-        if let Some(b) = bias {
+        if let Some(b) = o.bias {
             check::fits(OP, "bias", b, n)?;
         }
+        if let Some((nw, _)) = o.norm {
+            check::fits(OP, "norm weights", nw, k)?;
+        }
+        if m > GEMV_MAX_ROWS {
+            return self.encode_linear_tiled(w, x, y, m, o);
+        }
+        let wg = self.caps().gemv_workgroup();
+        // Rows per workgroup from the device's reported subgroup size; the
+        // shader stays correct if the driver picks another size.
+        let rows_per_wg = (wg / self.caps().subgroup_size.max(1)).max(1) * GEMV_ROWS_PER_SUBGROUP;
+        let push = GemvPush {
+            n: u32_of(OP, "n", n)?,
+            k: u32_of(OP, "k", k)?,
+            m: u32_of(OP, "m", m)?,
+            flags: o.bias.is_some() as u32 | (o.add as u32) << 1 | (o.norm.is_some() as u32) << 2,
+            rows_per_wg,
+            eps: o.norm.map_or(0.0, |(_, eps)| eps),
+        };
+        let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
+        // Absent bias and norm weights: x stands in at their bindings (never read).
+        let binds = [
+            read(&w.buf),
+            read(x),
+            write(y),
+            read(o.bias.unwrap_or(x)),
+            read(o.norm.map_or(x, |(nw, _)| nw)),
+        ];
+        self.dispatch(
+            OP,
+            typed("mul_mat_vec", w.dtype).spec(wg),
+            &binds,
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+
+    /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
+    /// in scratch buffers of the backend.
+    fn encode_linear_tiled(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+    ) -> Result<()> {
+        let (n, k) = (w.rows, w.cols);
+        let x = match o.norm {
+            Some((nw, eps)) => {
+                let t = self.linear_scratch(0, m * k)?;
+                self.encode_rms_norm(x, nw, &t, m, k, eps)?;
+                t
+            }
+            None => *x,
+        };
+        if !o.add {
+            return self.encode_gemm(w, o.bias, &x, y, m);
+        }
+        let t = self.linear_scratch(1, m * n)?;
+        self.encode_gemm(w, o.bias, &x, &t, m)?;
+        self.encode_add(y, &t, y, m * n)
+    }
+
+    /// Scratch buffer `slot` of at least `floats` values, grown on demand
+    /// and never zeroed (every value read is written first in the same pass).
+    fn linear_scratch(&mut self, slot: usize, floats: usize) -> Result<Buffer> {
+        let bytes = floats
+            .checked_mul(4)
+            .ok_or_else(|| Error::op("matmul", "scratch size overflows"))?;
+        match self.linear_scratch[slot] {
+            Some(b) if b.bytes >= bytes => Ok(b),
+            old => {
+                if let Some(b) = old {
+                    crate::backend::ComputeBackend::free(self, b);
+                }
+                let (id, _, _) = self.mem.alloc(bytes)?;
+                let b = Buffer::new(id, bytes);
+                self.linear_scratch[slot] = Some(b);
+                Ok(b)
+            }
+        }
+    }
+
+    /// The tiled GEMM (m > GEMV_MAX_ROWS), shapes already checked.
+    fn encode_gemm(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+    ) -> Result<()> {
+        const OP: &str = "matmul";
+        let (n, k) = (w.rows, w.cols);
         let push = Push {
             n: u32_of(OP, "n", n)?,
             k: u32_of(OP, "k", k)?,
@@ -67,48 +196,29 @@ impl VulkanBackend {
         };
         // Without a bias, x stands in at binding 3 (never read).
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
-        if m <= GEMV_MAX_ROWS {
-            let wg = self.caps().gemv_workgroup();
-            // One row per subgroup of the device's reported size; the shader
-            // stays correct if the driver picks another size.
-            let rows_per_wg = (wg / self.caps().subgroup_size.max(1)).max(1);
-            let push = Push {
-                rows_per_wg,
-                ..push
-            };
-            let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
-            self.dispatch(
+        let kernel = self.kernels.matmul;
+        let (tn, tm) = match kernel {
+            MatmulKernel::Tiles => (TILE, TILE),
+            MatmulKernel::CoopmatKhr | MatmulKernel::CoopmatNv => (COOPMAT_BN, COOPMAT_BM),
+        };
+        let groups = [
+            u32_of(OP, "n tiles", n.div_ceil(tn))?,
+            u32_of(OP, "m tiles", m.div_ceil(tm))?,
+            1,
+        ];
+        let max = self.caps().max_workgroup_count;
+        if groups[0] > max[0] || groups[1] > max[1] {
+            return Err(Error::op(
                 OP,
-                typed("mul_mat_vec", w.dtype).spec(wg),
-                &binds,
-                bytemuck::bytes_of(&push),
-                groups,
-            )
-        } else {
-            let kernel = self.kernels.matmul;
-            let (tn, tm) = match kernel {
-                MatmulKernel::Tiles => (TILE, TILE),
-                MatmulKernel::CoopmatKhr | MatmulKernel::CoopmatNv => (COOPMAT_BN, COOPMAT_BM),
-            };
-            let groups = [
-                u32_of(OP, "n tiles", n.div_ceil(tn))?,
-                u32_of(OP, "m tiles", m.div_ceil(tm))?,
-                1,
-            ];
-            let max = self.caps().max_workgroup_count;
-            if groups[0] > max[0] || groups[1] > max[1] {
-                return Err(Error::op(
-                    OP,
-                    format!("{m} x {n} output exceeds the device's workgroup limits"),
-                ));
-            }
-            self.dispatch(
-                OP,
-                typed(kernel.shader(), w.dtype),
-                &binds,
-                bytemuck::bytes_of(&push),
-                groups,
-            )
+                format!("{m} x {n} output exceeds the device's workgroup limits"),
+            ));
         }
+        self.dispatch(
+            OP,
+            typed(kernel.shader(), w.dtype),
+            &binds,
+            bytemuck::bytes_of(&push),
+            groups,
+        )
     }
 }
