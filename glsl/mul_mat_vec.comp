@@ -3,23 +3,20 @@
 //   y[r, j] (+)= inv_r · Σ_i W[j, i] · x[r, i] · nw[i] (+ bias[j]),
 //   inv_r = 1 / sqrt(Σ_i x[r, i]² / k + eps)  (1 without the norm flag).
 // The norm is a scalar per x row, so it is applied after the dot products;
-// each subgroup reads every x value of its rows anyway, so Σx² costs no
-// extra loads and the separate rms_norm dispatch (and its round trip through
-// memory) disappears.
+// the workgroup reads every x value of its rows anyway, so Σx² costs no
+// extra loads and the separate rms_norm dispatch disappears.
 //
-// Each subgroup computes NR consecutive output rows, reduced with subgroupAdd:
-// no shared memory and no barriers. A slice of x is loaded once into
-// registers and dotted with the NR weight rows, so x traffic per weight byte
-// drops NR-fold (with one row per subgroup the x reads, not the weights,
-// bounded the kernel). A workgroup owns `rows_per_wg` consecutive rows and
-// its subgroups take NR of them in turn, so the result is right whatever
-// subgroup size the driver picks.
+// A workgroup computes NR consecutive output rows, its invocations splitting
+// the reduction dimension between them (subgroup sums, then one step through
+// shared memory): many workgroups and many independent loads in flight, as
+// a memory-bound kernel needs. A slice of x is loaded once into registers
+// and dotted with the NR weight rows.
 //
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
-// block's header once and then all quants of its slice with wide loads, so a
-// subgroup reads consecutive bytes. Other types dequantize 4 elements at a
-// time through dequant.glsl.
+// block's header once and then all quants of its slice with wide loads, so
+// neighbouring invocations read consecutive bytes. Other types dequantize 4
+// elements at a time through dequant.glsl.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -44,7 +41,6 @@ layout(push_constant) uniform Push {
     uint k;
     uint m;
     uint flags;
-    uint rows_per_wg;
     float eps;
 } pc;
 
@@ -52,7 +48,7 @@ layout(push_constant) uniform Push {
 
 // Rows of x handled by one dispatch (vk/ops/matmul.rs GEMV_MAX_ROWS).
 const uint MAX_M = 4u;
-// Output rows per subgroup (vk/ops/matmul.rs GEMV_ROWS_PER_SUBGROUP).
+// Output rows per workgroup (vk/ops/matmul.rs GEMV_ROWS_PER_WG).
 const uint NR = 4u;
 
 // x[r, col..col+3] with the norm weights applied; its squares go to ss.
@@ -215,8 +211,8 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 }
 #endif
 
-// Rows row0..row0+NR-1 (clamped to the last row: duplicates are computed but
-// never stored). `m` is a literal at every call site, so after inlining the
+// This invocation's share of rows row0..row0+NR-1 (clamped to the last row:
+// duplicates are computed but never stored). `m` is a literal at every call site, so after inlining the
 // row loops have no branches.
 #if defined(BLOCKWISE)
 void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
@@ -225,7 +221,7 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
     for (uint j = 0u; j < NR; j++) {
         rowbase[j] = min(row0 + j, pc.n - 1u) * nb * BWORDS;
     }
-    for (uint s = gl_SubgroupInvocationID; s < nb * LANES; s += gl_SubgroupSize) {
+    for (uint s = gl_LocalInvocationIndex; s < nb * LANES; s += gl_WorkGroupSize.x) {
         uint blk = s / LANES;
         uint sub = s % LANES;
         for (uint r = 0u; r < MAX_M; r++) {
@@ -246,8 +242,8 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
     for (uint j = 0u; j < NR; j++) {
         wbase[j] = min(row0 + j, pc.n - 1u) * pc.k;
     }
-    uint lane = gl_SubgroupInvocationID;
-    uint width = gl_SubgroupSize;
+    uint lane = gl_LocalInvocationIndex;
+    uint width = gl_WorkGroupSize.x;
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
             for (uint r = 0u; r < MAX_M; r++) {
@@ -276,49 +272,70 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
 }
 #endif
 
+// Subgroup partial sums on their way to the workgroup's total: NR * MAX_M
+// dot products and MAX_M sums of squares per subgroup.
+const uint MAX_SUBGROUPS = 32u;
+shared float part_acc[MAX_SUBGROUPS][NR * MAX_M];
+shared float part_ss[MAX_SUBGROUPS][MAX_M];
+
 void main() {
-    uint first = wg_linear() * pc.rows_per_wg;
-    uint last = min(first + pc.rows_per_wg, pc.n);
+    uint row0 = wg_linear() * NR;
+    if (row0 >= pc.n) {
+        return;
+    }
     uint m = min(pc.m, MAX_M);
-    for (uint row0 = first + gl_SubgroupID * NR; row0 < last; row0 += gl_NumSubgroups * NR) {
-        float acc[NR * MAX_M];
-        float ss[MAX_M];
-        for (uint i = 0u; i < NR * MAX_M; i++) {
-            acc[i] = 0.0;
-        }
-        for (uint r = 0u; r < MAX_M; r++) {
-            ss[r] = 0.0;
-        }
-        if (m == 1u) {
-            rows_dot(row0, 1u, acc, ss);
-        } else if (m == 2u) {
-            rows_dot(row0, 2u, acc, ss);
-        } else if (m == 3u) {
-            rows_dot(row0, 3u, acc, ss);
-        } else {
-            rows_dot(row0, 4u, acc, ss);
-        }
-        for (uint r = 0u; r < MAX_M; r++) {
-            if (r < m) {
-                float inv = 1.0;
-                if ((pc.flags & NORM) != 0u) {
-                    inv = inversesqrt(subgroupAdd(ss[r]) / float(pc.k) + pc.eps);
-                }
-                for (uint j = 0u; j < NR; j++) {
-                    uint row = row0 + j;
-                    float total = subgroupAdd(acc[j * MAX_M + r]);
-                    if (subgroupElect() && row < last) {
-                        float v = total * inv;
-                        if ((pc.flags & HAS_BIAS) != 0u) {
-                            v += bias[row];
-                        }
-                        if ((pc.flags & ADD) != 0u) {
-                            v += y[r * pc.n + row];
-                        }
-                        y[r * pc.n + row] = v;
-                    }
-                }
-            }
+    float acc[NR * MAX_M];
+    float ss[MAX_M];
+    for (uint i = 0u; i < NR * MAX_M; i++) {
+        acc[i] = 0.0;
+    }
+    for (uint r = 0u; r < MAX_M; r++) {
+        ss[r] = 0.0;
+    }
+    if (m == 1u) {
+        rows_dot(row0, 1u, acc, ss);
+    } else if (m == 2u) {
+        rows_dot(row0, 2u, acc, ss);
+    } else if (m == 3u) {
+        rows_dot(row0, 3u, acc, ss);
+    } else {
+        rows_dot(row0, 4u, acc, ss);
+    }
+    for (uint i = 0u; i < NR * MAX_M; i++) {
+        float v = subgroupAdd(acc[i]);
+        if (subgroupElect()) {
+            part_acc[gl_SubgroupID][i] = v;
         }
     }
+    for (uint r = 0u; r < MAX_M; r++) {
+        float v = subgroupAdd(ss[r]);
+        if (subgroupElect()) {
+            part_ss[gl_SubgroupID][r] = v;
+        }
+    }
+    barrier();
+    // Invocation i finishes output (row0 + i / MAX_M, x row i % MAX_M).
+    uint i = gl_LocalInvocationIndex;
+    uint j = i / MAX_M;
+    uint r = i % MAX_M;
+    uint row = row0 + j;
+    if (i >= NR * MAX_M || r >= m || row >= pc.n) {
+        return;
+    }
+    float total = 0.0;
+    float sq = 0.0;
+    for (uint g = 0u; g < gl_NumSubgroups; g++) {
+        total += part_acc[g][i];
+        sq += part_ss[g][r];
+    }
+    if ((pc.flags & NORM) != 0u) {
+        total *= inversesqrt(sq / float(pc.k) + pc.eps);
+    }
+    if ((pc.flags & HAS_BIAS) != 0u) {
+        total += bias[row];
+    }
+    if ((pc.flags & ADD) != 0u) {
+        total += y[r * pc.n + row];
+    }
+    y[r * pc.n + row] = total;
 }

@@ -13,8 +13,8 @@ use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
-/// Output rows per subgroup of mul_mat_vec.comp (NR there).
-const GEMV_ROWS_PER_SUBGROUP: u32 = 4;
+/// Output rows per GEMV workgroup (NR in mul_mat_vec.comp).
+const GEMV_ROWS_PER_WG: u32 = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
 /// Output tile of mul_mat_coopmat.comp: BN columns (n) by BM rows (m).
@@ -41,8 +41,6 @@ struct GemvPush {
     m: u32,
     /// 1: bias, 2: add to y, 4: RMS norm of x folded in.
     flags: u32,
-    /// Output rows per workgroup: subgroups × GEMV_ROWS_PER_SUBGROUP.
-    rows_per_wg: u32,
     eps: f32,
 }
 
@@ -100,18 +98,14 @@ impl VulkanBackend {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
         let wg = self.caps().gemv_workgroup();
-        // Rows per workgroup from the device's reported subgroup size; the
-        // shader stays correct if the driver picks another size.
-        let rows_per_wg = (wg / self.caps().subgroup_size.max(1)).max(1) * GEMV_ROWS_PER_SUBGROUP;
         let push = GemvPush {
             n: u32_of(OP, "n", n)?,
             k: u32_of(OP, "k", k)?,
             m: u32_of(OP, "m", m)?,
             flags: o.bias.is_some() as u32 | (o.add as u32) << 1 | (o.norm.is_some() as u32) << 2,
-            rows_per_wg,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
         };
-        let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
+        let groups = self.split_groups(OP, push.n.div_ceil(GEMV_ROWS_PER_WG))?;
         // Absent bias and norm weights: x stands in at their bindings (never read).
         let binds = [
             read(&w.buf),
