@@ -27,6 +27,11 @@ layout(push_constant) uniform Push {
     uint m;
     uint has_bias;
     uint rows_per_wg;
+    // A weight larger than one binding may cover comes in parts of whole
+    // rows, one dispatch each (vk/split.rs): this part's rows are y's
+    // columns [row0, row0 + n) of ldy.
+    uint row0;
+    uint ldy;
 } pc;
 
 #include "dequant.glsl"
@@ -254,12 +259,12 @@ void main() {
         } else {
             row_dot(row, 4u, acc);
         }
-        float b = pc.has_bias != 0u ? bias[row] : 0.0;
+        float b = pc.has_bias != 0u ? bias[pc.row0 + row] : 0.0;
         for (uint r = 0u; r < MAX_M; r++) {
             if (r < m) {
                 float total = subgroupAdd(acc[r]);
                 if (subgroupElect()) {
-                    y[r * pc.n + row] = total + b;
+                    y[r * pc.ldy + pc.row0 + row] = total + b;
                 }
             }
         }

@@ -23,6 +23,7 @@ mod memory;
 mod ops;
 mod pipeline;
 mod recorder;
+mod split;
 
 pub use caps::{list_devices, Caps, DeviceInfo};
 pub use pipeline::{GLSLC_COOPMAT, GLSLC_INT_DOT};
@@ -133,6 +134,10 @@ pub struct VulkanBackend {
     rope_tables: HashMap<(u32, u32), Buffer>,
     /// Attention's per-split partials (decode), grown on demand.
     attn_scratch: Option<Buffer>,
+    /// Weights stored in several buffers (see split.rs), by their first part's id.
+    split_weights: HashMap<u32, Vec<split::Part>>,
+    /// Split weights above this many bytes even within the device's range.
+    part_limit: Option<u64>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
 }
@@ -159,6 +164,8 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             attn_scratch: None,
+            split_weights: HashMap::new(),
+            part_limit: split::part_limit_from_env(),
             status,
             pass_allocs: false,
             profile: None,
@@ -532,6 +539,9 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn free(&mut self, buf: Buffer) {
+        for part in self.take_other_parts(&buf) {
+            self.free(part);
+        }
         self.pending_fills.retain(|&id| id != buf.id);
         self.rec.invalidate_pass();
         if self.rec.is_recording() {
@@ -548,6 +558,10 @@ impl ComputeBackend for VulkanBackend {
         cols: usize,
         data: &[u8],
     ) -> Result<Weight> {
+        let limit = self.weight_part_bytes();
+        if layout::packed_bytes(dtype, rows, cols)? as u64 > limit {
+            return self.upload_split_weight(dtype, rows, cols, data, limit);
+        }
         let packed = layout::repack(dtype, rows, cols, data)?;
         let buf = self.alloc(packed.len())?;
         if let Err(e) = self.upload(&buf, 0, &packed) {

@@ -22,6 +22,11 @@ struct Push {
     has_bias: u32,
     /// Output rows per GEMV workgroup (one per subgroup at a time).
     rows_per_wg: u32,
+    /// First output column (and bias index) this dispatch writes: nonzero
+    /// for the later parts of a split weight (vk/split.rs).
+    row0: u32,
+    /// Row stride of y: the whole weight's rows.
+    ldy: u32,
 }
 
 impl VulkanBackend {
@@ -32,6 +37,26 @@ impl VulkanBackend {
         x: &Buffer,
         y: &Buffer,
         m: usize,
+    ) -> Result<()> {
+        // One dispatch per part of a split weight, each writing its columns of y.
+        for i in 0..self.weight_parts(w) {
+            let (part, row0) = self.weight_part(w, i)?;
+            self.encode_matmul_part(&part, bias, x, y, m, row0, w.rows)?;
+        }
+        Ok(())
+    }
+
+    /// `y[:, row0..row0 + w.rows] = x · wᵀ (+ bias[row0..])`, y's rows `ldy` wide.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_matmul_part(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        row0: usize,
+        ldy: usize,
     ) -> Result<()> {
         const OP: &str = "matmul";
         let (n, k) = (w.rows, w.cols);
@@ -46,12 +71,12 @@ impl VulkanBackend {
             .checked_mul(k)
             .ok_or_else(|| Error::op(OP, "m * k overflows"))?;
         let mn = m
-            .checked_mul(n)
+            .checked_mul(ldy)
             .ok_or_else(|| Error::op(OP, "m * n overflows"))?;
         check::fits(OP, "x", x, mk)?;
         check::fits(OP, "y", y, mn)?;
         if let Some(b) = bias {
-            check::fits(OP, "bias", b, n)?;
+            check::fits(OP, "bias", b, ldy)?;
         }
         let push = Push {
             n: u32_of(OP, "n", n)?,
@@ -59,6 +84,8 @@ impl VulkanBackend {
             m: u32_of(OP, "m", m)?,
             has_bias: bias.is_some() as u32,
             rows_per_wg: 1,
+            row0: u32_of(OP, "row0", row0)?,
+            ldy: u32_of(OP, "n", ldy)?,
         };
         // Without a bias, x stands in at binding 3 (never read).
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
