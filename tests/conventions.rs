@@ -205,3 +205,32 @@ fn real_gemma3_file_is_fully_used() {
     let unused = unused_tensors(&g);
     assert!(unused.is_empty(), "the loader ignored {unused:?}");
 }
+
+#[test]
+fn vkllm_convert_writes_loadable_quantized_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = table();
+    for arch in ["qwen3", "gemma3"] {
+        let out = dir.path().join(format!("{arch}.gguf"));
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_vkllm"))
+            .arg("convert")
+            .arg(common::reference_dir().join("tiny").join(arch))
+            .arg("-o")
+            .arg(&out)
+            .args(["--quantize", "q8_0"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "vkllm convert {arch}");
+        let g = GgufFile::open(&out).unwrap();
+        let bad = strangers(&t, arch, &g);
+        assert!(bad.is_empty(), "{arch}: not llama.cpp's: {bad:?}");
+        // Matrices quantized, norms kept in f32; llama.cpp needs a vocabulary.
+        let q = g.tensor("blk.0.attn_q.weight").unwrap();
+        assert_eq!(q.dtype, vkllm::DType::Q8_0);
+        let n = g.tensor("blk.0.attn_norm.weight").unwrap();
+        assert_eq!(n.dtype, vkllm::DType::F32);
+        assert!(g.get("tokenizer.ggml.tokens").is_some());
+        assert_eq!(g.get_str("general.name").unwrap(), Some(arch));
+        assert!(unused_tensors(&g).is_empty());
+    }
+}
