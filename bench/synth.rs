@@ -636,7 +636,7 @@ fn byte_char(b: u8) -> char {
 
 /// A minimal byte-level gpt2 vocabulary: `<|endoftext|>` (bos = eos), the
 /// 256 byte tokens, one merge ("Ġ t"), then fillers up to `vocab`.
-fn byte_tokenizer(vocab: usize) -> Result<Vec<(String, GgufValue)>> {
+pub fn byte_tokenizer(vocab: usize) -> Result<Vec<(String, GgufValue)>> {
     let fixed = 258;
     if vocab < fixed {
         return Err(Error::Invalid(format!(

@@ -2,6 +2,7 @@
 //! the subcommands, and turning errors into one `error: ...` line.
 
 mod bench;
+mod convert;
 mod generate;
 mod info;
 mod logits;
@@ -49,6 +50,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a GGUF of a real model's shape with random weights
     Synth(synth::SynthArgs),
+    /// Convert a Hugging Face model directory to GGUF (llama.cpp's conventions)
+    Convert(convert::ConvertArgs),
 }
 
 #[derive(Args)]
@@ -172,6 +175,7 @@ pub fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Convert(a) => convert::run(a),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

@@ -17,7 +17,12 @@ layout(binding = 3) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one;
 layout(push_constant) uniform Push {
     uint rows;
     uint cols;
+    // Rows in this binding: a table larger than one binding may cover comes
+    // in parts of whole rows, one dispatch each (vk/split.rs); this part
+    // holds rows [row0, row0 + table_rows) of total_rows.
     uint table_rows;
+    uint row0;
+    uint total_rows;
 } pc;
 
 #include "dequant.glsl"
@@ -28,10 +33,16 @@ void main() {
         return;
     }
     uint id = ids[r];
-    if (id >= pc.table_rows && gl_LocalInvocationID.x == 0u) {
+    bool valid = id < pc.total_rows;
+    if (!valid && gl_LocalInvocationID.x == 0u) {
         atomicMax(st.bad_id_plus_one, id + 1u);
     }
+    // Another part's row (a bad id is zeroed by the part at row 0).
+    if (valid ? (id < pc.row0 || id - pc.row0 >= pc.table_rows) : pc.row0 != 0u) {
+        return;
+    }
+    uint local = id - pc.row0;
     for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += gl_WorkGroupSize.x) {
-        o[r * pc.cols + c] = id < pc.table_rows ? dq1(id * pc.cols + c) : 0.0;
+        o[r * pc.cols + c] = valid ? dq1(local * pc.cols + c) : 0.0;
     }
 }

@@ -17,6 +17,11 @@ layout(push_constant) uniform Push {
     uint k;
     uint m;
     uint has_bias;
+    // A weight larger than one binding may cover comes in parts of whole
+    // rows, one dispatch each (vk/split.rs): this part's rows are y's
+    // columns [row0, row0 + n) of ldy.
+    uint row0;
+    uint ldy;
 } pc;
 
 #include "dequant.glsl"
@@ -96,11 +101,11 @@ void main() {
         if (col >= pc.n) {
             continue;
         }
-        float bv = pc.has_bias != 0u ? bias[col] : 0.0;
+        float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
         for (uint b = 0u; b < 4u; b++) {
             uint row = m0 + ty + 16u * b;
             if (row < pc.m) {
-                y[row * pc.n + col] = acc[a][b] + bv;
+                y[row * pc.ldy + pc.row0 + col] = acc[a][b] + bv;
             }
         }
     }

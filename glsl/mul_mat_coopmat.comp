@@ -53,6 +53,11 @@ layout(push_constant) uniform Push {
     uint k;
     uint m;
     uint has_bias;
+    // A weight larger than one binding may cover comes in parts of whole
+    // rows, one dispatch each (vk/split.rs): this part's rows are y's
+    // columns [row0, row0 + n) of ldy.
+    uint row0;
+    uint ldy;
 } pc;
 
 #include "dequant.glsl"
@@ -190,8 +195,8 @@ void main() {
                 uint row = m0 + sm + 16u * a + e / 16u;
                 uint col = n0 + sn + 16u * b + e % 16u;
                 if (row < pc.m && col < pc.n) {
-                    float bv = pc.has_bias != 0u ? bias[col] : 0.0;
-                    y[row * pc.n + col] = stage[sg * 256u + e] + bv;
+                    float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
+                    y[row * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
                 }
             }
             subgroupMemoryBarrierShared();

@@ -42,6 +42,11 @@ layout(push_constant) uniform Push {
     uint m;
     uint flags;
     float eps;
+    // A weight larger than one binding may cover comes in parts of whole
+    // rows, one dispatch each (vk/split.rs): this part's rows are y's
+    // columns [row0, row0 + n) of ldy.
+    uint row0;
+    uint ldy;
 } pc;
 
 #include "dequant.glsl"
@@ -332,10 +337,11 @@ void main() {
         total *= inversesqrt(sq / float(pc.k) + pc.eps);
     }
     if ((pc.flags & HAS_BIAS) != 0u) {
-        total += bias[row];
+        total += bias[pc.row0 + row];
     }
+    uint at = r * pc.ldy + pc.row0 + row;
     if ((pc.flags & ADD) != 0u) {
-        total += y[r * pc.n + row];
+        total += y[at];
     }
-    y[r * pc.n + row] = total;
+    y[at] = total;
 }

@@ -23,7 +23,38 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
     let hf = HfCheckpoint::open(dir)?;
     let c = &hf.config;
     let mut w = GgufWriter::new();
-    metadata(&mut w, c, &dir.display().to_string());
+    // general.name is a model's name, not a path (llama.cpp matches on it).
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dir.display().to_string());
+    metadata(&mut w, c, &name);
+    // llama.cpp refuses a file without a vocabulary, and ids past it. With no
+    // tokenizer in the directory (the tiny test models), a placeholder
+    // byte-level vocabulary of the model's size lets llama.cpp load the file
+    // and run ids; tokenizer.json is not converted (yet), so a real model's
+    // GGUF gets no tokenizer keys rather than wrong ones.
+    if !dir.join("tokenizer.json").exists() && c.vocab >= 261 {
+        for (k, mut v) in crate::bench::synth::byte_tokenizer(c.vocab)? {
+            // llama.cpp sets attributes on `<unk>`, `<s>`, `</s>` by name
+            // for models named like Phi-3 and fails when they are absent: the
+            // last three fillers take those names.
+            if let ("tokenizer.ggml.tokens" | "tokenizer.ggml.token_type", GgufValue::Array(a)) =
+                (k.as_str(), &mut v)
+            {
+                let n = a.len();
+                for (i, name) in ["<unk>", "<s>", "</s>"].into_iter().enumerate() {
+                    a[n - 3 + i] = if k == "tokenizer.ggml.tokens" {
+                        GgufValue::String(name.into())
+                    } else {
+                        GgufValue::I32(TOKEN_CONTROL)
+                    };
+                }
+            }
+            w.add(&k, v);
+        }
+    }
     for name in hf.names() {
         let t = hf.tensor(&name)?.ok_or_else(|| Error::Tensor {
             name: name.clone(),
@@ -99,6 +130,9 @@ fn permute_rows(data: &[u8], rows: usize, n_head: usize) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
+
+/// llama.cpp's token type of control tokens.
+const TOKEN_CONTROL: i32 = 3;
 
 fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
     let a = c.arch.gguf_name();

@@ -193,10 +193,10 @@ pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
     let gemma = arch == Arch::Gemma3;
     let name = match leaf {
         "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" if gemma => "attn_post_norm.weight",
+        "post_attention_layernorm.weight" if gemma => "post_attention_norm.weight",
         "post_attention_layernorm.weight" => "ffn_norm.weight",
         "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
-        "post_feedforward_layernorm.weight" => "ffn_post_norm.weight",
+        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",

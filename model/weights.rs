@@ -237,7 +237,7 @@ impl<'a> Loader<'a> {
             (None, None)
         };
         let attn_post_norm = if c.post_norms {
-            Some(self.need_norm(&p("attn_post_norm"), e)?)
+            Some(self.need_norm(&p("post_attention_norm"), e)?)
         } else {
             None
         };
@@ -254,7 +254,7 @@ impl<'a> Loader<'a> {
         };
         let down = self.need_linear(&p("ffn_down"), e, ff)?;
         let ffn_post_norm = if c.post_norms {
-            Some(self.need_norm(&p("ffn_post_norm"), e)?)
+            Some(self.need_norm(&p("post_ffw_norm"), e)?)
         } else {
             None
         };

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Everything CI checks, on a fresh machine: system packages, the default
-# model, formatting, lints, and the full test suite in release mode with the
+# model and the real Gemma 3 270M (tests/gemma3.rs skips without it),
+# formatting, lints, and the full test suite in release mode with the
 # Vulkan validation layer on and a Vulkan device required (lavapipe counts).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/install-deps.sh
 scripts/fetch-model.sh
+scripts/fetch-gemma3.sh
 if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi

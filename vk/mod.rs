@@ -23,6 +23,7 @@ mod memory;
 mod ops;
 mod pipeline;
 mod recorder;
+mod split;
 
 pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
@@ -137,6 +138,10 @@ pub struct VulkanBackend {
     attn_scratch: Option<Buffer>,
     /// `linear`'s normed input and product for many rows, grown on demand.
     linear_scratch: [Option<Buffer>; 2],
+    /// Weights stored in several buffers (see split.rs), by their first part's id.
+    split_weights: HashMap<u32, Vec<split::Part>>,
+    /// Split weights above this many bytes even within the device's range.
+    part_limit: Option<u64>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
@@ -167,6 +172,8 @@ impl VulkanBackend {
             rope_tables: HashMap::new(),
             attn_scratch: None,
             linear_scratch: [None; 2],
+            split_weights: HashMap::new(),
+            part_limit: split::part_limit_from_env(),
             status,
             pass_allocs: false,
             profile: None,
@@ -604,6 +611,9 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn free(&mut self, buf: Buffer) {
+        for part in self.take_other_parts(&buf) {
+            self.free(part);
+        }
         self.pending_fills.retain(|&id| id != buf.id);
         self.rec.invalidate_pass();
         if self.rec.is_recording() {
@@ -620,6 +630,10 @@ impl ComputeBackend for VulkanBackend {
         cols: usize,
         data: &[u8],
     ) -> Result<Weight> {
+        let limit = self.weight_part_bytes();
+        if layout::packed_bytes(dtype, rows, cols)? as u64 > limit {
+            return self.upload_split_weight(dtype, rows, cols, data, limit);
+        }
         let packed = layout::repack(dtype, rows, cols, data)?;
         let buf = self.alloc(packed.len())?;
         if let Err(e) = self.upload(&buf, 0, &packed) {

@@ -34,6 +34,28 @@ const STOP_TOKEN_TEXTS: &[&str] = &[
     "<|end_of_text|>",
 ];
 
+/// Gemma's chat format (the text part of Gemma 3's Hugging Face template):
+/// a system message is folded into the first user turn, the assistant is
+/// called `model`.
+const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
+{% if messages[0]['role'] == 'system' %}\
+{% set first_user_prefix = messages[0]['content'] + '\n\n' %}\
+{% set loop_messages = messages[1:] %}\
+{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}\
+{% for message in loop_messages %}\
+{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}\
+{% endfor %}\
+{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+/// The chat template of a model whose file names none, recognized by its
+/// turn tokens. llama.cpp's converter leaves `tokenizer.chat_template` out of
+/// some real files (Gemma 3 270M's GGUF among them), and a wrong format makes
+/// a small model ramble instead of answering.
+fn builtin_template(has: impl Fn(&str) -> bool) -> Option<String> {
+    (has("<start_of_turn>") && has("<end_of_turn>")).then(|| GEMMA_TEMPLATE.to_string())
+}
+
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     pieces: PieceBytes,
@@ -85,7 +107,9 @@ impl Tokenizer {
             eos: in_vocab(ids.eos),
             stop,
             add_bos: ids.add_bos && in_vocab(ids.bos).is_some(),
-            chat_template: ids.chat_template,
+            chat_template: ids
+                .chat_template
+                .or_else(|| builtin_template(|t| inner.token_to_id(t).is_some())),
             vocab_size: vocab,
             inner,
         }

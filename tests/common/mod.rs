@@ -160,3 +160,21 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// The real Gemma 3 270M Q4_K_M GGUF (llama.cpp's converter), or `None` with
+/// a note when it has not been fetched: it is 250 MB, so tests do not fetch
+/// it themselves; scripts/test.sh (CI) runs scripts/fetch-gemma3.sh first.
+pub fn gemma3() -> Option<PathBuf> {
+    let path = std::env::var_os("VKLLM_GEMMA3")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("models/gemma-3-270m-q4_k_m.gguf"));
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-gemma3.sh)",
+            path.display()
+        );
+        None
+    }
+}

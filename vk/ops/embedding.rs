@@ -13,7 +13,13 @@ use bytemuck::{Pod, Zeroable};
 struct Push {
     rows: u32,
     cols: u32,
+    /// Rows of this part of the table (all of them unless split, vk/split.rs).
     table_rows: u32,
+    /// The part's first row: ids outside `[row0, row0 + table_rows)` are
+    /// another part's to write.
+    row0: u32,
+    /// Rows of the whole table: ids past it are flagged.
+    total_rows: u32,
 }
 
 impl VulkanBackend {
@@ -30,23 +36,30 @@ impl VulkanBackend {
             .checked_mul(table.cols)
             .ok_or_else(|| Error::op(OP, "rows * cols overflows"))?;
         check::fits(OP, "out", out, n)?;
-        u32_of(OP, "table elements", table.rows.saturating_mul(table.cols))?;
         if rows == 0 || table.cols == 0 {
             return Ok(());
         }
-        let push = Push {
-            rows: u32_of(OP, "rows", rows)?,
-            cols: u32_of(OP, "cols", table.cols)?,
-            table_rows: u32_of(OP, "table rows", table.rows)?,
-        };
-        let groups = self.split_groups(OP, push.rows)?;
-        let status = self.status;
-        self.dispatch(
-            OP,
-            typed("embedding", table.dtype),
-            &[read(&table.buf), read(ids), write(out), atomic(&status)],
-            bytemuck::bytes_of(&push),
-            groups,
-        )
+        // One dispatch per part of a split table, each writing the rows whose ids it holds.
+        for i in 0..self.weight_parts(table) {
+            let (part, row0) = self.weight_part(table, i)?;
+            u32_of(OP, "table elements", part.rows.saturating_mul(part.cols))?;
+            let push = Push {
+                rows: u32_of(OP, "rows", rows)?,
+                cols: u32_of(OP, "cols", table.cols)?,
+                table_rows: u32_of(OP, "table rows", part.rows)?,
+                row0: u32_of(OP, "row0", row0)?,
+                total_rows: u32_of(OP, "table rows", table.rows)?,
+            };
+            let groups = self.split_groups(OP, push.rows)?;
+            let status = self.status;
+            self.dispatch(
+                OP,
+                typed("embedding", table.dtype),
+                &[read(&part.buf), read(ids), write(out), atomic(&status)],
+                bytemuck::bytes_of(&push),
+                groups,
+            )?;
+        }
+        Ok(())
     }
 }

@@ -28,8 +28,11 @@ struct Push {
     k: u32,
     m: u32,
     has_bias: u32,
-    /// Unused by the tiled kernels (their push block is shared with GEMV's prefix).
-    rows_per_wg: u32,
+    /// First output column (and bias index) this dispatch writes: nonzero
+    /// for the later parts of a split weight (vk/split.rs).
+    row0: u32,
+    /// Row stride of y: the whole weight's rows.
+    ldy: u32,
 }
 
 /// mul_mat_vec.comp's push constants.
@@ -42,6 +45,9 @@ struct GemvPush {
     /// 1: bias, 2: add to y, 4: RMS norm of x folded in.
     flags: u32,
     eps: f32,
+    /// As in [`Push`].
+    row0: u32,
+    ldy: u32,
 }
 
 impl VulkanBackend {
@@ -79,7 +85,6 @@ impl VulkanBackend {
         if m == 0 {
             return Ok(());
         }
-        u32_of(OP, "weight elements", n.saturating_mul(k))?;
         let mk = m
             .checked_mul(k)
             .ok_or_else(|| Error::op(OP, "m * k overflows"))?;
@@ -97,13 +102,38 @@ impl VulkanBackend {
         if m > GEMV_MAX_ROWS {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
+        // One dispatch per part of a split weight, each writing its columns of y.
+        for i in 0..self.weight_parts(w) {
+            let (part, row0) = self.weight_part(w, i)?;
+            self.encode_gemv(&part, x, y, m, o, row0, n)?;
+        }
+        Ok(())
+    }
+
+    /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
+    /// rows `ldy` wide.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_gemv(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+        row0: usize,
+        ldy: usize,
+    ) -> Result<()> {
+        const OP: &str = "matmul";
+        u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
         let wg = self.caps().gemv_workgroup();
         let push = GemvPush {
-            n: u32_of(OP, "n", n)?,
-            k: u32_of(OP, "k", k)?,
+            n: u32_of(OP, "n", w.rows)?,
+            k: u32_of(OP, "k", w.cols)?,
             m: u32_of(OP, "m", m)?,
             flags: o.bias.is_some() as u32 | (o.add as u32) << 1 | (o.norm.is_some() as u32) << 2,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
+            row0: u32_of(OP, "row0", row0)?,
+            ldy: u32_of(OP, "n", ldy)?,
         };
         let groups = self.split_groups(OP, push.n.div_ceil(GEMV_ROWS_PER_WG))?;
         // Absent bias and norm weights: x stands in at their bindings (never read).
@@ -142,12 +172,20 @@ impl VulkanBackend {
             }
             None => *x,
         };
-        if !o.add {
-            return self.encode_gemm(w, o.bias, &x, y, m);
+        let out = if o.add {
+            self.linear_scratch(1, m * n)?
+        } else {
+            *y
+        };
+        // One dispatch per part of a split weight, each writing its columns.
+        for i in 0..self.weight_parts(w) {
+            let (part, row0) = self.weight_part(w, i)?;
+            self.encode_gemm(&part, o.bias, &x, &out, m, row0, n)?;
         }
-        let t = self.linear_scratch(1, m * n)?;
-        self.encode_gemm(w, o.bias, &x, &t, m)?;
-        self.encode_add(y, &t, y, m * n)
+        if o.add {
+            self.encode_add(y, &out, y, m * n)?;
+        }
+        Ok(())
     }
 
     /// Scratch buffer `slot` of at least `floats` values, grown on demand
@@ -170,7 +208,9 @@ impl VulkanBackend {
         }
     }
 
-    /// The tiled GEMM (m > GEMV_MAX_ROWS), shapes already checked.
+    /// The tiled GEMM (m > GEMV_MAX_ROWS) for a (part of a) weight, its
+    /// output columns from `row0` of y's `ldy`; shapes already checked.
+    #[allow(clippy::too_many_arguments)]
     fn encode_gemm(
         &mut self,
         w: &Weight,
@@ -178,15 +218,19 @@ impl VulkanBackend {
         x: &Buffer,
         y: &Buffer,
         m: usize,
+        row0: usize,
+        ldy: usize,
     ) -> Result<()> {
         const OP: &str = "matmul";
         let (n, k) = (w.rows, w.cols);
+        u32_of(OP, "weight elements", n.saturating_mul(k))?;
         let push = Push {
             n: u32_of(OP, "n", n)?,
             k: u32_of(OP, "k", k)?,
             m: u32_of(OP, "m", m)?,
             has_bias: bias.is_some() as u32,
-            rows_per_wg: 1,
+            row0: u32_of(OP, "row0", row0)?,
+            ldy: u32_of(OP, "n", ldy)?,
         };
         // Without a bias, x stands in at binding 3 (never read).
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
