@@ -19,6 +19,7 @@
 // elements at a time through dequant.glsl.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -71,6 +72,15 @@ vec4 ibytes4(uint w) {
     return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8),
                 bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
 }
+
+// The four bytes of w as floats, minus `bias`, without int-to-float
+// conversions (a quarter-rate instruction on NVIDIA, and this kernel does one
+// per weight): 2^23 + b has b in the mantissa, so OR it into 2^23's bits and
+// subtract 2^23 + bias (exact for bytes).
+vec4 fbytes4(uint w, float bias) {
+    uvec4 b = uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFFu;
+    return uintBitsToFloat(b | 0x4B000000u) - (8388608.0 + bias);
+}
 #endif
 
 #if defined(TYPE_Q4_K)
@@ -101,7 +111,7 @@ vec2 k_sm(uvec3 s, uint j) {
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
     uint col = col0 + 64u * (sub >> 1) + 16u * (sub & 1u);
     vec4 slo = vec4(0.0), shi = vec4(0.0);
-    for (uint w = 0u; w < 4u; w++) {
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
         xs[w] = xv(r, col + 4u * w, ss);
         xs[4u + w] = xv(r, col + 32u + 4u * w, ss);
         slo += xs[w];
@@ -118,9 +128,9 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     vec2 sm1 = k_sm(s, 2u * c + 1u);
     uvec4 q = wdata4[(base + 4u + 8u * c + 4u * (sub & 1u)) >> 2];
     vec4 dlo = vec4(0.0), dhi = vec4(0.0);
-    for (uint w = 0u; w < 4u; w++) {
-        dlo += bytes4(q[w] & 0x0F0F0F0Fu) * xs[w];
-        dhi += bytes4((q[w] >> 4) & 0x0F0F0F0Fu) * xs[4u + w];
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        dlo += fbytes4(q[w] & 0x0F0F0F0Fu, 0.0) * xs[w];
+        dhi += fbytes4((q[w] >> 4) & 0x0F0F0F0Fu, 0.0) * xs[4u + w];
     }
     return dm.x * (sm0.x * dot(dlo, vec4(1.0)) + sm1.x * dot(dhi, vec4(1.0)))
          - dm.y * (sm0.y * sums.x + sm1.y * sums.y);
@@ -136,7 +146,7 @@ const uint XN = 8u;
 // xs[2t + w]: quarter t, positions l0 + 4w..+3.
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
     uint col = col0 + 128u * (sub >> 2) + 8u * (sub & 3u);
-    for (uint t = 0u; t < 4u; t++) {
+    [[unroll]] for (uint t = 0u; t < 4u; t++) {
         xs[2u * t] = xv(r, col + 32u * t, ss);
         xs[2u * t + 1u] = xv(r, col + 32u * t + 4u, ss);
     }
@@ -156,16 +166,16 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     float d = unpackHalf2x16(wdata[base + 52u]).x;
     vec4 st = (l0 >> 4) == 0u ? vec4(sc.x, sc.z, sc2.x, sc2.z) : vec4(sc.y, sc.w, sc2.y, sc2.w);
     vec4 part = vec4(0.0);
-    for (uint w = 0u; w < 2u; w++) {
+    [[unroll]] for (uint w = 0u; w < 2u; w++) {
         uint lo = qa[w] & 0x0F0F0F0Fu;
         uint lo2 = qb[w] & 0x0F0F0F0Fu;
         uint hi = (qa[w] >> 4) & 0x0F0F0F0Fu;
         uint hi2 = (qb[w] >> 4) & 0x0F0F0F0Fu;
         uint b = qh[w];
-        part.x += dot(bytes4(lo | ((b & 0x03030303u) << 4)) - 32.0, xs[w]);
-        part.y += dot(bytes4(lo2 | (((b >> 2) & 0x03030303u) << 4)) - 32.0, xs[2u + w]);
-        part.z += dot(bytes4(hi | (((b >> 4) & 0x03030303u) << 4)) - 32.0, xs[4u + w]);
-        part.w += dot(bytes4(hi2 | (((b >> 6) & 0x03030303u) << 4)) - 32.0, xs[6u + w]);
+        part.x += dot(fbytes4(lo | ((b & 0x03030303u) << 4), 32.0), xs[w]);
+        part.y += dot(fbytes4(lo2 | (((b >> 2) & 0x03030303u) << 4), 32.0), xs[2u + w]);
+        part.z += dot(fbytes4(hi | (((b >> 4) & 0x03030303u) << 4), 32.0), xs[4u + w]);
+        part.w += dot(fbytes4(hi2 | (((b >> 6) & 0x03030303u) << 4), 32.0), xs[6u + w]);
     }
     return d * dot(part, st);
 }
@@ -190,8 +200,9 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     vec2 dm = q4_dm(base);
     uint w0 = wdata[base + 1u + 2u * sub];
     uint w1 = wdata[base + 2u + 2u * sub];
-    vec4 dq = bytes4(w0 & 0x0F0F0F0Fu) * xs[0] + bytes4(w1 & 0x0F0F0F0Fu) * xs[1]
-            + bytes4((w0 >> 4) & 0x0F0F0F0Fu) * xs[2] + bytes4((w1 >> 4) & 0x0F0F0F0Fu) * xs[3];
+    vec4 dq = fbytes4(w0 & 0x0F0F0F0Fu, 0.0) * xs[0] + fbytes4(w1 & 0x0F0F0F0Fu, 0.0) * xs[1]
+            + fbytes4((w0 >> 4) & 0x0F0F0F0Fu, 0.0) * xs[2]
+            + fbytes4((w1 >> 4) & 0x0F0F0F0Fu, 0.0) * xs[3];
     return dm.x * dot(dq, vec4(1.0)) + dm.y * sums.x;
 }
 
@@ -211,8 +222,9 @@ void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout f
 
 float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     float d = unpackHalf2x16(wdata[base]).x;
-    return d * (dot(ibytes4(wdata[base + 1u + 2u * sub]), xs[0])
-              + dot(ibytes4(wdata[base + 2u + 2u * sub]), xs[1]));
+    // Flipping the sign bits makes the signed bytes q + 128.
+    return d * (dot(fbytes4(wdata[base + 1u + 2u * sub] ^ 0x80808080u, 128.0), xs[0])
+              + dot(fbytes4(wdata[base + 2u + 2u * sub] ^ 0x80808080u, 128.0), xs[1]));
 }
 #endif
 
@@ -223,18 +235,18 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint nb = pc.k / QK;
     uint rowbase[NR];
-    for (uint j = 0u; j < NR; j++) {
+    [[unroll]] for (uint j = 0u; j < NR; j++) {
         rowbase[j] = min(row0 + j, pc.n - 1u) * nb * BWORDS;
     }
     for (uint s = gl_LocalInvocationIndex; s < nb * LANES; s += gl_WorkGroupSize.x) {
         uint blk = s / LANES;
         uint sub = s % LANES;
-        for (uint r = 0u; r < MAX_M; r++) {
+        [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
             if (r < m) {
                 vec4 xs[XN];
                 vec2 sums;
                 load_x(r, blk * QK, sub, xs, sums, ss[r]);
-                for (uint j = 0u; j < NR; j++) {
+                [[unroll]] for (uint j = 0u; j < NR; j++) {
                     acc[j * MAX_M + r] += slot_dot(rowbase[j] + blk * BWORDS, sub, xs, sums);
                 }
             }
@@ -244,17 +256,17 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
 #else
 void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint wbase[NR];
-    for (uint j = 0u; j < NR; j++) {
+    [[unroll]] for (uint j = 0u; j < NR; j++) {
         wbase[j] = min(row0 + j, pc.n - 1u) * pc.k;
     }
     uint lane = gl_LocalInvocationIndex;
     uint width = gl_WorkGroupSize.x;
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
-            for (uint r = 0u; r < MAX_M; r++) {
+            [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
                     vec4 xs = xv(r, i, ss[r]);
-                    for (uint j = 0u; j < NR; j++) {
+                    [[unroll]] for (uint j = 0u; j < NR; j++) {
                         acc[j * MAX_M + r] += dot(dq4(wbase[j] + i), xs);
                     }
                 }
@@ -262,12 +274,12 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
         }
     } else {
         for (uint i = lane; i < pc.k; i += width) {
-            for (uint r = 0u; r < MAX_M; r++) {
+            [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
                     float v = x[r * pc.k + i];
                     ss[r] += v * v;
                     float xs = (pc.flags & NORM) != 0u ? v * nw[i] : v;
-                    for (uint j = 0u; j < NR; j++) {
+                    [[unroll]] for (uint j = 0u; j < NR; j++) {
                         acc[j * MAX_M + r] += dq1(wbase[j] + i) * xs;
                     }
                 }
@@ -294,7 +306,7 @@ void main() {
     for (uint i = 0u; i < NR * MAX_M; i++) {
         acc[i] = 0.0;
     }
-    for (uint r = 0u; r < MAX_M; r++) {
+    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
         ss[r] = 0.0;
     }
     if (m == 1u) {
@@ -312,7 +324,7 @@ void main() {
             part_acc[gl_SubgroupID][i] = v;
         }
     }
-    for (uint r = 0u; r < MAX_M; r++) {
+    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
         float v = subgroupAdd(ss[r]);
         if (subgroupElect()) {
             part_ss[gl_SubgroupID][r] = v;

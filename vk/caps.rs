@@ -81,10 +81,12 @@ impl Caps {
         })
     }
 
-    /// Invocations of the GEMV workgroup: a few subgroups (one output row
-    /// each at a time), at least 32 and at most 128 invocations.
-    pub fn gemv_workgroup(&self) -> u32 {
-        (self.subgroup_size * 4).clamp(32, 128)
+    /// Invocations of a GEMV workgroup whose rows split into `slots` units:
+    /// one per unit up to 128 (idle invocations cost occupancy), and at
+    /// least a subgroup and 32.
+    pub fn gemv_workgroup(&self, slots: usize) -> u32 {
+        let want = slots.clamp(1, 128).next_power_of_two() as u32;
+        want.max(self.subgroup_size.clamp(32, 128))
     }
 }
 

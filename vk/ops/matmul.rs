@@ -7,6 +7,7 @@
 use super::super::VulkanBackend;
 use super::{read, typed, u32_of, write};
 use crate::backend::{check, Buffer, LinearOpts, Weight};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::vk::caps::MatmulKernel;
 use bytemuck::{Pod, Zeroable};
@@ -48,6 +49,17 @@ struct GemvPush {
     /// As in [`Push`].
     row0: u32,
     ldy: u32,
+}
+
+/// Units of work one GEMV output row splits into (mul_mat_vec.comp's
+/// slots: LANES per block of the blockwise types, 4 values otherwise).
+fn gemv_slots(dtype: DType, k: usize) -> usize {
+    match dtype {
+        DType::Q4K | DType::Q6K => k / 256 * 8,
+        DType::Q4_0 | DType::Q4_1 => k / 32 * 2,
+        DType::Q8_0 => k / 32 * 4,
+        _ => k.div_ceil(4),
+    }
 }
 
 impl VulkanBackend {
@@ -125,7 +137,7 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
-        let wg = self.caps().gemv_workgroup();
+        let wg = self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols));
         let push = GemvPush {
             n: u32_of(OP, "n", w.rows)?,
             k: u32_of(OP, "k", w.cols)?,
