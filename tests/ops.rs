@@ -630,6 +630,51 @@ fn argmax_first_on_ties() {
 }
 
 #[test]
+fn argmax_vocab_rows_split_over_workgroups() {
+    // Decode-sized rows (SmolLM2's and Llama-3's vocabularies, one and a few
+    // rows), so the Vulkan backend splits each row over many workgroups:
+    // ties across workgroup slices keep the first index, NaNs never win (a
+    // row that starts with NaN still finds its maximum), -inf rows give 0.
+    for (name, mut b) in all_backends() {
+        for n in [49152usize, 128256] {
+            let rows = 4;
+            let mut x = rand_f32(rows * n, 53);
+            let mut want = vec![0u32; rows];
+            // Row 0: equal maxima in distant slices (and at both ends).
+            for i in [n - 1, 40_000, 1_000, 777] {
+                x[i] = 9.0;
+            }
+            want[0] = 777;
+            // Row 1: NaNs everywhere else, including first and beyond the max.
+            let r1 = &mut x[n..2 * n];
+            for (i, v) in r1.iter_mut().enumerate() {
+                if i % 3 == 0 {
+                    *v = f32::NAN;
+                }
+            }
+            r1[n - 2] = 7.5;
+            want[1] = n as u32 - 2;
+            // Row 2: all -inf; row 3: all NaN (nothing wins: 0).
+            x[2 * n..3 * n].fill(f32::NEG_INFINITY);
+            x[3 * n..4 * n].fill(f32::NAN);
+            let xb = upload_f32(b.as_mut(), &x);
+            let out = b.alloc(rows * 4).unwrap();
+            pass(b.as_mut(), |b| b.argmax(&xb, &out, rows, n).unwrap());
+            assert_eq!(download_u32(b.as_mut(), &out, rows), want, "{name} n={n}");
+            // One row (decode), against the reference.
+            let one = rand_f32(n, 54);
+            let ob = upload_f32(b.as_mut(), &one);
+            pass(b.as_mut(), |b| b.argmax(&ob, &out, 1, n).unwrap());
+            assert_eq!(
+                download_u32(b.as_mut(), &out, 1),
+                reference::argmax(&one, n).unwrap(),
+                "{name} n={n} one row"
+            );
+        }
+    }
+}
+
+#[test]
 fn bad_shapes_and_handles_are_errors() {
     for (name, mut b) in all_backends() {
         let b = b.as_mut();

@@ -133,6 +133,8 @@ pub struct VulkanBackend {
     rope_tables: HashMap<(u32, u32), Buffer>,
     /// Attention's per-split partials (decode), grown on demand.
     attn_scratch: Option<Buffer>,
+    /// argmax's per-workgroup (value, index) partials, grown on demand.
+    argmax_scratch: Option<Buffer>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
@@ -162,6 +164,7 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             attn_scratch: None,
+            argmax_scratch: None,
             status,
             pass_allocs: false,
             profile: None,

@@ -168,7 +168,10 @@ impl VulkanBackend {
                 );
             }
         }
-        let part = self.attention_scratch(p.rows * p.n_heads * n_split * (p.head_dim + 2))?;
+        let part = self.scratch(
+            |b| &mut b.attn_scratch,
+            p.rows * p.n_heads * n_split * (p.head_dim + 2) * 4,
+        )?;
         self.dispatch(
             OP,
             plain("attention"),
@@ -200,24 +203,5 @@ impl VulkanBackend {
             bytemuck::bytes_of(&combine),
             [push.n_heads, push.rows, 1],
         )
-    }
-
-    /// The split-partials buffer, grown to hold `floats` values. Not zeroed
-    /// (every value the combine reads is written first in the same pass), so
-    /// a pass that grows it can still be replayed.
-    fn attention_scratch(&mut self, floats: usize) -> Result<Buffer> {
-        let bytes = floats.max(1) * 4;
-        match self.attn_scratch {
-            Some(b) if b.bytes >= bytes => Ok(b),
-            old => {
-                if let Some(b) = old {
-                    crate::backend::ComputeBackend::free(self, b);
-                }
-                let (id, _, _) = self.mem.alloc(bytes)?;
-                let b = Buffer::new(id, bytes);
-                self.attn_scratch = Some(b);
-                Ok(b)
-            }
-        }
     }
 }
