@@ -500,6 +500,79 @@ fn attention_gqa_positions_and_window() {
 }
 
 #[test]
+fn attention_decode_long_caches_gqa_and_windows() {
+    // Decode-sized cases (Vulkan: attention_decode.comp + the split combine):
+    // caches of capacity 8192 read at short and long lengths, spans that
+    // straddle key tiles and splits, GQA groups of 1, 2, 3, 4 and 16 (two head
+    // tiles), head_dim 64, 80, 128, 256 and 6 (not a multiple of 4: the
+    // fallback kernel), sliding windows shorter and longer
+    // than the span, and up to 4 rows at different positions.
+    // Tolerance: 4e-5 absolute (values in [-1, 1]; the CPU's f32 sums over
+    // up to 8192 keys reach ~1.3e-5 against the f64 reference).
+    let capacity = 8192;
+    for (name, mut b) in all_backends() {
+        for (n_heads, n_kv_heads, head_dim) in [
+            (9, 3, 64),
+            (32, 8, 128),
+            (16, 1, 64),
+            (4, 4, 80),
+            (8, 2, 256),
+            (2, 1, 6),
+        ] {
+            let kv = capacity * n_kv_heads * head_dim;
+            let k: Vec<f32> = rand_f32(kv, 31).iter().map(|v| v * 4.0).collect();
+            let v = rand_f32(kv, 32);
+            let kb = upload_f32(b.as_mut(), &k);
+            let vb = upload_f32(b.as_mut(), &v);
+            let cases: [(&[u32], usize); 9] = [
+                (&[0], 0),
+                (&[31], 0),
+                (&[32], 0),
+                (&[100], 0),
+                (&[4095], 0),
+                (&[8191], 0),
+                (&[8191], 512),
+                (&[7, 2000, 8191], 1000),
+                (&[0, 1, 33, 64], 16),
+            ];
+            for (positions, window) in cases {
+                let p = AttentionParams {
+                    rows: positions.len(),
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    capacity,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    window,
+                };
+                let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
+                    .iter()
+                    .map(|v| v * 4.0)
+                    .collect();
+                let want = reference::attention(&q, &k, &v, positions, &p).unwrap();
+                let qb = upload_f32(b.as_mut(), &q);
+                let pb = upload_u32(b.as_mut(), positions);
+                let out = b.alloc(q.len() * 4).unwrap();
+                pass(b.as_mut(), |b| {
+                    b.attention(&qb, &kb, &vb, &pb, &out, &p).unwrap()
+                });
+                let got = download_f32(b.as_mut(), &out, q.len());
+                let err = max_abs_diff(&got, &want);
+                assert!(
+                    err <= 4e-5,
+                    "{name} attention {n_heads}/{n_kv_heads} hd={head_dim} window={window} pos={positions:?}: error {err}"
+                );
+                for buf in [qb, pb, out] {
+                    b.free(buf);
+                }
+            }
+            b.free(kb);
+            b.free(vb);
+        }
+    }
+}
+
+#[test]
 fn attention_window_and_causality_change_the_result() {
     // Guards the reference itself: positions beyond `p` and outside the window
     // must not contribute, so poisoning them changes nothing.
