@@ -15,7 +15,7 @@
 // merges them; with n_split == 1 the result goes straight to `o`.
 //
 // Specialization constant 0: head_dim | heads per tile << 16 | (16-key
-// tiles) << 24. head_dim is a multiple of 4, at most 256 (vk/ops/attention.rs
+// tiles) << 24 | (f16 KV cache) << 25. head_dim is a multiple of 4, at most 256 (vk/ops/attention.rs
 // checks, and sizes the tiles to the device's shared memory).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -29,6 +29,7 @@ const uint HD4 = HD / 4u;
 const uint KS = HD4 + 1u; // padded K row in shared memory: conflict-free column reads
 const uint WG = 128u;
 const uint TK = ((SPEC >> 24) & 1u) != 0u ? 16u : 32u; // divides SPLIT_MIN
+const bool KV_F16 = ((SPEC >> 25) & 1u) != 0u;
 const uint SC_PER = (GT * TK + WG - 1u) / WG; // scores per invocation per tile
 const uint V_PER = (GT * HD4 + WG - 1u) / WG; // 4-dim output units per invocation
 
@@ -59,8 +60,12 @@ shared vec4 qs[GT * HD4];
 shared vec4 ks[TK * KS];
 shared float ss[GT * TK];
 
-vec4 load_k(uint i) { return k4[i]; }
-vec4 load_v(uint i) { return v4[i]; }
+// An f16 cache binds the same buffers as 4 halves per 8-byte word.
+layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
+layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
+vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
+vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
+vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
 
 void main() {
     uint t = gl_LocalInvocationID.x;

@@ -10,6 +10,7 @@
 use super::super::VulkanBackend;
 use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::vk::caps::PrefillAttention;
 use bytemuck::{Pod, Zeroable};
@@ -176,8 +177,9 @@ impl VulkanBackend {
             .ok_or_else(overflow)?;
         check::fits(OP, "q", q, q_elems)?;
         check::fits(OP, "out", out, q_elems)?;
-        check::fits(OP, "k_cache", k_cache, kv_elems)?;
-        check::fits(OP, "v_cache", v_cache, kv_elems)?;
+        check::fits_kv(OP, "k_cache", k_cache, kv_elems, p.kv_dtype)?;
+        check::fits_kv(OP, "v_cache", v_cache, kv_elems, p.kv_dtype)?;
+        let f16 = u32::from(p.kv_dtype == DType::F16);
         check::fits(OP, "positions", positions, p.rows)?;
         if p.rows == 0 {
             return Ok(());
@@ -217,8 +219,9 @@ impl VulkanBackend {
                         "rows or heads exceed the device's workgroup limits",
                     ));
                 }
-                // Specialization constant 0: head_dim | BR << 16 (see the shader).
-                let spec = push.head_dim | ((br as u32) << 16);
+                // Specialization constant 0: head_dim | BR << 16 | f16 << 24
+                // (see the shader).
+                let spec = push.head_dim | ((br as u32) << 16) | (f16 << 24);
                 return self.dispatch(
                     OP,
                     plain("attention_prefill").spec(spec),
@@ -240,7 +243,7 @@ impl VulkanBackend {
         let part = self.scratch(|b| &mut b.attn_scratch, 4)?;
         self.dispatch(
             OP,
-            plain("attention"),
+            plain("attention").spec(f16),
             &[
                 read(q),
                 read(k_cache),
@@ -293,8 +296,11 @@ impl VulkanBackend {
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
         // Specialization constant 0: head_dim | heads per tile << 16 |
-        // (16-key tiles) << 24.
-        let spec = p.head_dim as u32 | ((t.heads as u32) << 16) | (u32::from(t.keys == 16) << 24);
+        // (16-key tiles) << 24 | (f16 cache) << 25.
+        let spec = p.head_dim as u32
+            | ((t.heads as u32) << 16)
+            | (u32::from(t.keys == 16) << 24)
+            | (u32::from(p.kv_dtype == DType::F16) << 25);
         let status = self.status;
         self.dispatch(
             OP,
