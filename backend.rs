@@ -76,7 +76,8 @@ pub struct RopeParams {
 /// see. Row `r` at position `p = positions[r]` attends to cache positions
 /// `j <= p` with `p - j < window` when `window > 0` (sliding window). Query head
 /// `h` uses kv head `h / (n_heads / n_kv_heads)` (GQA). Scores are multiplied
-/// by `scale` before the softmax.
+/// by `scale` before the softmax. The caches hold `kv_dtype` values (see
+/// [`ComputeBackend::default_kv_dtype`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionParams {
     pub rows: usize,
@@ -87,6 +88,8 @@ pub struct AttentionParams {
     pub capacity: usize,
     pub scale: f32,
     pub window: usize,
+    /// Element type of both caches: `F32` or `F16`.
+    pub kv_dtype: DType,
 }
 
 /// What [`ComputeBackend::linear`] adds to a plain `matmul`.
@@ -165,6 +168,15 @@ pub trait ComputeBackend {
     /// The events recorded since the last call (empty when profiling is off).
     fn take_profile(&mut self) -> Vec<ProfileEvent> {
         Vec::new()
+    }
+
+    /// The KV-cache element type a model gets unless the caller asks for
+    /// another ([`DType::F32`] or [`DType::F16`]; see `store_rows`,
+    /// `rope_store` and `attention`, which take it with the cache buffers).
+    /// Backends that cannot hold `F16` caches return an error from those
+    /// ops when asked to.
+    fn default_kv_dtype(&self) -> DType {
+        DType::F32
     }
 
     /// A zero-initialised buffer of `bytes` bytes.
@@ -342,8 +354,10 @@ pub trait ComputeBackend {
     /// Index of the largest value of each row (`u32`; the first on ties).
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()>;
     /// `dst` row `positions[r]` = `src` row `r` for `rows` rows of `row_len`
-    /// values (the KV-cache append at positions read on the device). A
-    /// position past `dst` is skipped (the attention op reports it).
+    /// values (the KV-cache append at positions read on the device); `dst`
+    /// holds `dst_dtype` values (`F32`, or `F16` rounded from `src`, with an
+    /// even `row_len`). A position past `dst` is skipped (the attention op
+    /// reports it).
     fn store_rows(
         &mut self,
         src: &Buffer,
@@ -351,12 +365,14 @@ pub trait ComputeBackend {
         positions: &Buffer,
         rows: usize,
         row_len: usize,
+        dst_dtype: DType,
     ) -> Result<()>;
     /// The attention front of a step in one op: [`ComputeBackend::rope`] on
     /// `q` in place (`p.n_heads` heads), `k` (`n_kv_heads` heads) roped with
     /// the same parameters into `k_cache` row `positions[r]`, `v` copied into
     /// `v_cache` row `positions[r]`. `p.rot_dim == 0`: no rotation (learned
-    /// positions). A position past the caches stores nothing.
+    /// positions). A position past the caches stores nothing. The caches
+    /// hold `kv_dtype` values (as `store_rows`' `dst_dtype`).
     #[allow(clippy::too_many_arguments)]
     fn rope_store(
         &mut self,
@@ -368,6 +384,7 @@ pub trait ComputeBackend {
         v_cache: &Buffer,
         p: &RopeParams,
         n_kv_heads: usize,
+        kv_dtype: DType,
     ) -> Result<()>;
     /// Greedy feedback after a decode step: `history[1 + history[0]] =
     /// ids[0]`, `history[0] += 1`, `positions[0] += 1`, so the next step
@@ -380,7 +397,45 @@ pub trait ComputeBackend {
 /// same whichever device runs.
 pub mod check {
     use super::Buffer;
+    use crate::dtype::DType;
     use crate::error::{Error, Result};
+
+    /// Bytes per value of a KV cache of `dtype`: 4 (`F32`) or 2 (`F16`).
+    pub fn kv_value_bytes(op: &'static str, dtype: DType) -> Result<usize> {
+        match dtype {
+            DType::F32 => Ok(4),
+            DType::F16 => Ok(2),
+            other => Err(Error::op(
+                op,
+                format!("a KV cache holds f32 or f16, not {}", other.name()),
+            )),
+        }
+    }
+
+    /// `buf` must hold at least `elems` values of the KV-cache `dtype`.
+    pub fn fits_kv(
+        op: &'static str,
+        what: &str,
+        buf: &Buffer,
+        elems: usize,
+        dtype: DType,
+    ) -> Result<()> {
+        let size = kv_value_bytes(op, dtype)?;
+        let need = elems
+            .checked_mul(size)
+            .ok_or_else(|| Error::op(op, format!("{what}: {elems} elements overflow")))?;
+        if buf.bytes < need {
+            return Err(Error::op(
+                op,
+                format!(
+                    "{what} holds {} bytes but {elems} {} values ({need} bytes) are needed",
+                    buf.bytes,
+                    dtype.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
 
     /// `buf` must hold at least `elems` 4-byte values.
     pub fn fits(op: &'static str, what: &str, buf: &Buffer, elems: usize) -> Result<()> {

@@ -1,7 +1,7 @@
 //! `vkllm bench`: llama-bench's protocol and table for several models and
 //! backends side by side; the protocol itself lives in `vkllm::bench`.
 
-use super::{ActivationsArg, BackendArgs, BackendKind, ModelArg};
+use super::{ActivationsArg, BackendArgs, BackendKind, KvCacheKind, ModelArg};
 use clap::Args;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// [default: models/SmolLM2-135M-Instruct.Q4_1.gguf]
     #[arg(short = 'm', long, value_name = "PATH", num_args = 1..)]
     model: Vec<PathBuf>,
+    /// KV-cache element type for every backend [default: each backend's own:
+    /// f16 on Vulkan, f32 on the CPU (which supports only f32)]
+    #[arg(long = "kv-cache", value_enum, value_name = "TYPE")]
+    kv_cache: Option<KvCacheKind>,
     /// Backends to compare, comma-separated
     #[arg(
         short = 'b',
@@ -117,8 +121,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 activations: a.activations,
                 ctx: None,
                 quantize: None,
+                kv_cache: a.kv_cache,
             })?;
-            let mut model = Model::load(be, path, &protocol.load_options(), &mut |_, _| {})?;
+            let opts = vkllm::model::LoadOptions {
+                kv_cache: a.kv_cache.map(KvCacheKind::dtype),
+                ..protocol.load_options()
+            };
+            let mut model = Model::load(be, path, &opts, &mut |_, _| {})?;
             let full = model.backend_name();
             let (backend, device) = split_name(&full);
             let gbs = match copy_gbs.get(&full) {

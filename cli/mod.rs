@@ -108,6 +108,27 @@ pub struct BackendArgs {
     /// Quantize f32/f16/bf16 weight matrices at load
     #[arg(long, value_enum, value_name = "TYPE")]
     pub quantize: Option<QuantizeKind>,
+    /// KV-cache element type [default: f16 on Vulkan, f32 on the CPU, which
+    /// supports only f32]
+    #[arg(long = "kv-cache", value_enum, value_name = "TYPE")]
+    pub kv_cache: Option<KvCacheKind>,
+}
+
+/// `--kv-cache` element types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheKind {
+    /// Half the memory and bandwidth of f32 (~3 significant digits)
+    F16,
+    F32,
+}
+
+impl KvCacheKind {
+    pub fn dtype(self) -> vkllm::DType {
+        match self {
+            KvCacheKind::F16 => vkllm::DType::F16,
+            KvCacheKind::F32 => vkllm::DType::F32,
+        }
+    }
 }
 
 /// Load-time quantization targets.
@@ -324,6 +345,7 @@ pub fn load_model(
         weights: vkllm::model::weights::WeightOptions {
             quantize: args.quantize.map(QuantizeKind::dtype),
         },
+        kv_cache: args.kv_cache.map(KvCacheKind::dtype),
         ..LoadOptions::default()
     };
     let start = Instant::now();

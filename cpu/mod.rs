@@ -431,6 +431,7 @@ impl ComputeBackend for CpuBackend {
         out: &Buffer,
         p: &AttentionParams,
     ) -> Result<()> {
+        f32_cache("attention", p.kv_dtype)?;
         let (nq, nkv) = attention::check(p)?;
         let p = *p;
         // About rows * heads * head_dim * (2 * kv length); positions are only
@@ -530,8 +531,10 @@ impl ComputeBackend for CpuBackend {
         positions: &Buffer,
         rows: usize,
         row_len: usize,
+        dst_dtype: DType,
     ) -> Result<()> {
         self.in_pass("store_rows")?;
+        f32_cache("store_rows", dst_dtype)?;
         store_rows::run(&mut self.store, src, dst, positions, rows, row_len)
     }
 
@@ -550,7 +553,9 @@ impl ComputeBackend for CpuBackend {
         v_cache: &Buffer,
         p: &RopeParams,
         n_kv_heads: usize,
+        kv_dtype: DType,
     ) -> Result<()> {
+        f32_cache("rope_store", kv_dtype)?;
         self.rope(q, positions, p)?;
         rope_store::store_kv(
             &mut self.store,
@@ -563,4 +568,18 @@ impl ComputeBackend for CpuBackend {
             n_kv_heads,
         )
     }
+}
+
+/// The CPU backend keeps its KV caches in f32: its attention kernels
+/// (cpu/attention.rs, the SIMD dot products) read f32 rows directly, host
+/// memory is not what limits CPU decode at these context lengths, and an f16
+/// cache would add a conversion to every key and value read on every token.
+fn f32_cache(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype == DType::F32 {
+        return Ok(());
+    }
+    Err(Error::Unsupported(format!(
+        "{op}: the CPU backend keeps KV caches in f32, not {} (use --kv-cache f32)",
+        dtype.name()
+    )))
 }

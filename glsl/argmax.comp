@@ -1,52 +1,56 @@
 // Index of the largest value of each row (the first on ties; NaNs never win),
-// one workgroup per row.
+// stage one. A vocabulary-sized row is split over `groups` workgroups so the
+// whole GPU streams it (one workgroup per row left most of an H200 idle: 29 us
+// for 49,152 values); each workgroup reduces its slice of `slice` values and
+// writes a (value, index) partial that argmax_combine.comp reduces. With
+// groups == 1 (many rows, or short ones) the result goes straight to `o`.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
-layout(local_size_x = 128) in;
+layout(local_size_x = 256) in;
 
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) writeonly buffer Out { uint o[]; };
+// Per (row, group): [value bits, index].
+layout(binding = 2) writeonly buffer Part { uvec2 part[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
     uint n;
+    uint groups;
+    uint slice;
 } pc;
 
-shared float best_v[128];
-shared uint best_i[128];
+#include "argmax.glsl"
 
 void main() {
-    uint row = wg_linear();
+    uint wg = wg_linear();
+    uint row = wg / pc.groups;
     if (row >= pc.rows) {
         return;
     }
-    uint t = gl_LocalInvocationID.x;
+    uint g = wg - row * pc.groups;
+    uint begin = g * pc.slice;
+    uint end = min(begin + pc.slice, pc.n);
     float bv = -1.0 / 0.0;
-    uint bi = 0xFFFFFFFFu;
-    for (uint i = t; i < pc.n; i += gl_WorkGroupSize.x) {
+    uint bi = NONE;
+    // Consecutive invocations read consecutive values (coalesced); each
+    // invocation's own candidates come in increasing index order, so a strict
+    // `>` keeps the first of equal values.
+    for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
         float v = x[row * pc.n + i];
-        if (v > bv || (bi == 0xFFFFFFFFu && v == bv)) {
+        if (v > bv || (bi == NONE && v == bv)) {
             bv = v;
             bi = i;
         }
     }
-    best_v[t] = bv;
-    best_i[t] = bi;
-    barrier();
-    for (uint s = gl_WorkGroupSize.x / 2u; s > 0u; s >>= 1) {
-        if (t < s) {
-            float ov = best_v[t + s];
-            uint oi = best_i[t + s];
-            if (oi != 0xFFFFFFFFu && (best_i[t] == 0xFFFFFFFFu || ov > best_v[t] || (ov == best_v[t] && oi < best_i[t]))) {
-                best_v[t] = ov;
-                best_i[t] = oi;
-            }
+    am_reduce(bv, bi);
+    if (gl_LocalInvocationID.x == 0u) {
+        if (pc.groups == 1u) {
+            o[row] = bi == NONE ? 0u : bi;
+        } else {
+            part[wg] = uvec2(floatBitsToUint(bv), bi);
         }
-        barrier();
-    }
-    if (t == 0u) {
-        o[row] = best_i[0] == 0xFFFFFFFFu ? 0u : best_i[0];
     }
 }

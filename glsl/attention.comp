@@ -12,10 +12,17 @@
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
+// Specialization constant 0: 1 when the KV cache holds f16.
+layout(constant_id = 0) const uint KV_F16 = 0u;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float kc[]; };
 layout(binding = 2) readonly buffer V { float vc[]; };
+// An f16 cache binds the same buffers as 2 halves per word.
+layout(binding = 1) readonly buffer K16 { uint kh[]; };
+layout(binding = 2) readonly buffer V16 { uint vh[]; };
+float k_at(uint i) { return KV_F16 != 0u ? unpackHalf2x16(kh[i >> 1])[i & 1u] : kc[i]; }
+float v_at(uint i) { return KV_F16 != 0u ? unpackHalf2x16(vh[i >> 1])[i & 1u] : vc[i]; }
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
@@ -79,7 +86,7 @@ void main() {
             uint kb = j * kv_stride + koff;
             float d0 = 0.0;
             for (uint d = 0u; d < hd; d++) {
-                d0 += qs[d] * kc[kb + d];
+                d0 += qs[d] * k_at(kb + d);
             }
             s = d0 * pc.scale;
         }
@@ -96,7 +103,7 @@ void main() {
             if (d < hd) {
                 float a = acc[i] * corr;
                 for (uint c = 0u; c < n_keys; c++) {
-                    a += ps[c] * vc[(j0 + c) * kv_stride + koff + d];
+                    a += ps[c] * v_at((j0 + c) * kv_stride + koff + d);
                 }
                 acc[i] = a;
             }

@@ -23,7 +23,9 @@ layout(local_size_x = 128) in;
 
 layout(constant_id = 0) const uint SPEC = 64u | (32u << 16);
 const uint D = SPEC & 0xFFFFu;
-const uint BR = SPEC >> 16;
+const uint BR = (SPEC >> 16) & 0xFFu;
+// Bit 24: the KV cache holds f16 (read as 4 halves per 8-byte word).
+const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 // Keys per tile.
 const uint BC = 32u;
 // vec4 columns of a head, and the padded row stride (in vec4s) in shared memory.
@@ -40,6 +42,11 @@ const uint MAX_NS = 8u;
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
 layout(binding = 1) readonly buffer K { vec4 k4[]; };
 layout(binding = 2) readonly buffer V { vec4 v4[]; };
+layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
+layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
+vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
+vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
+vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
 // Status words (see attention.comp): a position past the cache is recorded
@@ -133,7 +140,7 @@ void main() {
             uint k = i / DC;
             uint dc = i % DC;
             uint j = j0 + k;
-            kvs[k * QS + dc] = j < tile_hi ? k4[j * kv_stride4 + koff4 + dc] : vec4(0.0);
+            kvs[k * QS + dc] = j < tile_hi ? load_k(j * kv_stride4 + koff4 + dc) : vec4(0.0);
         }
         barrier();
         // Scores: invocation t takes key t % BC of query vectors t / BC + (WG / BC) * i.
@@ -164,7 +171,7 @@ void main() {
             uint k = i / DC;
             uint dc = i % DC;
             uint j = j0 + k;
-            kvs[k * QS + dc] = j < tile_hi ? v4[j * kv_stride4 + koff4 + dc] : vec4(0.0);
+            kvs[k * QS + dc] = j < tile_hi ? load_v(j * kv_stride4 + koff4 + dc) : vec4(0.0);
         }
         if (t < BR) {
             float m_old = m_run[t];

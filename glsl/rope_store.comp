@@ -8,6 +8,10 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+// Specialization constant 0: 1 when the caches hold f16. Then each k/v unit
+// of the index space is a pair of adjacent values stored as one word
+// (head_dim is even, so a pair never straddles a head or row).
+layout(constant_id = 0) const uint KV_F16 = 0u;
 
 layout(binding = 0) buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float k[]; };
@@ -16,6 +20,8 @@ layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) readonly buffer Freq { float inv_freq[]; };
 layout(binding = 5) writeonly buffer KC { float kc[]; };
 layout(binding = 6) writeonly buffer VC { float vc[]; };
+layout(binding = 5) writeonly buffer KC16 { uint kc16[]; };
+layout(binding = 6) writeonly buffer VC16 { uint vc16[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -36,12 +42,32 @@ vec2 rotation(uint p, uint i) {
     return vec2(cos(r), sin(r));
 }
 
+// k element e (of row position p) rotated.
+float k_rot(uint e, uint p, uint half_rot) {
+    uint d = e % pc.head_dim;
+    float val = k[e];
+    if (d < pc.rot_dim) {
+        // This element's pair: (i, i + half) for NeoX, (2i, 2i + 1) interleaved.
+        bool first = pc.neox != 0u ? d < half_rot : (d & 1u) == 0u;
+        uint i = pc.neox != 0u ? d % half_rot : d / 2u;
+        uint mate = pc.neox != 0u ? (first ? e + half_rot : e - half_rot) : (first ? e + 1u : e - 1u);
+        vec2 cs = rotation(p, i);
+        float x0 = first ? val : k[mate];
+        float x1 = first ? k[mate] : val;
+        val = first ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+    }
+    return val;
+}
+
 void main() {
     uint half_rot = pc.rot_dim / 2u;
     uint q_pairs = pc.rows * pc.n_heads * half_rot;
     uint kvd = pc.n_kv_heads * pc.head_dim;
     uint kv_elems = pc.rows * kvd;
-    uint total = q_pairs + 2u * kv_elems;
+    // Values per k/v unit: 2 with an f16 cache (one packed word).
+    uint per = KV_F16 != 0u ? 2u : 1u;
+    uint kv_units = kv_elems / per;
+    uint total = q_pairs + 2u * kv_units;
     uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
     for (uint g = wg_linear() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; g < total; g += stride) {
         if (g < q_pairs) {
@@ -57,33 +83,29 @@ void main() {
             q[b] = x0 * cs.y + x1 * cs.x;
             continue;
         }
-        uint e = g - q_pairs;
-        bool is_v = e >= kv_elems;
+        uint u = g - q_pairs;
+        bool is_v = u >= kv_units;
         if (is_v) {
-            e -= kv_elems;
+            u -= kv_units;
         }
+        uint e = u * per;
         uint r = e / kvd;
         uint p = pos[r];
         if (p >= pc.capacity) {
             continue; // attention.comp reports it
         }
         uint at = p * kvd + (e - r * kvd);
-        if (is_v) {
+        if (KV_F16 != 0u) {
+            vec2 pair = is_v ? vec2(v[e], v[e + 1u]) : vec2(k_rot(e, p, half_rot), k_rot(e + 1u, p, half_rot));
+            if (is_v) {
+                vc16[at >> 1] = packHalf2x16(pair);
+            } else {
+                kc16[at >> 1] = packHalf2x16(pair);
+            }
+        } else if (is_v) {
             vc[at] = v[e];
-            continue;
+        } else {
+            kc[at] = k_rot(e, p, half_rot);
         }
-        uint d = e % pc.head_dim;
-        float val = k[e];
-        if (d < pc.rot_dim) {
-            // This element's pair: (i, i + half) for NeoX, (2i, 2i + 1) interleaved.
-            bool first = pc.neox != 0u ? d < half_rot : (d & 1u) == 0u;
-            uint i = pc.neox != 0u ? d % half_rot : d / 2u;
-            uint mate = pc.neox != 0u ? (first ? e + half_rot : e - half_rot) : (first ? e + 1u : e - 1u);
-            vec2 cs = rotation(p, i);
-            float x0 = first ? val : k[mate];
-            float x1 = first ? k[mate] : val;
-            val = first ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
-        }
-        kc[at] = val;
     }
 }

@@ -6,9 +6,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+// Specialization constant 0: 1 when dst holds f16 (row_len even; each
+// invocation then stores a pair of values as one word).
+layout(constant_id = 0) const uint DST_F16 = 0u;
 
 layout(binding = 0) readonly buffer Src { float src[]; };
 layout(binding = 1) writeonly buffer Dst { float dst[]; };
+layout(binding = 1) writeonly buffer Dst16 { uint dst16[]; };
 layout(binding = 2) readonly buffer Pos { uint pos[]; };
 
 layout(push_constant) uniform Push {
@@ -20,6 +24,16 @@ layout(push_constant) uniform Push {
 void main() {
     uint total = pc.rows * pc.row_len;
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    if (DST_F16 != 0u) {
+        for (uint i = 2u * gl_GlobalInvocationID.x; i < total; i += 2u * stride) {
+            uint r = i / pc.row_len;
+            uint p = pos[r];
+            if (p < pc.capacity) {
+                dst16[(p * pc.row_len + (i - r * pc.row_len)) >> 1] = packHalf2x16(vec2(src[i], src[i + 1u]));
+            }
+        }
+        return;
+    }
     for (uint i = gl_GlobalInvocationID.x; i < total; i += stride) {
         uint r = i / pc.row_len;
         uint p = pos[r];

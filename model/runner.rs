@@ -3,7 +3,10 @@
 //! prefill batches every prompt row, decode runs one row; the only readback
 //! is the sampled token id or the logits asked for.
 
-use crate::backend::{AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, RopeStyle};
+use crate::backend::{
+    check, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
+};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
 use crate::model::gguf::GgufFile;
@@ -20,6 +23,9 @@ pub struct LoadOptions {
     /// Most prompt rows per pass; longer prompts run in several passes.
     pub max_batch: usize,
     pub weights: WeightOptions,
+    /// KV-cache element type (`F32` or `F16`); `None` = the backend's
+    /// [`ComputeBackend::default_kv_dtype`] (f16 on Vulkan, f32 on the CPU).
+    pub kv_cache: Option<DType>,
 }
 
 impl Default for LoadOptions {
@@ -28,6 +34,7 @@ impl Default for LoadOptions {
             context: None,
             max_batch: 512,
             weights: WeightOptions::default(),
+            kv_cache: None,
         }
     }
 }
@@ -89,6 +96,7 @@ pub struct Model {
     w: ModelWeights,
     k_cache: Vec<Buffer>,
     v_cache: Vec<Buffer>,
+    kv_dtype: DType,
     capacity: usize,
     n_past: usize,
     s: Scratch,
@@ -132,11 +140,23 @@ impl Model {
         }
         let w = ModelWeights::load(&cfg, src, be.as_mut(), opts.weights, progress)?;
         let capacity = opts.context.unwrap_or(cfg.n_ctx.min(8192)).max(1);
+        let kv_dtype = opts.kv_cache.unwrap_or_else(|| be.default_kv_dtype());
+        let kv_size = check::kv_value_bytes("kv cache", kv_dtype)?;
+        let kv_bytes = capacity
+            .checked_mul(cfg.kv_dim())
+            .and_then(|n| n.checked_mul(kv_size))
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "a {} KV cache of {capacity} positions x {} values is not possible",
+                    kv_dtype.name(),
+                    cfg.kv_dim()
+                ))
+            })?;
         let mut k_cache = Vec::with_capacity(cfg.n_layer);
         let mut v_cache = Vec::with_capacity(cfg.n_layer);
         for _ in 0..cfg.n_layer {
-            k_cache.push(f32_buf(be.as_mut(), capacity * cfg.kv_dim())?);
-            v_cache.push(f32_buf(be.as_mut(), capacity * cfg.kv_dim())?);
+            k_cache.push(be.alloc(kv_bytes.max(4))?);
+            v_cache.push(be.alloc(kv_bytes.max(4))?);
         }
         let rows = opts.max_batch.min(capacity);
         let b = be.as_mut();
@@ -169,6 +189,7 @@ impl Model {
             w,
             k_cache,
             v_cache,
+            kv_dtype,
             capacity,
             n_past: 0,
             s,
@@ -211,6 +232,11 @@ impl Model {
         self.n_past
     }
     /// KV-cache capacity in positions.
+    /// KV-cache element type.
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -475,6 +501,7 @@ impl Model {
                 &self.v_cache[il],
                 &rope,
                 c.n_head_kv,
+                self.kv_dtype,
             )?;
             let ap = AttentionParams {
                 rows: m,
@@ -484,6 +511,7 @@ impl Model {
                 capacity: self.capacity,
                 scale: c.attn_scale,
                 window: lc.window,
+                kv_dtype: self.kv_dtype,
             };
             self.be.attention(
                 &q,

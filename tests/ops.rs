@@ -470,6 +470,7 @@ fn attention_gqa_positions_and_window() {
                         capacity,
                         scale: 1.0 / (head_dim as f32).sqrt(),
                         window,
+                        kv_dtype: DType::F32,
                     };
                     let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
                         .iter()
@@ -502,6 +503,80 @@ fn attention_gqa_positions_and_window() {
 }
 
 #[test]
+fn attention_decode_long_caches_gqa_and_windows() {
+    // Decode-sized cases (Vulkan: attention_decode.comp + the split combine):
+    // caches of capacity 8192 read at short and long lengths, spans that
+    // straddle key tiles and splits, GQA groups of 1, 2, 3, 4 and 16 (two head
+    // tiles), head_dim 64, 80, 128, 256 and 6 (not a multiple of 4: the
+    // fallback kernel), sliding windows shorter and longer
+    // than the span, and up to 4 rows at different positions.
+    // Tolerance: 4e-5 absolute (values in [-1, 1]; the CPU's f32 sums over
+    // up to 8192 keys reach ~1.3e-5 against the f64 reference).
+    let capacity = 8192;
+    for (name, mut b) in all_backends() {
+        for (n_heads, n_kv_heads, head_dim) in [
+            (9, 3, 64),
+            (32, 8, 128),
+            (16, 1, 64),
+            (4, 4, 80),
+            (8, 2, 256),
+            (2, 1, 6),
+        ] {
+            let kv = capacity * n_kv_heads * head_dim;
+            let k: Vec<f32> = rand_f32(kv, 31).iter().map(|v| v * 4.0).collect();
+            let v = rand_f32(kv, 32);
+            let kb = upload_f32(b.as_mut(), &k);
+            let vb = upload_f32(b.as_mut(), &v);
+            let cases: [(&[u32], usize); 9] = [
+                (&[0], 0),
+                (&[31], 0),
+                (&[32], 0),
+                (&[100], 0),
+                (&[4095], 0),
+                (&[8191], 0),
+                (&[8191], 512),
+                (&[7, 2000, 8191], 1000),
+                (&[0, 1, 33, 64], 16),
+            ];
+            for (positions, window) in cases {
+                let p = AttentionParams {
+                    rows: positions.len(),
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    capacity,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    window,
+                    kv_dtype: DType::F32,
+                };
+                let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
+                    .iter()
+                    .map(|v| v * 4.0)
+                    .collect();
+                let want = reference::attention(&q, &k, &v, positions, &p).unwrap();
+                let qb = upload_f32(b.as_mut(), &q);
+                let pb = upload_u32(b.as_mut(), positions);
+                let out = b.alloc(q.len() * 4).unwrap();
+                pass(b.as_mut(), |b| {
+                    b.attention(&qb, &kb, &vb, &pb, &out, &p).unwrap()
+                });
+                let got = download_f32(b.as_mut(), &out, q.len());
+                let err = max_abs_diff(&got, &want);
+                assert!(
+                    err <= 4e-5,
+                    "{name} attention {n_heads}/{n_kv_heads} hd={head_dim} window={window} pos={positions:?}: error {err}"
+                );
+                for buf in [qb, pb, out] {
+                    b.free(buf);
+                }
+            }
+            b.free(kb);
+            b.free(vb);
+        }
+    }
+}
+
+#[test]
 fn attention_window_and_causality_change_the_result() {
     // Guards the reference itself: positions beyond `p` and outside the window
     // must not contribute, so poisoning them changes nothing.
@@ -513,6 +588,7 @@ fn attention_window_and_causality_change_the_result() {
         capacity: 10,
         scale: 0.3,
         window: 3,
+        kv_dtype: DType::F32,
     };
     let q = rand_f32(16, 1);
     let k = rand_f32(80, 2);
@@ -632,6 +708,51 @@ fn argmax_first_on_ties() {
 }
 
 #[test]
+fn argmax_vocab_rows_split_over_workgroups() {
+    // Decode-sized rows (SmolLM2's and Llama-3's vocabularies, one and a few
+    // rows), so the Vulkan backend splits each row over many workgroups:
+    // ties across workgroup slices keep the first index, NaNs never win (a
+    // row that starts with NaN still finds its maximum), -inf rows give 0.
+    for (name, mut b) in all_backends() {
+        for n in [49152usize, 128256] {
+            let rows = 4;
+            let mut x = rand_f32(rows * n, 53);
+            let mut want = vec![0u32; rows];
+            // Row 0: equal maxima in distant slices (and at both ends).
+            for i in [n - 1, 40_000, 1_000, 777] {
+                x[i] = 9.0;
+            }
+            want[0] = 777;
+            // Row 1: NaNs everywhere else, including first and beyond the max.
+            let r1 = &mut x[n..2 * n];
+            for (i, v) in r1.iter_mut().enumerate() {
+                if i % 3 == 0 {
+                    *v = f32::NAN;
+                }
+            }
+            r1[n - 2] = 7.5;
+            want[1] = n as u32 - 2;
+            // Row 2: all -inf; row 3: all NaN (nothing wins: 0).
+            x[2 * n..3 * n].fill(f32::NEG_INFINITY);
+            x[3 * n..4 * n].fill(f32::NAN);
+            let xb = upload_f32(b.as_mut(), &x);
+            let out = b.alloc(rows * 4).unwrap();
+            pass(b.as_mut(), |b| b.argmax(&xb, &out, rows, n).unwrap());
+            assert_eq!(download_u32(b.as_mut(), &out, rows), want, "{name} n={n}");
+            // One row (decode), against the reference.
+            let one = rand_f32(n, 54);
+            let ob = upload_f32(b.as_mut(), &one);
+            pass(b.as_mut(), |b| b.argmax(&ob, &out, 1, n).unwrap());
+            assert_eq!(
+                download_u32(b.as_mut(), &out, 1),
+                reference::argmax(&one, n).unwrap(),
+                "{name} n={n} one row"
+            );
+        }
+    }
+}
+
+#[test]
 fn bad_shapes_and_handles_are_errors() {
     for (name, mut b) in all_backends() {
         let b = b.as_mut();
@@ -681,6 +802,7 @@ fn bad_shapes_and_handles_are_errors() {
             capacity: 4,
             scale: 1.0,
             window: 0,
+            kv_dtype: DType::F32,
         };
         assert!(
             b.attention(&small, &small, &small, &ids, &y, &bad_attn)
@@ -813,7 +935,8 @@ fn store_rows_and_rope_store_write_the_cache_at_positions() {
             let pb = upload_u32(b.as_mut(), &positions);
             let (qb, kb, vb, kcb, vcb) = (&bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4]);
             pass(b.as_mut(), |b| {
-                b.rope_store(qb, kb, vb, &pb, kcb, vcb, &p, n_kv).unwrap()
+                b.rope_store(qb, kb, vb, &pb, kcb, vcb, &p, n_kv, DType::F32)
+                    .unwrap()
             });
             let what = format!("{name} {style:?} rot={rot_dim}");
             let err = max_abs_diff(&download_f32(b.as_mut(), qb, q.len()), &q_want);
@@ -828,13 +951,202 @@ fn store_rows_and_rope_store_write_the_cache_at_positions() {
             // store_rows alone: exact, the same rows.
             let cache = upload_f32(b.as_mut(), &old);
             pass(b.as_mut(), |b| {
-                b.store_rows(vb, &cache, &pb, rows, kvd).unwrap()
+                b.store_rows(vb, &cache, &pb, rows, kvd, DType::F32)
+                    .unwrap()
             });
             assert_eq!(
                 download_f32(b.as_mut(), &cache, old.len()),
                 vc_want,
                 "{what}: store_rows"
             );
+        }
+    }
+}
+
+/// `data` rounded to f16 (round to nearest even), as bytes and as f32.
+fn f16_of(data: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let h: Vec<half::f16> = data.iter().map(|&x| half::f16::from_f32(x)).collect();
+    (
+        bytemuck::cast_slice(&h).to_vec(),
+        h.iter().map(|x| x.to_f32()).collect(),
+    )
+}
+
+fn upload_f16(b: &mut dyn ComputeBackend, data: &[f32]) -> (vkllm::backend::Buffer, Vec<f32>) {
+    let (bytes, rounded) = f16_of(data);
+    let buf = b.alloc(bytes.len()).unwrap();
+    b.upload(&buf, 0, &bytes).unwrap();
+    (buf, rounded)
+}
+
+fn download_f16(b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer, n: usize) -> Vec<f32> {
+    let mut bytes = vec![0u8; n * 2];
+    b.download(buf, 0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
+}
+
+/// Within one f16 ulp of `want` (the device may round f32 -> f16 to nearest
+/// or toward zero, and rope's f32 error can tip a rounding).
+fn assert_f16_close(got: &[f32], want: &[f32], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ulp = w.abs().max(1.0 / 16384.0) / 1024.0;
+        assert!((g - w).abs() <= ulp, "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+/// Whether `b` refused an f16 cache op as unsupported (the CPU backend keeps
+/// f32 caches); panics on any other error.
+fn f16_unsupported(r: vkllm::Result<()>, name: &str) -> bool {
+    match r {
+        Ok(()) => false,
+        Err(vkllm::Error::Unsupported(_)) if name.starts_with("cpu") => true,
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+#[test]
+fn kv_cache_f16_rope_store_and_store_rows() {
+    // f16 caches (Vulkan's default): k roped in f32 then rounded, v rounded,
+    // rows past the cache stored nowhere, other rows untouched. Tolerance:
+    // one f16 ulp of the reference rounded to f16. The CPU backend refuses
+    // f16 caches (Error::Unsupported).
+    let (rows, n_heads, n_kv, head_dim, cap) = (3, 6, 2, 64, 12);
+    let kvd = n_kv * head_dim;
+    let positions = [7u32, 2, 40];
+    for (name, mut b) in all_backends() {
+        for (style, rot_dim) in [(RopeStyle::Neox, 64), (RopeStyle::Interleaved, 32)] {
+            let p = RopeParams {
+                rows,
+                n_heads,
+                head_dim,
+                rot_dim,
+                base: 10000.0,
+                style,
+            };
+            let q = rand_f32(rows * n_heads * head_dim, 71);
+            let k = rand_f32(rows * kvd, 72);
+            let v = rand_f32(rows * kvd, 73);
+            let old = rand_f32(cap * kvd, 74);
+            let mut k_roped = k.clone();
+            let kp = RopeParams { n_heads: n_kv, ..p };
+            reference::rope(&mut k_roped, &positions, &kp).unwrap();
+            let (_, old16) = f16_of(&old);
+            let (mut kc_want, mut vc_want) = (old16.clone(), old16.clone());
+            reference::store_rows(&f16_of(&k_roped).1, &mut kc_want, &positions, kvd);
+            reference::store_rows(&f16_of(&v).1, &mut vc_want, &positions, kvd);
+            let (qb, kb, vb) = (
+                upload_f32(b.as_mut(), &q),
+                upload_f32(b.as_mut(), &k),
+                upload_f32(b.as_mut(), &v),
+            );
+            let (kcb, _) = upload_f16(b.as_mut(), &old);
+            let (vcb, _) = upload_f16(b.as_mut(), &old);
+            let pb = upload_u32(b.as_mut(), &positions);
+            b.begin_pass().unwrap();
+            let r = b.rope_store(&qb, &kb, &vb, &pb, &kcb, &vcb, &p, n_kv, DType::F16);
+            b.end_pass().unwrap();
+            if f16_unsupported(r, &name) {
+                continue;
+            }
+            let what = format!("{name} {style:?} rot={rot_dim}");
+            let kc = download_f16(b.as_mut(), &kcb, old.len());
+            assert_f16_close(&kc, &kc_want, &format!("{what}: k cache"));
+            let vc = download_f16(b.as_mut(), &vcb, old.len());
+            assert_f16_close(&vc, &vc_want, &format!("{what}: v cache"));
+            // store_rows alone into an f16 cache.
+            let (cache, _) = upload_f16(b.as_mut(), &old);
+            pass(b.as_mut(), |b| {
+                b.store_rows(&vb, &cache, &pb, rows, kvd, DType::F16)
+                    .unwrap()
+            });
+            let got = download_f16(b.as_mut(), &cache, old.len());
+            assert_f16_close(&got, &vc_want, &format!("{what}: store_rows"));
+        }
+        // An odd row length cannot be stored as f16 words.
+        let (src, dst, pb) = (
+            b.alloc(12).unwrap(),
+            b.alloc(12).unwrap(),
+            b.alloc(4).unwrap(),
+        );
+        b.begin_pass().unwrap();
+        let r = b.store_rows(&src, &dst, &pb, 1, 3, DType::F16);
+        b.end_pass().unwrap();
+        assert!(r.is_err(), "{name}: odd f16 row accepted");
+    }
+}
+
+#[test]
+fn attention_f16_cache() {
+    // Attention over f16 caches on every path: decode (attention_decode.comp;
+    // capacity 8192, short and long spans, window, GQA, head_dim 64 and 128),
+    // prefill rows (attention_prefill.comp) and the fallback
+    // (attention.comp, head_dim 6). Tolerances: against the reference on the
+    // f16-rounded caches, as f32 (4e-5: the kernels convert exactly);
+    // against the reference on the unrounded f32 caches, 4e-3 absolute
+    // (values in [-1, 1], keys up to 4: rounding K and V to f16 costs
+    // ~3 significant digits; measured up to 8.4e-4 here). The CPU backend
+    // refuses f16 caches.
+    // (n_heads, n_kv_heads, head_dim, capacity, positions, window)
+    type Case = (usize, usize, usize, usize, &'static [u32], usize);
+    let cases: [Case; 7] = [
+        (9, 3, 64, 8192, &[100], 0),
+        (9, 3, 64, 8192, &[8191], 0),
+        (32, 8, 128, 8192, &[4000], 0),
+        (32, 8, 128, 8192, &[8191, 5], 512),
+        (6, 2, 64, 40, &[10, 11, 12, 13, 14, 15, 39], 0),
+        (4, 1, 128, 40, &[30, 31, 32, 33, 34, 35, 36], 8),
+        (2, 1, 6, 40, &[39], 0),
+    ];
+    for (name, mut b) in all_backends() {
+        for (n_heads, n_kv_heads, head_dim, capacity, positions, window) in cases {
+            let p = AttentionParams {
+                rows: positions.len(),
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                capacity,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window,
+                kv_dtype: DType::F16,
+            };
+            let kv = capacity * n_kv_heads * head_dim;
+            let k: Vec<f32> = rand_f32(kv, 81).iter().map(|v| v * 4.0).collect();
+            let v = rand_f32(kv, 82);
+            let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 83)
+                .iter()
+                .map(|v| v * 4.0)
+                .collect();
+            let (kb, k16) = upload_f16(b.as_mut(), &k);
+            let (vb, v16) = upload_f16(b.as_mut(), &v);
+            let qb = upload_f32(b.as_mut(), &q);
+            let pb = upload_u32(b.as_mut(), positions);
+            let out = b.alloc(q.len() * 4).unwrap();
+            b.begin_pass().unwrap();
+            let r = b.attention(&qb, &kb, &vb, &pb, &out, &p);
+            b.end_pass().unwrap();
+            let what = format!("{name} {n_heads}/{n_kv_heads} hd={head_dim} pos={positions:?}");
+            for buf in [kb, vb, qb, pb] {
+                b.free(buf);
+            }
+            if f16_unsupported(r, &name) {
+                b.free(out);
+                continue;
+            }
+            let got = download_f32(b.as_mut(), &out, q.len());
+            b.free(out);
+            let p32 = AttentionParams {
+                kv_dtype: DType::F32,
+                ..p
+            };
+            let want = reference::attention(&q, &k16, &v16, positions, &p32).unwrap();
+            let err = max_abs_diff(&got, &want);
+            assert!(err <= 4e-5, "{what}: error {err} vs the rounded caches");
+            let exact = reference::attention(&q, &k, &v, positions, &p32).unwrap();
+            let err = max_abs_diff(&got, &exact);
+            assert!(err <= 4e-3, "{what}: error {err} vs f32 caches");
         }
     }
 }

@@ -430,6 +430,7 @@ fn attention_gqa_causal_and_window() {
             capacity: 160,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
+            kv_dtype: DType::F32,
         };
         let positions = [0u32, 70, 149];
         let q = rand_f32(p.rows * p.n_heads * head_dim, 21);
@@ -500,6 +501,7 @@ fn attention_prefill_many_rows_long_cache() {
             capacity: depth + rows + 5,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
+            kv_dtype: DType::F32,
         };
         let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
         let seed = 1000 + 10 * ci as u64;
@@ -673,6 +675,7 @@ fn barriers_only_between_dependent_ops() {
         capacity: 2,
         scale: 0.125,
         window: 0,
+        kv_dtype: DType::F32,
     };
     b.begin_pass().unwrap();
     b.copy(&outs[1], 0, &cache, n * 4, n * 4).unwrap();
@@ -734,6 +737,7 @@ fn replayed_pass_reads_new_token_and_position() {
         capacity: cap,
         scale: 0.125,
         window: 0,
+        kv_dtype: DType::F32,
     };
     // One decode step: embed, attend over positions 0..=pos, project, argmax.
     let record = |b: &mut VulkanBackend| {
@@ -885,6 +889,7 @@ fn out_of_range_shapes_are_errors() {
         capacity: 1,
         scale: 1.0,
         window: 0,
+        kv_dtype: DType::F32,
     };
     assert!(
         b.attention(&small, &small, &small, &small, &big, &att)
@@ -944,6 +949,7 @@ fn out_of_range_shapes_are_errors() {
         capacity: 2,
         scale: 1.0,
         window: 0,
+        kv_dtype: DType::F32,
     };
     b.begin_pass().unwrap();
     b.attention(&small, &cache, &cache, &pos, &big, &one_head)

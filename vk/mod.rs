@@ -137,11 +137,14 @@ pub struct VulkanBackend {
     /// Attention's per-split partials (decode), grown on demand.
     attn_scratch: Option<Buffer>,
     /// `linear`'s normed input and product for many rows, grown on demand.
-    linear_scratch: [Option<Buffer>; 2],
+    norm_scratch: Option<Buffer>,
+    product_scratch: Option<Buffer>,
     /// Weights stored in several buffers (see split.rs), by their first part's id.
     split_weights: HashMap<u32, Vec<split::Part>>,
     /// Split weights above this many bytes even within the device's range.
     part_limit: Option<u64>,
+    /// argmax's per-workgroup (value, index) partials, grown on demand.
+    argmax_scratch: Option<Buffer>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
@@ -171,9 +174,11 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             rope_tables: HashMap::new(),
             attn_scratch: None,
-            linear_scratch: [None; 2],
+            norm_scratch: None,
+            product_scratch: None,
             split_weights: HashMap::new(),
             part_limit: split::part_limit_from_env(),
+            argmax_scratch: None,
             status,
             pass_allocs: false,
             profile: None,
@@ -492,6 +497,13 @@ impl Drop for VulkanBackend {
 }
 
 impl ComputeBackend for VulkanBackend {
+    /// f16: decode attention streams the whole cache every token, so half
+    /// the bytes is up to twice the speed at depth; values lose ~3 decimal
+    /// digits (stated and tested in tests/ops.rs).
+    fn default_kv_dtype(&self) -> DType {
+        DType::F16
+    }
+
     fn name(&self) -> String {
         format!("vulkan ({})", self.dev.info.name)
     }
@@ -811,9 +823,10 @@ impl ComputeBackend for VulkanBackend {
         positions: &Buffer,
         rows: usize,
         row_len: usize,
+        dst_dtype: DType,
     ) -> Result<()> {
         self.record("store_rows", |b| {
-            b.encode_store_rows(src, dst, positions, rows, row_len)
+            b.encode_store_rows(src, dst, positions, rows, row_len, dst_dtype)
         })
     }
 
@@ -827,9 +840,12 @@ impl ComputeBackend for VulkanBackend {
         v_cache: &Buffer,
         p: &RopeParams,
         n_kv_heads: usize,
+        kv_dtype: DType,
     ) -> Result<()> {
         self.record("rope_store", |b| {
-            b.encode_rope_store(q, k, v, positions, k_cache, v_cache, p, n_kv_heads)
+            b.encode_rope_store(
+                q, k, v, positions, k_cache, v_cache, p, n_kv_heads, kv_dtype,
+            )
         })
     }
 

@@ -1,4 +1,9 @@
-//! `argmax` (glsl/argmax.comp): one workgroup per row, `u32` results.
+//! `argmax` (glsl/argmax.comp, glsl/argmax_combine.comp), `u32` results.
+//! A long row is split over many workgroups that each write a (value, index)
+//! partial to a backend-owned scratch buffer; one small workgroup per row then
+//! reduces the partials. One workgroup per row (what short rows and many rows
+//! get) left a 49,152-value row at 29 us on an H200: a few SMs streaming
+//! 192 KiB.
 
 use super::super::VulkanBackend;
 use super::{plain, read, u32_of, write};
@@ -6,11 +11,37 @@ use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
+/// Values per stage-one workgroup at least (256 invocations, 4 values each):
+/// below this a row is not worth splitting.
+const SLICE_MIN: usize = 1024;
+/// Stage-one workgroups over all rows at most (about two per SM on a large
+/// GPU), and per row at most (what the 64-wide combine folds in two steps).
+const GROUPS_TOTAL: usize = 256;
+const GROUPS_PER_ROW: usize = 128;
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
     rows: u32,
     n: u32,
+    groups: u32,
+    slice: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CombinePush {
+    rows: u32,
+    groups: u32,
+}
+
+/// (workgroups per row, values per workgroup) for `rows` rows of `n` values:
+/// depends on the shape only, so a recorded pass replays for any input.
+pub(in crate::vk) fn argmax_split(rows: usize, n: usize) -> (usize, usize) {
+    let cap = (GROUPS_TOTAL / rows.max(1)).clamp(1, GROUPS_PER_ROW);
+    let want = n.div_ceil(SLICE_MIN).clamp(1, cap);
+    let slice = n.div_ceil(want).max(1);
+    (n.div_ceil(slice).max(1), slice)
 }
 
 impl VulkanBackend {
@@ -33,17 +64,58 @@ impl VulkanBackend {
         if rows == 0 {
             return Ok(());
         }
+        let (groups, slice) = argmax_split(rows, n);
         let push = Push {
             rows: u32_of(OP, "rows", rows)?,
             n: u32_of(OP, "n", n)?,
+            groups: groups as u32,
+            slice: u32_of(OP, "slice", slice)?,
         };
-        let groups = self.split_groups(OP, push.rows)?;
+        let all = rows
+            .checked_mul(groups)
+            .ok_or_else(|| Error::op(OP, "rows * groups overflows"))?;
+        let wgs = self.split_groups(OP, u32_of(OP, "workgroups", all)?)?;
+        // Not zeroed: stage one writes every partial stage two reads.
+        let part = self.scratch(|b| &mut b.argmax_scratch, all * 8)?;
         self.dispatch(
             OP,
             plain("argmax"),
-            &[read(x), write(out)],
+            &[read(x), write(out), write(&part)],
             bytemuck::bytes_of(&push),
-            groups,
+            wgs,
+        )?;
+        if groups == 1 {
+            return Ok(());
+        }
+        let combine = CombinePush {
+            rows: push.rows,
+            groups: push.groups,
+        };
+        let wgs = self.split_groups(OP, push.rows)?;
+        self.dispatch(
+            OP,
+            plain("argmax_combine"),
+            &[read(&part), write(out)],
+            bytemuck::bytes_of(&combine),
+            wgs,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax_split;
+
+    #[test]
+    fn splits_cover_the_row_without_empty_groups() {
+        for rows in [1, 2, 3, 7, 300] {
+            for n in [1, 50, 1023, 1024, 1025, 49152, 128256, 262144, 1 << 24] {
+                let (g, s) = argmax_split(rows, n);
+                assert!((1..=128).contains(&g), "{rows}x{n}: {g} groups");
+                assert!(g * s >= n && (g - 1) * s < n, "{rows}x{n}: {g} x {s}");
+            }
+        }
+        assert_eq!(argmax_split(1, 49152).0, 48);
+        assert_eq!(argmax_split(1, 50).0, 1);
     }
 }

@@ -1,24 +1,34 @@
-//! `attention`. Decode (a few rows): glsl/attention.comp, one workgroup per
-//! (head, row, key split), the cache split so a long context still fills the
-//! GPU, then glsl/attention_combine.comp merges the splits. Prefill (more
-//! rows): glsl/attention_prefill.comp, tiles of query rows of one GQA group
-//! against key tiles in shared memory, so the cache is read once per tile of
-//! rows instead of once per (row, head); head dims it cannot take fall back
-//! to attention.comp without splits.
+//! `attention`. Decode (up to four rows, head_dim a multiple of 4 up to
+//! 256): glsl/attention_decode.comp, one workgroup per (kv head, tile of its
+//! query heads, row, key split), the span split so a long context still
+//! fills the GPU, then glsl/attention_combine.comp merges the splits.
+//! Prefill (more rows): glsl/attention_prefill.comp, tiles of query rows of
+//! one GQA group against key tiles in shared memory, so the cache is read
+//! once per tile of rows instead of once per (row, head). Head dims neither
+//! takes fall back to glsl/attention.comp (one workgroup per (head, row)).
 
 use super::super::VulkanBackend;
 use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::vk::caps::PrefillAttention;
 use bytemuck::{Pod, Zeroable};
 
 /// The shader keeps 8 output dims per invocation of a 64-wide workgroup.
 const MAX_HEAD_DIM: usize = 512;
-/// Rows up to which the keys are split across workgroups.
+/// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
-/// Keys per split at least, and the most splits.
-const SPLIT_KEYS: usize = 32;
+/// attention_decode.comp: keys per tile (32, or 16 where 32 would not fit the
+/// device's shared memory; splits hold at least 32 keys, SPLIT_MIN in
+/// attention_split.glsl), invocations, most query heads per workgroup, most
+/// head_dim.
+const DECODE_TK: [usize; 2] = [32, 16];
+const DECODE_MAX_HEADS: usize = 8;
+const DECODE_MAX_HEAD_DIM: usize = 256;
+/// The most splits (attention_combine.comp folds one per invocation of 64).
+/// A split has at least DECODE_TK keys, so caches shorter than
+/// 64 * DECODE_TK get fewer.
 const MAX_SPLITS: usize = 64;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
@@ -31,6 +41,52 @@ const FLASH_MAX_HEAD_DIM: usize = 128;
 fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
     let qs = head_dim / 4 + 1;
     (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
+}
+
+/// Shared memory attention_decode.comp declares for `gt` heads per tile and
+/// `tk` keys per tile (mirrors its declarations: qs, ks, ss).
+fn decode_shared_bytes(gt: usize, tk: usize, head_dim: usize) -> usize {
+    (gt * head_dim + tk * (head_dim + 4) + gt * tk) * 4
+}
+
+/// How attention_decode.comp runs one shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::vk) struct DecodeTiles {
+    /// Workgroups per kv head, and query heads per workgroup.
+    pub tiles: usize,
+    pub heads: usize,
+    /// Keys per tile.
+    pub keys: usize,
+}
+
+/// attention_decode.comp's tiling for a GQA group of `group` heads, or None
+/// where the kernel cannot take `head_dim`: tiles of at most 8 heads, as
+/// even as possible, 32 keys (else 16) per key tile, the most heads per
+/// tile that fit the device's shared memory (NVIDIA: 48 KiB fits 8 heads of
+/// 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
+pub(in crate::vk) fn decode_tiles(
+    group: usize,
+    head_dim: usize,
+    max_shared: u32,
+) -> Option<DecodeTiles> {
+    if head_dim == 0 || !head_dim.is_multiple_of(4) || head_dim > DECODE_MAX_HEAD_DIM || group == 0
+    {
+        return None;
+    }
+    for keys in DECODE_TK {
+        let mut tiles = group.div_ceil(DECODE_MAX_HEADS);
+        loop {
+            let heads = group.div_ceil(tiles);
+            if decode_shared_bytes(heads, keys, head_dim) <= max_shared as usize {
+                return Some(DecodeTiles { tiles, heads, keys });
+            }
+            if heads == 1 {
+                break;
+            }
+            tiles += 1;
+        }
+    }
+    None
 }
 
 /// Query vectors per attention_prefill.comp workgroup for `head_dim`, or
@@ -62,11 +118,26 @@ struct Push {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
+struct DecodePush {
+    rows: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    capacity: u32,
+    scale: f32,
+    window: u32,
+    n_split: u32,
+    head_tiles: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
 struct CombinePush {
     rows: u32,
     n_heads: u32,
     head_dim: u32,
     n_split: u32,
+    capacity: u32,
+    window: u32,
 }
 
 impl VulkanBackend {
@@ -106,20 +177,13 @@ impl VulkanBackend {
             .ok_or_else(overflow)?;
         check::fits(OP, "q", q, q_elems)?;
         check::fits(OP, "out", out, q_elems)?;
-        check::fits(OP, "k_cache", k_cache, kv_elems)?;
-        check::fits(OP, "v_cache", v_cache, kv_elems)?;
+        check::fits_kv(OP, "k_cache", k_cache, kv_elems, p.kv_dtype)?;
+        check::fits_kv(OP, "v_cache", v_cache, kv_elems, p.kv_dtype)?;
+        let f16 = u32::from(p.kv_dtype == DType::F16);
         check::fits(OP, "positions", positions, p.rows)?;
         if p.rows == 0 {
             return Ok(());
         }
-        // The split depends on the capacity only, never on positions, so a
-        // recorded pass stays valid for any position.
-        let n_split = if p.rows <= SPLIT_MAX_ROWS {
-            p.capacity.div_ceil(SPLIT_KEYS).clamp(1, MAX_SPLITS)
-        } else {
-            1
-        };
-        let split_len = p.capacity.div_ceil(n_split);
         let push = Push {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -128,8 +192,8 @@ impl VulkanBackend {
             capacity: u32_of(OP, "capacity", p.capacity)?,
             scale: p.scale,
             window: u32_of(OP, "window", p.window)?,
-            n_split: n_split as u32,
-            split_len: u32_of(OP, "split_len", split_len)?,
+            n_split: 1,
+            split_len: u32_of(OP, "capacity", p.capacity)?,
         };
         let max = self.caps().max_workgroup_count;
         if push.n_heads > max[0] || push.rows > max[1] {
@@ -139,9 +203,14 @@ impl VulkanBackend {
             ));
         }
         let status = self.status;
+        let group = p.n_heads / p.n_kv_heads;
+        if p.rows <= SPLIT_MAX_ROWS {
+            if let Some(t) = decode_tiles(group, p.head_dim, self.caps().max_shared_memory) {
+                return self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, t);
+            }
+        }
         if p.rows > SPLIT_MAX_ROWS && self.kernels.attention == PrefillAttention::Flash {
             if let Some(br) = flash_tile(p.head_dim, self.caps().max_shared_memory) {
-                let group = p.n_heads / p.n_kv_heads;
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
                 let q_tiles = u32_of(OP, "query tiles", q_tiles)?;
                 if q_tiles > max[0] || push.n_kv_heads > max[1] {
@@ -150,8 +219,9 @@ impl VulkanBackend {
                         "rows or heads exceed the device's workgroup limits",
                     ));
                 }
-                // Specialization constant 0: head_dim | BR << 16 (see the shader).
-                let spec = push.head_dim | ((br as u32) << 16);
+                // Specialization constant 0: head_dim | BR << 16 | f16 << 24
+                // (see the shader).
+                let spec = push.head_dim | ((br as u32) << 16) | (f16 << 24);
                 return self.dispatch(
                     OP,
                     plain("attention_prefill").spec(spec),
@@ -168,10 +238,12 @@ impl VulkanBackend {
                 );
             }
         }
-        let part = self.attention_scratch(p.rows * p.n_heads * n_split * (p.head_dim + 2))?;
+        // One split: attention.comp writes `out` itself and never reads
+        // `part`, bound only because the shader declares it.
+        let part = self.scratch(|b| &mut b.attn_scratch, 4)?;
         self.dispatch(
             OP,
-            plain("attention"),
+            plain("attention").spec(f16),
             &[
                 read(q),
                 read(k_cache),
@@ -182,7 +254,68 @@ impl VulkanBackend {
                 write(&part),
             ],
             bytemuck::bytes_of(&push),
-            [push.n_heads, push.rows, push.n_split],
+            [push.n_heads, push.rows, 1],
+        )
+    }
+
+    /// attention_decode.comp tiled as `t`, then attention_combine.comp.
+    /// Shapes are checked by the caller.
+    fn encode_attention_decode(
+        &mut self,
+        [q, k_cache, v_cache, positions, out]: [&Buffer; 5],
+        p: &AttentionParams,
+        t: DecodeTiles,
+    ) -> Result<()> {
+        const OP: &str = "attention";
+        // The split count depends on the capacity only, never on positions,
+        // so a recorded pass stays valid for any position; the split length
+        // follows the span on the device (attention_split.glsl).
+        let n_split = p.capacity.div_ceil(DECODE_TK[0]).clamp(1, MAX_SPLITS);
+        let push = DecodePush {
+            rows: u32_of(OP, "rows", p.rows)?,
+            n_heads: u32_of(OP, "n_heads", p.n_heads)?,
+            n_kv_heads: u32_of(OP, "n_kv_heads", p.n_kv_heads)?,
+            capacity: u32_of(OP, "capacity", p.capacity)?,
+            scale: p.scale,
+            window: u32_of(OP, "window", p.window)?,
+            n_split: n_split as u32,
+            head_tiles: t.tiles as u32,
+        };
+        let x = p
+            .n_kv_heads
+            .checked_mul(t.tiles)
+            .ok_or_else(|| Error::op(OP, "shape overflows"))?;
+        let x = u32_of(OP, "kv heads * head tiles", x)?;
+        let max = self.caps().max_workgroup_count;
+        if x > max[0] || push.rows > max[1] || push.n_split > max[2] || push.n_heads > max[0] {
+            return Err(Error::op(
+                OP,
+                "rows or heads exceed the device's workgroup limits",
+            ));
+        }
+        let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
+        let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
+        // Specialization constant 0: head_dim | heads per tile << 16 |
+        // (16-key tiles) << 24 | (f16 cache) << 25.
+        let spec = p.head_dim as u32
+            | ((t.heads as u32) << 16)
+            | (u32::from(t.keys == 16) << 24)
+            | (u32::from(p.kv_dtype == DType::F16) << 25);
+        let status = self.status;
+        self.dispatch(
+            OP,
+            plain("attention_decode").spec(spec),
+            &[
+                read(q),
+                read(k_cache),
+                read(v_cache),
+                read(positions),
+                write(out),
+                atomic(&status),
+                write(&part),
+            ],
+            bytemuck::bytes_of(&push),
+            [x, push.rows, push.n_split],
         )?;
         if n_split == 1 {
             return Ok(());
@@ -190,34 +323,38 @@ impl VulkanBackend {
         let combine = CombinePush {
             rows: push.rows,
             n_heads: push.n_heads,
-            head_dim: push.head_dim,
+            head_dim: p.head_dim as u32,
             n_split: push.n_split,
+            capacity: push.capacity,
+            window: push.window,
         };
         self.dispatch(
             OP,
             plain("attention_combine"),
-            &[read(&part), write(out)],
+            &[read(&part), write(out), read(positions)],
             bytemuck::bytes_of(&combine),
             [push.n_heads, push.rows, 1],
         )
     }
+}
 
-    /// The split-partials buffer, grown to hold `floats` values. Not zeroed
-    /// (every value the combine reads is written first in the same pass), so
-    /// a pass that grows it can still be replayed.
-    fn attention_scratch(&mut self, floats: usize) -> Result<Buffer> {
-        let bytes = floats.max(1) * 4;
-        match self.attn_scratch {
-            Some(b) if b.bytes >= bytes => Ok(b),
-            old => {
-                if let Some(b) = old {
-                    crate::backend::ComputeBackend::free(self, b);
-                }
-                let (id, _, _) = self.mem.alloc(bytes)?;
-                let b = Buffer::new(id, bytes);
-                self.attn_scratch = Some(b);
-                Ok(b)
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::{decode_tiles, DecodeTiles};
+
+    #[test]
+    fn decode_tiles_fit_shared_memory() {
+        let t = |tiles, heads, keys| Some(DecodeTiles { tiles, heads, keys });
+        const NV: u32 = 48 << 10;
+        const LVP: u32 = 32 << 10;
+        assert_eq!(decode_tiles(3, 64, NV), t(1, 3, 32)); // SmolLM2
+        assert_eq!(decode_tiles(4, 128, NV), t(1, 4, 32)); // Llama-3
+        assert_eq!(decode_tiles(16, 64, NV), t(2, 8, 32));
+        assert_eq!(decode_tiles(9, 64, NV), t(2, 5, 32));
+        assert_eq!(decode_tiles(8, 256, NV), t(1, 8, 32));
+        assert_eq!(decode_tiles(2, 256, LVP), t(1, 2, 16));
+        assert_eq!(decode_tiles(1, 6, NV), None);
+        assert_eq!(decode_tiles(1, 260, NV), None);
+        assert_eq!(decode_tiles(1, 256, 8 << 10), None);
     }
 }

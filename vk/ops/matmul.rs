@@ -62,6 +62,13 @@ fn gemv_slots(dtype: DType, k: usize) -> usize {
     }
 }
 
+/// Bytes of `rows * cols` f32 values.
+fn floats(rows: usize, cols: usize) -> Result<usize> {
+    rows.checked_mul(cols)
+        .and_then(|v| v.checked_mul(4))
+        .ok_or_else(|| Error::op("matmul", "scratch size overflows"))
+}
+
 impl VulkanBackend {
     pub(in crate::vk) fn encode_matmul(
         &mut self,
@@ -178,14 +185,14 @@ impl VulkanBackend {
         let (n, k) = (w.rows, w.cols);
         let x = match o.norm {
             Some((nw, eps)) => {
-                let t = self.linear_scratch(0, m * k)?;
+                let t = self.scratch(|b| &mut b.norm_scratch, floats(m, k)?)?;
                 self.encode_rms_norm(x, nw, &t, m, k, eps)?;
                 t
             }
             None => *x,
         };
         let out = if o.add {
-            self.linear_scratch(1, m * n)?
+            self.scratch(|b| &mut b.product_scratch, floats(m, n)?)?
         } else {
             *y
         };
@@ -198,26 +205,6 @@ impl VulkanBackend {
             self.encode_add(y, &out, y, m * n)?;
         }
         Ok(())
-    }
-
-    /// Scratch buffer `slot` of at least `floats` values, grown on demand
-    /// and never zeroed (every value read is written first in the same pass).
-    fn linear_scratch(&mut self, slot: usize, floats: usize) -> Result<Buffer> {
-        let bytes = floats
-            .checked_mul(4)
-            .ok_or_else(|| Error::op("matmul", "scratch size overflows"))?;
-        match self.linear_scratch[slot] {
-            Some(b) if b.bytes >= bytes => Ok(b),
-            old => {
-                if let Some(b) = old {
-                    crate::backend::ComputeBackend::free(self, b);
-                }
-                let (id, _, _) = self.mem.alloc(bytes)?;
-                let b = Buffer::new(id, bytes);
-                self.linear_scratch[slot] = Some(b);
-                Ok(b)
-            }
-        }
     }
 
     /// The tiled GEMM (m > GEMV_MAX_ROWS) for a (part of a) weight, its

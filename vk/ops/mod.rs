@@ -137,6 +137,30 @@ impl VulkanBackend {
         ]
     }
 
+    /// A backend-owned scratch buffer (the field `slot` picks), grown to at
+    /// least `bytes`. Not zeroed: its users write every value they read in
+    /// the same pass, so a pass that grows it can still be replayed (growing
+    /// frees the old buffer, which invalidates kept passes that bound it).
+    pub(super) fn scratch(
+        &mut self,
+        slot: fn(&mut VulkanBackend) -> &mut Option<Buffer>,
+        bytes: usize,
+    ) -> Result<Buffer> {
+        let bytes = bytes.max(4);
+        match *slot(self) {
+            Some(b) if b.bytes >= bytes => Ok(b),
+            old => {
+                if let Some(b) = old {
+                    crate::backend::ComputeBackend::free(self, b);
+                }
+                let (id, _, _) = self.mem.alloc(bytes)?;
+                let b = Buffer::new(id, bytes);
+                *slot(self) = Some(b);
+                Ok(b)
+            }
+        }
+    }
+
     /// Record one dispatch of `kernel` over `groups` with `binds` at bindings
     /// 0.. and `push` as push constants.
     pub(super) fn dispatch(

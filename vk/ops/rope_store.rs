@@ -4,6 +4,7 @@
 use super::super::VulkanBackend;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, RopeParams, RopeStyle};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
@@ -31,8 +32,17 @@ impl VulkanBackend {
         v_cache: &Buffer,
         p: &RopeParams,
         n_kv_heads: usize,
+        kv_dtype: DType,
     ) -> Result<()> {
         const OP: &str = "rope_store";
+        let size = check::kv_value_bytes(OP, kv_dtype)?;
+        let f16 = kv_dtype == DType::F16;
+        if f16 && !p.head_dim.is_multiple_of(2) {
+            return Err(Error::op(
+                OP,
+                format!("an f16 cache needs an even head_dim, not {}", p.head_dim),
+            ));
+        }
         if !p.rot_dim.is_multiple_of(2) || p.rot_dim > p.head_dim {
             return Err(Error::op(
                 OP,
@@ -57,8 +67,10 @@ impl VulkanBackend {
         if kvd == 0 || p.rows == 0 {
             return Ok(());
         }
-        let capacity = (k_cache.bytes.min(v_cache.bytes) / 4) / kvd;
-        let units = p.rows * p.n_heads * (p.rot_dim / 2) + 2 * kv_elems;
+        let capacity = (k_cache.bytes.min(v_cache.bytes) / size) / kvd;
+        // f16: each k/v unit is a pair of values stored as one word.
+        let kv_units = if f16 { kv_elems / 2 } else { kv_elems };
+        let units = p.rows * p.n_heads * (p.rot_dim / 2) + 2 * kv_units;
         u32_of(OP, "elements", units)?;
         let push = Push {
             rows: u32_of(OP, "rows", p.rows)?,
@@ -78,7 +90,7 @@ impl VulkanBackend {
         let groups = self.stride_groups(units, 256);
         self.dispatch(
             OP,
-            plain("rope_store"),
+            plain("rope_store").spec(u32::from(f16)),
             &[
                 write(q),
                 read(k),

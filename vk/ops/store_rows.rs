@@ -4,6 +4,7 @@
 use super::super::VulkanBackend;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
@@ -23,8 +24,17 @@ impl VulkanBackend {
         positions: &Buffer,
         rows: usize,
         row_len: usize,
+        dst_dtype: DType,
     ) -> Result<()> {
         const OP: &str = "store_rows";
+        let size = check::kv_value_bytes(OP, dst_dtype)?;
+        let f16 = dst_dtype == DType::F16;
+        if f16 && !row_len.is_multiple_of(2) {
+            return Err(Error::op(
+                OP,
+                format!("an f16 destination needs an even row length, not {row_len}"),
+            ));
+        }
         let n = rows
             .checked_mul(row_len)
             .ok_or_else(|| Error::op(OP, "rows * row_len overflows"))?;
@@ -36,12 +46,13 @@ impl VulkanBackend {
         let push = Push {
             rows: u32_of(OP, "rows", rows)?,
             row_len: u32_of(OP, "row_len", row_len)?,
-            capacity: u32_of(OP, "capacity", dst.bytes / 4 / row_len)?,
+            capacity: u32_of(OP, "capacity", dst.bytes / size / row_len)?,
         };
-        let groups = self.stride_groups(n, 256);
+        // f16: one invocation per pair of values (specialization constant 0).
+        let groups = self.stride_groups(if f16 { n / 2 } else { n }, 256);
         self.dispatch(
             OP,
-            plain("store_rows"),
+            plain("store_rows").spec(u32::from(f16)),
             &[read(src), write(dst), read(positions)],
             bytemuck::bytes_of(&push),
             groups,
