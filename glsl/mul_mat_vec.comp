@@ -6,11 +6,12 @@
 // the workgroup reads every x value of its rows anyway, so Σx² costs no
 // extra loads and the separate rms_norm dispatch disappears.
 //
-// A workgroup computes NR consecutive output rows, its invocations splitting
-// the reduction dimension between them (subgroup sums, then one step through
-// shared memory): many workgroups and many independent loads in flight, as
-// a memory-bound kernel needs. A slice of x is loaded once into registers
-// and dotted with the NR weight rows.
+// Each group of invocations computes NR consecutive output rows, splitting
+// the reduction dimension between them; a slice of x is loaded once into
+// registers and dotted with the NR weight rows. The group is the workgroup
+// (subgroup sums, then one step through shared memory) or, with the
+// SUBGROUP_ROWS flag, each subgroup on rows of its own (subgroup sums only;
+// vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
@@ -36,6 +37,9 @@ layout(binding = 4) readonly buffer NW4 { vec4 nw4[]; };
 const uint HAS_BIAS = 1u;
 const uint ADD = 2u;
 const uint NORM = 4u;
+// Each subgroup takes NR rows of its own (k split over its lanes) instead of
+// the workgroup sharing NR rows (k split over all invocations).
+const uint SUBGROUP_ROWS = 8u;
 
 layout(push_constant) uniform Push {
     uint n;
@@ -43,6 +47,8 @@ layout(push_constant) uniform Push {
     uint m;
     uint flags;
     float eps;
+    // SUBGROUP_ROWS: rows of one workgroup, taken NR at a time by its subgroups.
+    uint rows_per_wg;
     // A weight larger than one binding may cover comes in parts of whole
     // rows, one dispatch each (vk/split.rs): this part's rows are y's
     // columns [row0, row0 + n) of ldy.
@@ -228,17 +234,18 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 }
 #endif
 
-// This invocation's share of rows row0..row0+NR-1 (clamped to the last row:
-// duplicates are computed but never stored). `m` is a literal at every call site, so after inlining the
-// row loops have no branches.
+// This invocation's share (slices lane, lane + width, ...) of rows
+// row0..row0+NR-1 (clamped to the last row: duplicates are computed but never
+// stored). `m` is a literal at every call site, so after inlining the row
+// loops have no branches.
 #if defined(BLOCKWISE)
-void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
+void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint nb = pc.k / QK;
     uint rowbase[NR];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
         rowbase[j] = min(row0 + j, pc.n - 1u) * nb * BWORDS;
     }
-    for (uint s = gl_LocalInvocationIndex; s < nb * LANES; s += gl_WorkGroupSize.x) {
+    for (uint s = lane; s < nb * LANES; s += width) {
         uint blk = s / LANES;
         uint sub = s % LANES;
         [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
@@ -254,13 +261,11 @@ void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX
     }
 }
 #else
-void rows_dot(uint row0, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
+void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint wbase[NR];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
         wbase[j] = min(row0 + j, pc.n - 1u) * pc.k;
     }
-    uint lane = gl_LocalInvocationIndex;
-    uint width = gl_WorkGroupSize.x;
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
             [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
@@ -295,56 +300,8 @@ const uint MAX_SUBGROUPS = 32u;
 shared float part_acc[MAX_SUBGROUPS][NR * MAX_M];
 shared float part_ss[MAX_SUBGROUPS][MAX_M];
 
-void main() {
-    uint row0 = wg_linear() * NR;
-    if (row0 >= pc.n) {
-        return;
-    }
-    uint m = min(pc.m, MAX_M);
-    float acc[NR * MAX_M];
-    float ss[MAX_M];
-    for (uint i = 0u; i < NR * MAX_M; i++) {
-        acc[i] = 0.0;
-    }
-    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
-        ss[r] = 0.0;
-    }
-    if (m == 1u) {
-        rows_dot(row0, 1u, acc, ss);
-    } else if (m == 2u) {
-        rows_dot(row0, 2u, acc, ss);
-    } else if (m == 3u) {
-        rows_dot(row0, 3u, acc, ss);
-    } else {
-        rows_dot(row0, 4u, acc, ss);
-    }
-    for (uint i = 0u; i < NR * MAX_M; i++) {
-        float v = subgroupAdd(acc[i]);
-        if (subgroupElect()) {
-            part_acc[gl_SubgroupID][i] = v;
-        }
-    }
-    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
-        float v = subgroupAdd(ss[r]);
-        if (subgroupElect()) {
-            part_ss[gl_SubgroupID][r] = v;
-        }
-    }
-    barrier();
-    // Invocation i finishes output (row0 + i / MAX_M, x row i % MAX_M).
-    uint i = gl_LocalInvocationIndex;
-    uint j = i / MAX_M;
-    uint r = i % MAX_M;
-    uint row = row0 + j;
-    if (i >= NR * MAX_M || r >= m || row >= pc.n) {
-        return;
-    }
-    float total = 0.0;
-    float sq = 0.0;
-    for (uint g = 0u; g < gl_NumSubgroups; g++) {
-        total += part_acc[g][i];
-        sq += part_ss[g][r];
-    }
+// Output (row, x row r) from its dot product and Σx².
+void store(uint row, uint r, float total, float sq) {
     if ((pc.flags & NORM) != 0u) {
         total *= inversesqrt(sq / float(pc.k) + pc.eps);
     }
@@ -356,4 +313,83 @@ void main() {
         total += y[at];
     }
     y[at] = total;
+}
+
+// The NR × MAX_M dot products and MAX_M sums of squares of rows row0.., this
+// subgroup's share summed.
+void rows(uint row0, uint lane, uint width, uint m, out float acc[NR * MAX_M], out float ss[MAX_M]) {
+    [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
+        acc[i] = 0.0;
+    }
+    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
+        ss[r] = 0.0;
+    }
+    if (m == 1u) {
+        rows_dot(row0, lane, width, 1u, acc, ss);
+    } else if (m == 2u) {
+        rows_dot(row0, lane, width, 2u, acc, ss);
+    } else if (m == 3u) {
+        rows_dot(row0, lane, width, 3u, acc, ss);
+    } else {
+        rows_dot(row0, lane, width, 4u, acc, ss);
+    }
+    [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
+        acc[i] = subgroupAdd(acc[i]);
+    }
+    [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
+        ss[r] = subgroupAdd(ss[r]);
+    }
+}
+
+void main() {
+    uint m = min(pc.m, MAX_M);
+    float acc[NR * MAX_M];
+    float ss[MAX_M];
+    if ((pc.flags & SUBGROUP_ROWS) != 0u) {
+        // The subgroups take the workgroup's rows NR at a time, so any
+        // subgroup size the driver picks covers them.
+        uint first = wg_linear() * pc.rows_per_wg;
+        uint last = min(first + pc.rows_per_wg, pc.n);
+        for (uint row0 = first + gl_SubgroupID * NR; row0 < last; row0 += gl_NumSubgroups * NR) {
+            rows(row0, gl_SubgroupInvocationID, gl_SubgroupSize, m, acc, ss);
+            if (subgroupElect()) {
+                [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
+                    uint row = row0 + i / MAX_M;
+                    uint r = i % MAX_M;
+                    if (r < m && row < last) {
+                        store(row, r, acc[i], ss[r]);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    uint row0 = wg_linear() * NR;
+    if (row0 >= pc.n) {
+        return;
+    }
+    rows(row0, gl_LocalInvocationIndex, gl_WorkGroupSize.x, m, acc, ss);
+    if (subgroupElect()) {
+        [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
+            part_acc[gl_SubgroupID][i] = acc[i];
+        }
+        [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
+            part_ss[gl_SubgroupID][r] = ss[r];
+        }
+    }
+    barrier();
+    // Invocation i finishes output (row0 + i / MAX_M, x row i % MAX_M).
+    uint i = gl_LocalInvocationIndex;
+    uint row = row0 + i / MAX_M;
+    uint r = i % MAX_M;
+    if (i >= NR * MAX_M || r >= m || row >= pc.n) {
+        return;
+    }
+    float total = 0.0;
+    float sq = 0.0;
+    for (uint g = 0u; g < gl_NumSubgroups; g++) {
+        total += part_acc[g][i];
+        sq += part_ss[g][r];
+    }
+    store(row, r, total, sq);
 }

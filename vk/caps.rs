@@ -198,6 +198,15 @@ pub enum PrefillAttention {
     Rows,
 }
 
+/// How glsl/mul_mat_vec.comp (decode matmuls) splits its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemvKernel {
+    /// A workgroup per 4 output rows, k split over all its invocations.
+    Workgroup,
+    /// Each subgroup on 4 rows of its own, k split over its lanes.
+    Subgroup,
+}
+
 /// The kernels a device gets, chosen once when the backend opens (and shown
 /// by `vkllm info`). `VKLLM_ATTENTION=flash|rows` forces the prefill
 /// attention kernel for A/B runs.
@@ -205,13 +214,14 @@ pub enum PrefillAttention {
 pub struct Kernels {
     pub matmul: MatmulKernel,
     pub attention: PrefillAttention,
+    pub gemv: GemvKernel,
 }
 
 impl Kernels {
     /// The kernels for `caps`, with the environment's overrides:
     /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (tiles by default; a forced
     /// cooperative-matrix kernel the device cannot run is an error) and
-    /// `VKLLM_ATTENTION=flash|rows`.
+    /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=workgroup|subgroup`.
     pub fn choose(caps: &Caps) -> Result<Kernels> {
         use MatmulKernel::{CoopmatKhr, CoopmatNv, Tiles};
         let best_coopmat = [CoopmatKhr, CoopmatNv]
@@ -254,7 +264,20 @@ impl Kernels {
                 )))
             }
         };
-        Ok(Kernels { matmul, attention })
+        let gemv = match std::env::var("VKLLM_GEMV").as_deref() {
+            Err(_) | Ok("") | Ok("workgroup") => GemvKernel::Workgroup,
+            Ok("subgroup") => GemvKernel::Subgroup,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_GEMV={other} is not one of workgroup, subgroup"
+                )))
+            }
+        };
+        Ok(Kernels {
+            matmul,
+            attention,
+            gemv,
+        })
     }
 }
 
@@ -269,9 +292,13 @@ impl std::fmt::Display for Kernels {
             MatmulKernel::CoopmatKhr => "f16 cooperative matrices, KHR (mul_mat_coopmat_khr)",
             MatmulKernel::CoopmatNv => "f16 cooperative matrices, NV (mul_mat_coopmat_nv)",
         };
+        let gemv = match self.gemv {
+            GemvKernel::Workgroup => "4 rows per workgroup",
+            GemvKernel::Subgroup => "4 rows per subgroup",
+        };
         write!(
             f,
-            "matmul (m > 4): {matmul}; prefill attention: {attention}"
+            "matmul (m > 4): {matmul}; prefill attention: {attention}; decode matmul (m <= 4): {gemv}"
         )
     }
 }

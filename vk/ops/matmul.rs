@@ -9,13 +9,13 @@ use super::{read, typed, u32_of, write};
 use crate::backend::{check, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vk::caps::MatmulKernel;
+use crate::vk::caps::{GemvKernel, MatmulKernel};
 use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
-/// Output rows per GEMV workgroup (NR in mul_mat_vec.comp).
-const GEMV_ROWS_PER_WG: u32 = 4;
+/// Output rows per GEMV workgroup or subgroup (NR in mul_mat_vec.comp).
+const GEMV_ROWS: u32 = 4;
 /// Output tile edge of mul_mat.comp.
 const TILE: usize = 64;
 /// Output tile of mul_mat_coopmat.comp: BN columns (n) by BM rows (m).
@@ -43,9 +43,11 @@ struct GemvPush {
     n: u32,
     k: u32,
     m: u32,
-    /// 1: bias, 2: add to y, 4: RMS norm of x folded in.
+    /// 1: bias, 2: add to y, 4: RMS norm of x folded in, 8: subgroup rows.
     flags: u32,
     eps: f32,
+    /// With the subgroup-rows flag: output rows of one workgroup.
+    rows_per_wg: u32,
     /// As in [`Push`].
     row0: u32,
     ldy: u32,
@@ -144,17 +146,33 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
-        let wg = self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols));
+        let own_rows = self.kernels.gemv == GemvKernel::Subgroup;
+        let (wg, rows_per_wg) = if own_rows {
+            let wg = self.caps().gemv_workgroup(128);
+            (
+                wg,
+                GEMV_ROWS * (wg / self.caps().subgroup_size.max(1)).max(1),
+            )
+        } else {
+            (
+                self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols)),
+                GEMV_ROWS,
+            )
+        };
         let push = GemvPush {
             n: u32_of(OP, "n", w.rows)?,
             k: u32_of(OP, "k", w.cols)?,
             m: u32_of(OP, "m", m)?,
-            flags: o.bias.is_some() as u32 | (o.add as u32) << 1 | (o.norm.is_some() as u32) << 2,
+            flags: o.bias.is_some() as u32
+                | (o.add as u32) << 1
+                | (o.norm.is_some() as u32) << 2
+                | (own_rows as u32) << 3,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
+            rows_per_wg,
             row0: u32_of(OP, "row0", row0)?,
             ldy: u32_of(OP, "n", ldy)?,
         };
-        let groups = self.split_groups(OP, push.n.div_ceil(GEMV_ROWS_PER_WG))?;
+        let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
         // Absent bias and norm weights: x stands in at their bindings (never read).
         let binds = [
             read(&w.buf),
