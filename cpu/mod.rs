@@ -26,7 +26,7 @@ mod store_rows;
 pub use simd::Isa;
 
 use crate::backend::{
-    check, Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, Weight,
+    check, Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -463,6 +463,37 @@ impl ComputeBackend for CpuBackend {
             glu::run(ctx.par, act, g, u, dst);
             Ok(())
         })
+    }
+
+    fn linear_glu(
+        &mut self,
+        act: Activation,
+        gate_up: &Weight,
+        x: &Buffer,
+        out: &Buffer,
+        m: usize,
+        norm: Option<(&Buffer, f32)>,
+    ) -> Result<()> {
+        let n = gate_up.rows / 2;
+        let total = m
+            .checked_mul(gate_up.rows)
+            .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
+        let t = self.alloc(total.saturating_mul(4))?;
+        let opts = LinearOpts {
+            norm,
+            ..LinearOpts::default()
+        };
+        let result = self.linear(gate_up, x, &t, m, &opts).and_then(|()| {
+            self.with_out("glu", out, m * n, m * n * 16, &[&t], |s, dst, ctx| {
+                let gu = s.f32s("glu", "gate_up", &t, total)?;
+                for (row, o) in gu.chunks_exact(2 * n).zip(dst.chunks_exact_mut(n)) {
+                    glu::run(ctx.par, act, &row[..n], Some(&row[n..]), o);
+                }
+                Ok(())
+            })
+        });
+        self.free(t);
+        result
     }
 
     fn add(&mut self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<()> {

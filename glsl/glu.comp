@@ -1,4 +1,6 @@
-// out = act(gate) * up (or act(gate) without up), elementwise.
+// out = act(gate) * up (or act(gate) without up), elementwise. With `row`
+// set, gate and up come from one buffer of rows [gate (row values), up (row
+// values)] (a gate_up projection's output) and out has rows of `row` values.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -13,6 +15,7 @@ layout(push_constant) uniform Push {
     uint n;
     uint gelu;
     uint has_up;
+    uint row;
 } pc;
 
 float act(float v) {
@@ -28,6 +31,11 @@ float act(float v) {
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
     for (uint i = wg_linear() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; i < pc.n; i += stride) {
+        if (pc.row != 0u) {
+            uint g = (i / pc.row) * 2u * pc.row + i % pc.row;
+            o[i] = act(gate[g]) * gate[g + pc.row];
+            continue;
+        }
         float v = act(gate[i]);
         o[i] = pc.has_up != 0u ? v * up[i] : v;
     }

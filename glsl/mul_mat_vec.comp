@@ -40,6 +40,11 @@ const uint NORM = 4u;
 // Each subgroup takes NR rows of its own (k split over its lanes) instead of
 // the workgroup sharing NR rows (k split over all invocations).
 const uint SUBGROUP_ROWS = 8u;
+// GLU: the weight holds n gate rows then n up rows; output j is
+// act(gate_j · x) * (up_j · x), each group of NR weight rows yielding NR/2
+// outputs. GELU picks the tanh GELU over SiLU.
+const uint GLU = 16u;
+const uint GELU = 32u;
 
 layout(push_constant) uniform Push {
     uint n;
@@ -234,6 +239,30 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 }
 #endif
 
+// Outputs per group of NR weight rows.
+uint out_rows() {
+    return (pc.flags & GLU) != 0u ? NR / 2u : NR;
+}
+
+// Weight row j of the group whose first output is row0, clamped to the last
+// row (duplicates are computed but never stored).
+uint weight_row(uint row0, uint j) {
+    if ((pc.flags & GLU) != 0u) {
+        uint h = NR / 2u;
+        return j < h ? min(row0 + j, pc.n - 1u) : pc.n + min(row0 + j - h, pc.n - 1u);
+    }
+    return min(row0 + j, pc.n - 1u);
+}
+
+float act(float v) {
+    if ((pc.flags & GELU) != 0u) {
+        // As glu.comp: tanh's argument clamped (some drivers overflow to NaN).
+        float t = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
+        return 0.5 * v * (1.0 + tanh(t));
+    }
+    return v / (1.0 + exp(-v));
+}
+
 // This invocation's share (slices lane, lane + width, ...) of rows
 // row0..row0+NR-1 (clamped to the last row: duplicates are computed but never
 // stored). `m` is a literal at every call site, so after inlining the row
@@ -243,7 +272,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX
     uint nb = pc.k / QK;
     uint rowbase[NR];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
-        rowbase[j] = min(row0 + j, pc.n - 1u) * nb * BWORDS;
+        rowbase[j] = weight_row(row0, j) * nb * BWORDS;
     }
     for (uint s = lane; s < nb * LANES; s += width) {
         uint blk = s / LANES;
@@ -264,7 +293,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX
 void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
     uint wbase[NR];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
-        wbase[j] = min(row0 + j, pc.n - 1u) * pc.k;
+        wbase[j] = weight_row(row0, j) * pc.k;
     }
     if ((pc.k & 3u) == 0u) {
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
@@ -300,10 +329,16 @@ const uint MAX_SUBGROUPS = 32u;
 shared float part_acc[MAX_SUBGROUPS][NR * MAX_M];
 shared float part_ss[MAX_SUBGROUPS][MAX_M];
 
-// Output (row, x row r) from its dot product and Σx².
-void store(uint row, uint r, float total, float sq) {
+// Output (row, x row r) from its dot product (and with GLU the up row's,
+// `up`) and Σx².
+void store(uint row, uint r, float total, float up, float sq) {
     if ((pc.flags & NORM) != 0u) {
-        total *= inversesqrt(sq / float(pc.k) + pc.eps);
+        float inv = inversesqrt(sq / float(pc.k) + pc.eps);
+        total *= inv;
+        up *= inv;
+    }
+    if ((pc.flags & GLU) != 0u) {
+        total = act(total) * up;
     }
     if ((pc.flags & HAS_BIAS) != 0u) {
         total += bias[pc.row0 + row];
@@ -350,21 +385,24 @@ void main() {
         // subgroup size the driver picks covers them.
         uint first = wg_linear() * pc.rows_per_wg;
         uint last = min(first + pc.rows_per_wg, pc.n);
-        for (uint row0 = first + gl_SubgroupID * NR; row0 < last; row0 += gl_NumSubgroups * NR) {
+        uint outs = out_rows();
+        for (uint row0 = first + gl_SubgroupID * outs; row0 < last; row0 += gl_NumSubgroups * outs) {
             rows(row0, gl_SubgroupInvocationID, gl_SubgroupSize, m, acc, ss);
             if (subgroupElect()) {
                 [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
-                    uint row = row0 + i / MAX_M;
+                    uint j = i / MAX_M;
                     uint r = i % MAX_M;
-                    if (r < m && row < last) {
-                        store(row, r, acc[i], ss[r]);
+                    // With GLU, j < NR/2 pairs with up row j + NR/2.
+                    uint up_i = min(i + (NR / 2u) * MAX_M, NR * MAX_M - 1u);
+                    if (r < m && j < out_rows() && row0 + j < last) {
+                        store(row0 + j, r, acc[i], acc[up_i], ss[r]);
                     }
                 }
             }
         }
         return;
     }
-    uint row0 = wg_linear() * NR;
+    uint row0 = wg_linear() * out_rows();
     if (row0 >= pc.n) {
         return;
     }
@@ -382,14 +420,17 @@ void main() {
     uint i = gl_LocalInvocationIndex;
     uint row = row0 + i / MAX_M;
     uint r = i % MAX_M;
-    if (i >= NR * MAX_M || r >= m || row >= pc.n) {
+    if (i >= out_rows() * MAX_M || r >= m || row >= pc.n) {
         return;
     }
+    uint up_i = min(i + (NR / 2u) * MAX_M, NR * MAX_M - 1u);
     float total = 0.0;
+    float up = 0.0;
     float sq = 0.0;
     for (uint g = 0u; g < gl_NumSubgroups; g++) {
         total += part_acc[g][i];
+        up += part_acc[g][up_i];
         sq += part_ss[g][r];
     }
-    store(row, r, total, sq);
+    store(row, r, total, up, sq);
 }

@@ -12,7 +12,7 @@ use crate::model::config::{ModelConfig, NormKind};
 use crate::model::gguf::GgufFile;
 use crate::model::hf::HfCheckpoint;
 use crate::model::source::TensorSource;
-use crate::model::weights::{Linear, ModelWeights, Norm, WeightOptions};
+use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
 use std::path::Path;
 
 /// How a model is put on a backend.
@@ -524,15 +524,19 @@ impl Model {
             self.residual(&lw.o, lw.attn_post_norm, s.att, m)?;
             // Feed-forward block.
             let (h, nw) = self.pre_norm(&lw.ffn_norm, s.x, s.h, m)?;
-            match lw.gate {
-                Some(g) => {
+            match lw.ffn_in {
+                FfnIn::GateUp(w) => {
+                    let norm = nw.as_ref().map(|w| (w, c.norm_eps));
+                    self.be.linear_glu(c.act, &w, &h, &s.act, m, norm)?;
+                }
+                FfnIn::Split { gate: Some(g), up } => {
                     self.linear(&g, h, nw, s.gate, m, false)?;
-                    self.linear(&lw.up, h, nw, s.up, m, false)?;
+                    self.linear(&up, h, nw, s.up, m, false)?;
                     self.be
                         .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
                 }
-                None => {
-                    self.linear(&lw.up, h, nw, s.up, m, false)?;
+                FfnIn::Split { gate: None, up } => {
+                    self.linear(&up, h, nw, s.up, m, false)?;
                     self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
                 }
             }

@@ -23,6 +23,17 @@ pub struct Linear {
     pub b: Option<Buffer>,
 }
 
+/// The feed-forward block's input projections.
+#[derive(Clone, Copy, Debug)]
+pub enum FfnIn {
+    /// Gate rows then up rows in one weight (same type, no biases), for
+    /// `ComputeBackend::linear_glu`: one op instead of three.
+    GateUp(Weight),
+    /// Projections of their own (their types or biases differ), or up alone
+    /// (no gate).
+    Split { gate: Option<Linear>, up: Linear },
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct LayerWeights {
     pub attn_norm: Norm,
@@ -34,8 +45,7 @@ pub struct LayerWeights {
     pub k_norm: Option<Norm>,
     pub attn_post_norm: Option<Norm>,
     pub ffn_norm: Norm,
-    pub gate: Option<Linear>,
-    pub up: Linear,
+    pub ffn_in: FfnIn,
     pub down: Linear,
     pub ffn_post_norm: Option<Norm>,
 }
@@ -214,6 +224,49 @@ impl<'a> Loader<'a> {
         Ok(Some(out))
     }
 
+    /// The gate and up projections `[ff, e]` as one weight when they can be
+    /// (same type, no biases; Phi-3's fused `ffn_up` already is one), else
+    /// separately.
+    fn gate_up(&mut self, gate: &str, up: &str, ff: usize, e: usize) -> Result<FfnIn> {
+        let (gname, uname) = (format!("{gate}.weight"), format!("{up}.weight"));
+        let biased = self.raw(&format!("{gate}.bias"))?.is_some()
+            || self.raw(&format!("{up}.bias"))?.is_some();
+        let Some(g) = self.raw(&gname)? else {
+            // Fused: `ffn_up` holds the gate rows, then the up rows.
+            let t = self.raw(&uname)?.ok_or_else(|| self.missing(&gname))?;
+            Self::expect_shape(&uname, &t, 2 * ff, e)?;
+            if !biased {
+                return Ok(FfnIn::GateUp(self.matrix(&uname, t)?));
+            }
+            let gu = self
+                .split(up, &[ff, ff], e)?
+                .ok_or_else(|| self.missing(&uname))?;
+            return Ok(FfnIn::Split {
+                gate: Some(gu[0]),
+                up: gu[1],
+            });
+        };
+        Self::expect_shape(&gname, &g, ff, e)?;
+        let u = self.raw(&uname)?.ok_or_else(|| self.missing(&uname))?;
+        Self::expect_shape(&uname, &u, ff, e)?;
+        if g.dtype == u.dtype && !biased {
+            let mut data = Vec::with_capacity(g.data.len() + u.data.len());
+            data.extend_from_slice(&g.data);
+            data.extend_from_slice(&u.data);
+            let both = RawTensor {
+                dtype: g.dtype,
+                rows: 2 * ff,
+                cols: e,
+                data: Cow::Owned(data),
+            };
+            return Ok(FfnIn::GateUp(self.matrix(&gname, both)?));
+        }
+        Ok(FfnIn::Split {
+            gate: Some(self.need_linear(gate, ff, e)?),
+            up: self.need_linear(up, ff, e)?,
+        })
+    }
+
     fn layer(&mut self, i: usize) -> Result<LayerWeights> {
         let c = self.cfg;
         let p = |s: &str| format!("blk.{i}.{s}");
@@ -242,15 +295,13 @@ impl<'a> Loader<'a> {
             None
         };
         let ffn_norm = self.need_norm(&p("ffn_norm"), e)?;
-        let (gate, up) = if !c.gated_ffn {
-            (None, self.need_linear(&p("ffn_up"), ff, e)?)
-        } else if let Some(g) = self.linear(&p("ffn_gate"), ff, e)? {
-            (Some(g), self.need_linear(&p("ffn_up"), ff, e)?)
+        let ffn_in = if c.gated_ffn {
+            self.gate_up(&p("ffn_gate"), &p("ffn_up"), ff, e)?
         } else {
-            let gu = self
-                .split(&p("ffn_up"), &[ff, ff], e)?
-                .ok_or_else(|| self.missing(&p("ffn_gate.weight")))?;
-            (Some(gu[0]), gu[1])
+            FfnIn::Split {
+                gate: None,
+                up: self.need_linear(&p("ffn_up"), ff, e)?,
+            }
         };
         let down = self.need_linear(&p("ffn_down"), e, ff)?;
         let ffn_post_norm = if c.post_norms {
@@ -268,8 +319,7 @@ impl<'a> Loader<'a> {
             k_norm,
             attn_post_norm,
             ffn_norm,
-            gate,
-            up,
+            ffn_in,
             down,
             ffn_post_norm,
         })

@@ -1258,3 +1258,77 @@ fn linear_folds_norm_bias_and_residual_add() {
         }
     }
 }
+
+#[test]
+fn linear_glu_matches_separate_projections() {
+    // out = act(x̂·Gᵀ) ⊙ (x̂·Uᵀ). Each product may be off by its matmul bound
+    // e = 1e-5·Σ|w·x̂| (+ the activation rounding of CPU modes); the result
+    // then by |act'|·e_g·|u| + |act(g)|·e_u with |act'| < 1.2 for SiLU and
+    // tanh-GELU, plus one rounding.
+    let eps = 1e-5;
+    for (name, mut b, acts) in matmul_backends() {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            let (n, cols) = (19, 256);
+            for (m, act, with_norm) in [
+                (1, Activation::Silu, true),
+                (3, Activation::GeluTanh, false),
+                (6, Activation::Silu, true),
+            ] {
+                let wb = weight_bytes(dtype, 2 * n, cols, (n * 5 + cols) as u64);
+                let wf = reference::dequantize(dtype, &wb, 2 * n, cols).unwrap();
+                let x: Vec<f32> = rand_f32(m * cols, 81).iter().map(|v| v * 2.0).collect();
+                let nw: Vec<f32> = rand_f32(cols, 82).iter().map(|v| 1.0 + v).collect();
+                let xn = if with_norm {
+                    reference::rms_norm(&x, &nw, cols, eps).unwrap()
+                } else {
+                    x.clone()
+                };
+                let gu = reference::matmul(dtype, &wb, 2 * n, cols, None, &xn, m).unwrap();
+                let w = b.upload_weight(dtype, 2 * n, cols, &wb).unwrap();
+                let (xb, nwb, out) = (
+                    upload_f32(b.as_mut(), &x),
+                    upload_f32(b.as_mut(), &nw),
+                    b.alloc(m * n * 4).unwrap(),
+                );
+                let norm = with_norm.then_some((&nwb, eps));
+                pass(b.as_mut(), |b| {
+                    b.linear_glu(act, &w, &xb, &out, m, norm).unwrap()
+                });
+                let got = download_f32(b.as_mut(), &out, m * n);
+                eprintln!("DEBUG {name} {dtype} m={m}: {:?}", &got[..4.min(got.len())]);
+                for r in 0..m {
+                    let xr = &xn[r * cols..(r + 1) * cols];
+                    let row = &gu[r * 2 * n..(r + 1) * 2 * n];
+                    let want = reference::glu(act, &row[..n], Some(&row[n..])).unwrap();
+                    for i in 0..n {
+                        let err = |j: usize| {
+                            let wr = &wf[j * cols..(j + 1) * cols];
+                            let mag: f32 = wr.iter().zip(xr).map(|(a, c)| (a * c).abs()).sum();
+                            1e-5 * mag + activation_bound(acts, dtype, wr, xr, m)
+                        };
+                        let (g, u) = (row[i], row[n + i]);
+                        let act_g = reference::activate(act, g as f64) as f32;
+                        let bound = 1.2 * err(i) * u.abs()
+                            + act_g.abs() * err(n + i)
+                            + 1e-6 * want[i].abs()
+                            + 1e-7;
+                        let v = got[r * n + i];
+                        assert!(
+                            (v - want[i]).abs() <= bound,
+                            "{name} {dtype} m={m} {act:?} out[{r},{i}] = {v}, want {}",
+                            want[i]
+                        );
+                    }
+                }
+                b.free_weight(w);
+            }
+        }
+    }
+}

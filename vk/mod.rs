@@ -139,6 +139,8 @@ pub struct VulkanBackend {
     /// `linear`'s normed input and product for many rows, grown on demand.
     norm_scratch: Option<Buffer>,
     product_scratch: Option<Buffer>,
+    /// `linear_glu`'s gate_up product for many rows.
+    glu_scratch: Option<Buffer>,
     /// Weights stored in several buffers (see split.rs), by their first part's id.
     split_weights: HashMap<u32, Vec<split::Part>>,
     /// Split weights above this many bytes even within the device's range.
@@ -176,6 +178,7 @@ impl VulkanBackend {
             attn_scratch: None,
             norm_scratch: None,
             product_scratch: None,
+            glu_scratch: None,
             split_weights: HashMap::new(),
             part_limit: split::part_limit_from_env(),
             argmax_scratch: None,
@@ -733,6 +736,20 @@ impl ComputeBackend for VulkanBackend {
         o: &LinearOpts,
     ) -> Result<()> {
         self.record("matmul", |b| b.encode_linear(w, x, y, m, o))
+    }
+
+    fn linear_glu(
+        &mut self,
+        act: Activation,
+        gate_up: &Weight,
+        x: &Buffer,
+        out: &Buffer,
+        m: usize,
+        norm: Option<(&Buffer, f32)>,
+    ) -> Result<()> {
+        self.record("matmul", |b| {
+            b.encode_linear_glu(act, gate_up, x, out, m, norm)
+        })
     }
 
     fn rms_norm(

@@ -4,7 +4,7 @@
 use super::super::VulkanBackend;
 use super::{plain, read, read_in_place, u32_of, write};
 use crate::backend::{check, Activation, Buffer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
 const WG: u32 = 256;
@@ -15,6 +15,8 @@ struct GluPush {
     n: u32,
     gelu: u32,
     has_up: u32,
+    /// Nonzero: gate and up are halves of rows of `2 * row` values in `gate`.
+    row: u32,
 }
 
 #[repr(C)]
@@ -52,10 +54,40 @@ impl VulkanBackend {
             n: u32_of(OP, "n", n)?,
             gelu: (act == Activation::GeluTanh) as u32,
             has_up: up.is_some() as u32,
+            row: 0,
         };
         let groups = self.stride_groups(n, WG);
         // Without `up`, gate stands in at binding 1 (never read).
         let binds = [read(gate), read(up.unwrap_or(gate)), write(out)];
+        self.dispatch(OP, plain("glu"), &binds, bytemuck::bytes_of(&push), groups)
+    }
+
+    /// `out[r, i] = act(gu[r, i]) * gu[r, n + i]` for `rows` rows of `2n` values.
+    pub(in crate::vk) fn encode_glu_rows(
+        &mut self,
+        act: Activation,
+        gu: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        n: usize,
+    ) -> Result<()> {
+        const OP: &str = "glu";
+        let total = rows
+            .checked_mul(n)
+            .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
+        check::fits(OP, "gate_up", gu, total.saturating_mul(2))?;
+        check::fits(OP, "out", out, total)?;
+        if total == 0 {
+            return Ok(());
+        }
+        let push = GluPush {
+            n: u32_of(OP, "n", total)?,
+            gelu: (act == Activation::GeluTanh) as u32,
+            has_up: 1,
+            row: u32_of(OP, "row", n)?,
+        };
+        let groups = self.stride_groups(total, WG);
+        let binds = [read(gu), read(gu), write(out)];
         self.dispatch(OP, plain("glu"), &binds, bytemuck::bytes_of(&push), groups)
     }
 

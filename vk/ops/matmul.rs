@@ -6,7 +6,7 @@
 
 use super::super::VulkanBackend;
 use super::{read, typed, u32_of, write};
-use crate::backend::{check, Buffer, LinearOpts, Weight};
+use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::vk::caps::{GemvKernel, MatmulKernel};
@@ -43,7 +43,8 @@ struct GemvPush {
     n: u32,
     k: u32,
     m: u32,
-    /// 1: bias, 2: add to y, 4: RMS norm of x folded in, 8: subgroup rows.
+    /// 1: bias, 2: add to y, 4: RMS norm of x folded in, 8: subgroup rows,
+    /// 16: GLU of gate_up rows, 32: GELU (else SiLU) for it.
     flags: u32,
     eps: f32,
     /// With the subgroup-rows flag: output rows of one workgroup.
@@ -126,13 +127,56 @@ impl VulkanBackend {
         // One dispatch per part of a split weight, each writing its columns of y.
         for i in 0..self.weight_parts(w) {
             let (part, row0) = self.weight_part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, row0, n)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, n)?;
         }
         Ok(())
     }
 
+    /// `out[m, n] = act(norm(x)·Gᵀ) ⊙ (norm(x)·Uᵀ)`, `gate_up` = G's n rows
+    /// then U's: one GEMV dispatch for a few rows, else the tiled GEMM into a
+    /// scratch buffer and the row-wise glu.
+    pub(in crate::vk) fn encode_linear_glu(
+        &mut self,
+        act: Activation,
+        gate_up: &Weight,
+        x: &Buffer,
+        out: &Buffer,
+        m: usize,
+        norm: Option<(&Buffer, f32)>,
+    ) -> Result<()> {
+        const OP: &str = "matmul";
+        if !gate_up.rows.is_multiple_of(2) {
+            return Err(Error::op(
+                OP,
+                format!(
+                    "a gate_up weight has an even row count, not {}",
+                    gate_up.rows
+                ),
+            ));
+        }
+        let n = gate_up.rows / 2;
+        let o = LinearOpts {
+            norm,
+            ..LinearOpts::default()
+        };
+        if m > GEMV_MAX_ROWS || self.weight_parts(gate_up) > 1 {
+            let t = self.scratch(|b| &mut b.glu_scratch, floats(m, 2 * n)?)?;
+            self.encode_linear(gate_up, x, &t, m, &o)?;
+            return self.encode_glu_rows(act, &t, out, m, n);
+        }
+        check::fits(OP, "x", x, m.saturating_mul(gate_up.cols))?;
+        check::fits(OP, "out", out, m.saturating_mul(n))?;
+        if let Some((nw, _)) = norm {
+            check::fits(OP, "norm weights", nw, gate_up.cols)?;
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n)
+    }
+
     /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
-    /// rows `ldy` wide.
+    /// rows `ldy` wide; with `glu`, w is a gate_up weight of `2 * ldy` rows.
     #[allow(clippy::too_many_arguments)]
     fn encode_gemv(
         &mut self,
@@ -141,32 +185,39 @@ impl VulkanBackend {
         y: &Buffer,
         m: usize,
         o: &LinearOpts,
+        glu: Option<Activation>,
         row0: usize,
         ldy: usize,
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
         let own_rows = self.kernels.gemv == GemvKernel::Subgroup;
+        // Outputs per group of GEMV_ROWS weight rows: GLU pairs them.
+        let outs = if glu.is_some() {
+            GEMV_ROWS / 2
+        } else {
+            GEMV_ROWS
+        };
         let (wg, rows_per_wg) = if own_rows {
             let wg = self.caps().gemv_workgroup(128);
-            (
-                wg,
-                GEMV_ROWS * (wg / self.caps().subgroup_size.max(1)).max(1),
-            )
+            (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
         } else {
             (
                 self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols)),
-                GEMV_ROWS,
+                outs,
             )
         };
+        let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
         let push = GemvPush {
-            n: u32_of(OP, "n", w.rows)?,
+            n: u32_of(OP, "n", n_out)?,
             k: u32_of(OP, "k", w.cols)?,
             m: u32_of(OP, "m", m)?,
             flags: o.bias.is_some() as u32
                 | (o.add as u32) << 1
                 | (o.norm.is_some() as u32) << 2
-                | (own_rows as u32) << 3,
+                | (own_rows as u32) << 3
+                | (glu.is_some() as u32) << 4
+                | ((glu == Some(Activation::GeluTanh)) as u32) << 5,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
             rows_per_wg,
             row0: u32_of(OP, "row0", row0)?,
