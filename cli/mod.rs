@@ -201,7 +201,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         // A reader that stops early (`| head`) is not a failure.
-        Ok(Err(Error::Io { path, source })) if path.as_os_str() == STDOUT => {
+        Ok(Err(Error::Io { path, source, .. })) if path.as_os_str() == STDOUT => {
             if source.kind() == std::io::ErrorKind::BrokenPipe {
                 ExitCode::SUCCESS
             } else {
@@ -221,7 +221,7 @@ pub fn main() -> ExitCode {
 const STDOUT: &str = "<stdout>";
 
 fn stdout_error(e: std::io::Error) -> Error {
-    Error::io(STDOUT, e)
+    Error::io_write(STDOUT, e)
 }
 
 /// Write `text` to stdout and flush it.

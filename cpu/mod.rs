@@ -223,7 +223,12 @@ impl ComputeBackend for CpuBackend {
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
-        let words = vec![0u32; bytes.div_ceil(4)];
+        let words =
+            buffers::zeroed_words(bytes.div_ceil(4)).ok_or_else(|| Error::OutOfHostMemory {
+                what: format!("allocating a CPU buffer of {bytes} bytes"),
+                needed: Some(bytes as u64),
+                available: buffers::host_available(),
+            })?;
         self.store.insert(Slot::Data { words, bytes }, bytes)
     }
 

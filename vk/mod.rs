@@ -86,29 +86,29 @@ pub fn open(opts: &Options) -> Result<Box<dyn ComputeBackend>> {
     Ok(Box::new(VulkanBackend::new(opts)?))
 }
 
-/// A `vk::Result` as a one-sentence `Error::Vulkan` naming what was being done.
+/// A `vk::Result` as a one-sentence [`Error`] naming what was being done.
+/// Device loss and memory exhaustion get their own variants, so a host app
+/// can reopen the backend or ask for less instead of giving up.
 pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
-    move |r| {
-        Error::Vulkan(match r {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => format!("out of device memory while {what}"),
-            vk::Result::ERROR_OUT_OF_HOST_MEMORY => format!("out of host memory while {what}"),
-            vk::Result::ERROR_DEVICE_LOST => {
-                format!("the device was lost while {what}; the backend must be reopened")
-            }
-            vk::Result::ERROR_INITIALIZATION_FAILED => {
-                format!("driver initialisation failed while {what}")
-            }
-            vk::Result::ERROR_LAYER_NOT_PRESENT | vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
-                format!("a required layer or extension is missing while {what}")
-            }
-            vk::Result::ERROR_FEATURE_NOT_PRESENT => {
-                format!("a required device feature is missing while {what}")
-            }
-            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
-                format!("the driver is incompatible (Vulkan 1.2 needed) while {what}")
-            }
-            other => format!("{what} failed with {other:?}"),
-        })
+    move |r| match r {
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => Error::out_of_device_memory(what),
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::out_of_host_memory(what),
+        vk::Result::ERROR_DEVICE_LOST => Error::DeviceLost(what.to_string()),
+        vk::Result::ERROR_INITIALIZATION_FAILED => {
+            Error::Vulkan(format!("driver initialisation failed while {what}"))
+        }
+        vk::Result::ERROR_LAYER_NOT_PRESENT | vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
+            Error::Unsupported(format!(
+                "a required Vulkan layer or extension is missing while {what}"
+            ))
+        }
+        vk::Result::ERROR_FEATURE_NOT_PRESENT => Error::Unsupported(format!(
+            "a required Vulkan device feature is missing while {what}"
+        )),
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::Unsupported(format!(
+            "the Vulkan driver is incompatible (Vulkan 1.2 needed) while {what}"
+        )),
+        other => Error::Vulkan(format!("{what} failed with {other:?}")),
     }
 }
 
@@ -879,6 +879,37 @@ mod tests {
             }
             Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
         }
+    }
+
+    /// A host app matches what it can act on: device loss and the two kinds
+    /// of memory exhaustion are variants of their own, not strings.
+    #[test]
+    fn vk_results_map_to_matchable_variants() {
+        let e = vk_err("submitting a pass");
+        assert!(
+            matches!(e(vk::Result::ERROR_DEVICE_LOST), Error::DeviceLost(w) if w == "submitting a pass")
+        );
+        assert!(matches!(
+            e(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY),
+            Error::OutOfDeviceMemory { .. }
+        ));
+        assert!(matches!(
+            e(vk::Result::ERROR_OUT_OF_HOST_MEMORY),
+            Error::OutOfHostMemory { .. }
+        ));
+        assert!(matches!(
+            e(vk::Result::ERROR_FEATURE_NOT_PRESENT),
+            Error::Unsupported(_)
+        ));
+        assert!(matches!(e(vk::Result::TIMEOUT), Error::Vulkan(_)));
+        assert_eq!(
+            e(vk::Result::ERROR_DEVICE_LOST).to_string(),
+            "the device was lost while submitting a pass; the backend must be reopened"
+        );
+        assert_eq!(
+            e(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY).to_string(),
+            "out of device memory while submitting a pass"
+        );
     }
 
     /// Destroying a backend that did work (and still holds buffers, weights,
