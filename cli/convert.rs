@@ -23,6 +23,7 @@ pub struct ConvertArgs {
 }
 
 pub fn run(a: ConvertArgs) -> Result<()> {
+    super::check_output(&a.output)?;
     vkllm::model::convert::hf_to_gguf(&a.input, &a.output, a.quantize.map(|q| q.dtype()))?;
     let g = GgufFile::open(&a.output)?;
     let bytes = std::fs::metadata(&a.output).map_or(0, |m| m.len());

@@ -73,6 +73,13 @@ impl Memory {
         })
     }
 
+    /// Device memory blocks this allocator holds, in bytes.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.allocator
+            .as_ref()
+            .map_or(0, |a| a.generate_report().total_reserved_bytes)
+    }
+
     fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {
         let storage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC

@@ -555,6 +555,36 @@ impl ComputeBackend for VulkanBackend {
             .map_or_else(Vec::new, |p| std::mem::take(&mut p.events))
     }
 
+    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        // SAFETY: valid instance and physical device.
+        let props = unsafe {
+            self.inst
+                .instance
+                .get_physical_device_memory_properties(self.dev.physical)
+        };
+        // Buffers live in the largest device-local heap; what this backend
+        // already holds there is not available.
+        let heaps =
+            &props.memory_heaps[..(props.memory_heap_count as usize).min(props.memory_heaps.len())];
+        let Some(heap) = heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
+        else {
+            return Ok(());
+        };
+        let available = heap.saturating_sub(self.mem.reserved_bytes());
+        if bytes > available {
+            return Err(Error::OutOfDeviceMemory {
+                what: format!("allocating {what}"),
+                needed: Some(bytes),
+                available: Some(available),
+            });
+        }
+        Ok(())
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
