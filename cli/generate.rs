@@ -106,6 +106,9 @@ fn stop_name(s: StopReason) -> &'static str {
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
+    if let Some(trace) = &a.profile {
+        super::check_output(trace)?;
+    }
     let path = super::model_path(&a.model)?;
     let tok = super::load_tokenizer(&path)?;
     let prompt = match (&a.prompt, &a.prompt_ids) {
