@@ -179,6 +179,17 @@ pub trait ComputeBackend {
         DType::F32
     }
 
+    /// Checks, before allocating, that `bytes` more bytes for `what` (e.g.
+    /// "the f32 KV cache of 8192 positions") fit in the memory the backend
+    /// allocates from; the error ([`Error::OutOfHostMemory`] or
+    /// [`Error::OutOfDeviceMemory`]) says how much is needed and available.
+    /// Large requests are checked because a refused allocation is not
+    /// always reported: the OS may grant host memory it later cannot back.
+    /// Backends that cannot tell accept.
+    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        let _ = (what, bytes);
+        Ok(())
+    }
     /// A zero-initialised buffer of `bytes` bytes.
     fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
     /// A buffer like [`ComputeBackend::alloc`] that the host writes and reads

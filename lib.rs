@@ -18,4 +18,4 @@ pub mod vk;
 
 pub use backend::{ComputeBackend, Weight};
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};

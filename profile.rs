@@ -69,7 +69,7 @@ pub fn chrome_trace(events: &[ProfileEvent]) -> serde_json::Value {
 pub fn write_chrome_trace(path: &Path, events: &[ProfileEvent]) -> Result<()> {
     let text = serde_json::to_string(&chrome_trace(events))
         .map_err(|e| Error::Invalid(format!("cannot encode the trace: {e}")))?;
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    std::fs::write(path, text).map_err(|e| Error::io_write(path, e))
 }
 
 /// Totals of one op over the GPU events.

@@ -454,12 +454,12 @@ fn stream(
     total: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u64> {
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let file = std::fs::File::create(path).map_err(|e| Error::io_write(path, e))?;
     let mut out = Counted {
         inner: BufWriter::with_capacity(8 << 20, file),
         pos: 0,
     };
-    let io = |e| Error::io(path, e);
+    let io = |e| Error::io_write(path, e);
     out.put(&header(metadata, tensors, sizes)).map_err(io)?;
     out.pad_to(out.pos.next_multiple_of(DEFAULT_ALIGNMENT as u64))
         .map_err(io)?;

@@ -93,6 +93,9 @@ pub struct BenchArgs {
 const DEVICE_COPIES: usize = 8;
 
 pub fn run(a: BenchArgs) -> Result<()> {
+    if let Some(trace) = &a.profile {
+        super::check_output(trace)?;
+    }
     let mut protocol = Protocol::new(&a.prompt, &a.gen, &a.depth, a.repetitions.get())?;
     protocol.seed = a.seed;
     let models = if a.model.is_empty() {

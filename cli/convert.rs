@@ -4,7 +4,7 @@
 use clap::Args;
 use std::path::PathBuf;
 use vkllm::model::gguf::GgufFile;
-use vkllm::Result;
+use vkllm::{Error, Result};
 
 use super::QuantizeKind;
 
@@ -23,6 +23,13 @@ pub struct ConvertArgs {
 }
 
 pub fn run(a: ConvertArgs) -> Result<()> {
+    if !a.input.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{} is not a directory: convert takes a Hugging Face model directory",
+            a.input.display()
+        )));
+    }
+    super::check_output(&a.output)?;
     vkllm::model::convert::hf_to_gguf(&a.input, &a.output, a.quantize.map(|q| q.dtype()))?;
     let g = GgufFile::open(&a.output)?;
     let bytes = std::fs::metadata(&a.output).map_or(0, |m| m.len());

@@ -29,19 +29,19 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
     /// Sampling temperature; 0 is greedy
-    #[arg(long, visible_alias = "temp", default_value_t = SamplerConfig::default().temperature, value_parser = super::parse_finite)]
+    #[arg(long, visible_alias = "temp", default_value_t = SamplerConfig::default().temperature, value_parser = super::parse_temperature)]
     temperature: f32,
     /// Keep the K most likely tokens (0: all)
     #[arg(long, default_value_t = SamplerConfig::default().top_k)]
     top_k: usize,
     /// Nucleus sampling threshold (1: off)
-    #[arg(long, default_value_t = SamplerConfig::default().top_p, value_parser = super::parse_finite)]
+    #[arg(long, default_value_t = SamplerConfig::default().top_p, value_parser = super::parse_probability)]
     top_p: f32,
     /// Drop tokens less likely than P times the best one (0: off)
-    #[arg(long, default_value_t = SamplerConfig::default().min_p, value_parser = super::parse_finite)]
+    #[arg(long, default_value_t = SamplerConfig::default().min_p, value_parser = super::parse_probability)]
     min_p: f32,
     /// Penalty for recently seen tokens (1: off)
-    #[arg(long, default_value_t = SamplerConfig::default().repeat_penalty, value_parser = super::parse_finite)]
+    #[arg(long, default_value_t = SamplerConfig::default().repeat_penalty, value_parser = super::parse_penalty)]
     repeat_penalty: f32,
     /// How many recent tokens the repeat penalty looks at
     #[arg(long, default_value_t = SamplerConfig::default().repeat_last_n)]
@@ -106,6 +106,9 @@ fn stop_name(s: StopReason) -> &'static str {
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
+    if let Some(trace) = &a.profile {
+        super::check_output(trace)?;
+    }
     let path = super::model_path(&a.model)?;
     let tok = super::load_tokenizer(&path)?;
     let prompt = match (&a.prompt, &a.prompt_ids) {

@@ -161,6 +161,38 @@ pub fn parse_finite(s: &str) -> std::result::Result<f32, String> {
     }
 }
 
+/// A finite number within `lo..=hi` (`lo_open`: strictly above `lo`), for
+/// sampler flags whose meaning ends outside that range: a negative
+/// temperature or a top-p of 7 is a typo, not a request.
+fn parse_in_range(s: &str, lo: f32, lo_open: bool, hi: f32) -> std::result::Result<f32, String> {
+    let x = parse_finite(s)?;
+    let above = if lo_open { x > lo } else { x >= lo };
+    if above && x <= hi {
+        return Ok(x);
+    }
+    let from = if lo_open { "above" } else { "from" };
+    Err(if hi == f32::MAX {
+        format!("'{s}' is out of range: expected a number {from} {lo}")
+    } else {
+        format!("'{s}' is out of range: expected a number {from} {lo} to {hi}")
+    })
+}
+
+/// `--temperature`: 0 (greedy) or more.
+pub fn parse_temperature(s: &str) -> std::result::Result<f32, String> {
+    parse_in_range(s, 0.0, false, f32::MAX)
+}
+
+/// `--top-p`, `--min-p`: probabilities, 0 to 1.
+pub fn parse_probability(s: &str) -> std::result::Result<f32, String> {
+    parse_in_range(s, 0.0, false, 1.0)
+}
+
+/// `--repeat-penalty`: a divisor, so above 0 (1 is off).
+pub fn parse_penalty(s: &str) -> std::result::Result<f32, String> {
+    parse_in_range(s, 0.0, true, f32::MAX)
+}
+
 /// clap value parser for [`TokenIds`].
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     let ids = s
@@ -201,7 +233,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         // A reader that stops early (`| head`) is not a failure.
-        Ok(Err(Error::Io { path, source })) if path.as_os_str() == STDOUT => {
+        Ok(Err(Error::Io { path, source, .. })) if path.as_os_str() == STDOUT => {
             if source.kind() == std::io::ErrorKind::BrokenPipe {
                 ExitCode::SUCCESS
             } else {
@@ -221,7 +253,7 @@ pub fn main() -> ExitCode {
 const STDOUT: &str = "<stdout>";
 
 fn stdout_error(e: std::io::Error) -> Error {
-    Error::io(STDOUT, e)
+    Error::io_write(STDOUT, e)
 }
 
 /// Write `text` to stdout and flush it.
@@ -261,6 +293,26 @@ pub fn model_path(arg: &ModelArg) -> Result<PathBuf> {
                 "no --model given and the default model {DEFAULT_MODEL} is missing; fetch it with scripts/fetch-model.sh"
             ))
         })
+}
+
+/// Checks an output file can be created before any work: the OS error alone
+/// ("No such file or directory") does not say which part is missing, and
+/// synth and convert would find out only after minutes of work.
+pub fn check_output(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::Invalid(format!(
+            "cannot write {}: it is a directory",
+            path.display()
+        )));
+    }
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(Error::Invalid(format!(
+            "cannot write {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The tokenizer of a GGUF file or Hugging Face directory.

@@ -32,6 +32,7 @@ pub struct SynthArgs {
 pub fn run(a: SynthArgs) -> Result<()> {
     let shape = synth::shape(&a.shape)?;
     let quant = Quant::from_name(&a.quant)?;
+    super::check_output(&a.output)?;
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
     } else {

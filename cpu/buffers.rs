@@ -7,6 +7,34 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
+/// `n` zeroed words, or `None` when the allocator refuses: `vec![0; n]`
+/// would abort the process instead, and a host app must survive a request
+/// too large for the machine. Zeroed pages come from the OS untouched
+/// (calloc), so a large KV cache costs no time until it is written.
+pub(crate) fn zeroed_words(n: usize) -> Option<Vec<u32>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u32>(n).ok()?;
+    // SAFETY: `layout` has a nonzero size (n > 0).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // `[u32; n]`, all bytes are zero (a valid u32), and length = capacity = n.
+    Some(unsafe { Vec::from_raw_parts(ptr.cast::<u32>(), n, n) })
+}
+
+/// Host memory the OS can still give (`MemAvailable` in /proc/meminfo), or
+/// `None` where that is unknown.
+pub fn host_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 /// A weight as uploaded (GGUF block bytes, row-major).
 pub(crate) struct CpuWeight {
     pub data: Vec<u8>,
@@ -139,5 +167,28 @@ impl Store {
                 format!("buffer {} is not a weight", w.buf.id()),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::ComputeBackend;
+    use crate::error::{Error, ErrorKind};
+
+    /// A request the machine cannot hold is an error a host app can match,
+    /// not an abort (`vec![0; n]` would abort).
+    #[test]
+    fn impossible_allocations_are_out_of_host_memory() {
+        let mut b = crate::cpu::CpuBackend::new(Some(1));
+        for bytes in [1usize << 50, usize::MAX - 8] {
+            match b.alloc(bytes) {
+                Err(e @ Error::OutOfHostMemory { .. }) => {
+                    assert_eq!(e.kind(), ErrorKind::OutOfHostMemory);
+                    assert!(e.to_string().contains(&bytes.to_string()), "{e}");
+                }
+                other => panic!("{bytes} bytes: expected out of host memory, got {other:?}"),
+            }
+        }
+        assert!(b.alloc(0).is_ok() && b.alloc(12).is_ok());
     }
 }

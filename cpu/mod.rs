@@ -222,8 +222,24 @@ impl ComputeBackend for CpuBackend {
         format!("cpu ({isa}, {t} threads, {acts} activations)")
     }
 
+    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        match buffers::host_available() {
+            Some(available) if bytes > available => Err(Error::OutOfHostMemory {
+                what: format!("allocating {what}"),
+                needed: Some(bytes),
+                available: Some(available),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
-        let words = vec![0u32; bytes.div_ceil(4)];
+        let words =
+            buffers::zeroed_words(bytes.div_ceil(4)).ok_or_else(|| Error::OutOfHostMemory {
+                what: format!("allocating a CPU buffer of {bytes} bytes"),
+                needed: Some(bytes as u64),
+                available: buffers::host_available(),
+            })?;
         self.store.insert(Slot::Data { words, bytes }, bytes)
     }
 

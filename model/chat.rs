@@ -42,14 +42,27 @@ pub fn render_chat(
     env.add_filter("tojson", tojson);
     let tmpl = env
         .template_from_str(template)
-        .map_err(|e| Error::Template(format!("cannot parse the template: {e:#}")))?;
+        .map_err(|e| Error::Template(format!("cannot parse the template: {}", one_line(&e))))?;
     tmpl.render(minijinja::context! {
         messages => messages,
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
     })
-    .map_err(|e| Error::Template(format!("cannot render: {e:#}")))
+    .map_err(|e| Error::Template(format!("cannot render: {}", one_line(&e))))
+}
+
+/// A minijinja error and its causes as one line: its alternate form adds a
+/// multi-line source excerpt for syntax errors, and errors are printed as
+/// one `error:` line.
+fn one_line(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text.replace('\n', " ")
 }
 
 fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {

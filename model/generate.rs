@@ -148,6 +148,7 @@ pub fn generate(
     on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
 ) -> Result<GenerateResult> {
     check_prompt(model, prompt)?;
+    opts.sampler.validate()?;
     model.reset();
     let mut sampler = Sampler::new(opts.sampler.clone());
     let cfg = sampler.config();

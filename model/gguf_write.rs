@@ -109,18 +109,18 @@ impl GgufWriter {
         let layout = self.layout()?;
         let mut out = Vec::with_capacity(layout.total);
         self.write_to(&mut out, &layout)
-            .map_err(|e| Error::io("<memory>", e))?;
+            .map_err(|e| Error::io_write("<memory>", e))?;
         Ok(out)
     }
 
     /// Stream the file to `path`.
     pub fn write(&self, path: &Path) -> Result<()> {
         let layout = self.layout()?;
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::create(path).map_err(|e| Error::io_write(path, e))?;
         let mut w = std::io::BufWriter::new(file);
         self.write_to(&mut w, &layout)
             .and_then(|()| w.flush())
-            .map_err(|e| Error::io(path, e))
+            .map_err(|e| Error::io_write(path, e))
     }
 
     /// Check everything that can be wrong before a byte is written, and

@@ -64,7 +64,7 @@ impl HfCheckpoint {
                 msg,
             };
             let (header_len, meta) =
-                safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
+                safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(header_error(e)))?;
             let data_start = 8 + header_len;
             for (name, info) in meta.tensors() {
                 let dtype = match info.dtype {
@@ -247,4 +247,29 @@ fn gpt2_name(hf: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{name}"))
+}
+
+/// The safetensors crate's header errors as phrases (its own Display is the
+/// variant's debug name, e.g. `InvalidOffset("x")`).
+fn header_error(e: safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::HeaderTooLarge | E::InvalidHeaderLength => {
+            "the header length is larger than the file or the 100 MB limit".into()
+        }
+        E::HeaderTooSmall => "the file is too short for a header".into(),
+        E::InvalidHeader | E::InvalidHeaderStart => "the header is not UTF-8 JSON".into(),
+        E::InvalidHeaderDeserialization | E::JsonError(_) => {
+            "the header is not a JSON map of tensors".into()
+        }
+        E::MetadataIncompleteBuffer => {
+            "the tensor data is shorter than the header says (truncated file?)".into()
+        }
+        E::InvalidOffset(name) => format!(
+            "tensor '{name}' has data offsets that leave gaps, overlap or run past the data"
+        ),
+        E::TensorInvalidInfo => "a tensor's shape and dtype do not match its byte range".into(),
+        E::ValidationOverflow => "a tensor's size overflows".into(),
+        other => format!("{other:?}"),
+    }
 }

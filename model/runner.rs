@@ -138,20 +138,30 @@ impl Model {
         if opts.max_batch == 0 {
             return Err(Error::Invalid("max_batch must be at least 1".into()));
         }
-        let w = ModelWeights::load(&cfg, src, be.as_mut(), opts.weights, progress)?;
         let capacity = opts.context.unwrap_or(cfg.n_ctx.min(8192)).max(1);
         let kv_dtype = opts.kv_cache.unwrap_or_else(|| be.default_kv_dtype());
         let kv_size = check::kv_value_bytes("kv cache", kv_dtype)?;
+        let too_big = || {
+            Error::Invalid(format!(
+                "a {} KV cache of {capacity} positions x {} values is not possible",
+                kv_dtype.name(),
+                cfg.kv_dim()
+            ))
+        };
         let kv_bytes = capacity
             .checked_mul(cfg.kv_dim())
             .and_then(|n| n.checked_mul(kv_size))
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "a {} KV cache of {capacity} positions x {} values is not possible",
-                    kv_dtype.name(),
-                    cfg.kv_dim()
-                ))
-            })?;
+            .ok_or_else(too_big)?;
+        let kv_total = (kv_bytes as u64)
+            .checked_mul(2 * cfg.n_layer as u64)
+            .ok_or_else(too_big)?;
+        let kv_what = format!("the {} KV cache of {capacity} positions", kv_dtype.name());
+        // Checked before the weights load (a context too large fails in
+        // a moment, not after the whole file is read) and again after, when
+        // the weights hold their share of the memory.
+        be.check_fits(&kv_what, kv_total)?;
+        let w = ModelWeights::load(&cfg, src, be.as_mut(), opts.weights, progress)?;
+        be.check_fits(&kv_what, kv_total)?;
         let mut k_cache = Vec::with_capacity(cfg.n_layer);
         let mut v_cache = Vec::with_capacity(cfg.n_layer);
         for _ in 0..cfg.n_layer {

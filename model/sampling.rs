@@ -41,6 +41,30 @@ impl Default for SamplerConfig {
 }
 
 impl SamplerConfig {
+    /// Refuses values with no meaning: NaN or infinite numbers, and a repeat
+    /// penalty at or below 0 (it divides logits). The documented "off"
+    /// values (temperature <= 0, top-p >= 1, min-p <= 0) are accepted.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        let finite = [
+            ("temperature", self.temperature),
+            ("top-p", self.top_p),
+            ("min-p", self.min_p),
+            ("repeat penalty", self.repeat_penalty),
+        ];
+        if let Some((name, x)) = finite.iter().find(|(_, x)| !x.is_finite()) {
+            return Err(crate::error::Error::Invalid(format!(
+                "sampler {name} {x} is not a finite number"
+            )));
+        }
+        if self.repeat_penalty <= 0.0 {
+            return Err(crate::error::Error::Invalid(format!(
+                "sampler repeat penalty {} must be above 0 (1 is off)",
+                self.repeat_penalty
+            )));
+        }
+        Ok(())
+    }
+
     /// Always the most likely token.
     pub fn greedy() -> Self {
         SamplerConfig {

@@ -122,6 +122,16 @@ impl<'a> Loader<'a> {
             });
         }
         let mut v = t.to_f32(name)?;
+        // Norm weights and biases are few values read once, so a corrupt
+        // one is refused here; in a matrix (or a block scale) the same
+        // corruption is accepted: finding it would cost a pass over every
+        // weight at load, and it gives wrong text, never a crash.
+        if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+            return Err(Error::Tensor {
+                name: name.into(),
+                msg: format!("holds the non-finite value {x}"),
+            });
+        }
         v.iter_mut().for_each(|x| *x += offset);
         self.upload_vec(&v).map(Some)
     }

@@ -859,9 +859,13 @@ fn out_of_range_shapes_are_errors() {
         b.upload(&small, 10, &[0u8; 8]).is_err(),
         "upload past the end"
     );
+    // Out of memory is a variant a host app can match (and back off from).
     match b.alloc(1 << 50) {
-        Err(Error::Vulkan(msg)) => assert!(msg.contains("memory"), "{msg}"),
-        other => panic!("a 1 PiB buffer should be out of memory, got {other:?}"),
+        Err(e @ Error::OutOfDeviceMemory { .. }) => {
+            assert!(e.to_string().contains("memory"), "{e}");
+            assert_eq!(e.kind(), vkllm::ErrorKind::OutOfDeviceMemory);
+        }
+        other => panic!("a 1 PiB buffer should be out of device memory, got {other:?}"),
     }
     let w = b.upload_weight(DType::Q4_0, 4, 32, &wb).unwrap();
     assert!(

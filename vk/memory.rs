@@ -33,10 +33,16 @@ pub struct Memory {
     pub download: Option<DeviceBuffer>,
 }
 
+/// gpu-allocator's failures as [`Error`]s: running out is its own variant
+/// (see `vk_err`), and so is a Vulkan result it passes through.
 fn alloc_err(what: &str, e: AllocationError) -> Error {
     match e {
-        AllocationError::OutOfMemory => {
-            Error::Vulkan(format!("out of device memory while allocating {what}"))
+        AllocationError::OutOfMemory => Error::out_of_device_memory(format!("allocating {what}")),
+        AllocationError::Internal(msg) if msg.contains("ERROR_OUT_OF_HOST_MEMORY") => {
+            Error::out_of_host_memory(format!("allocating {what}"))
+        }
+        AllocationError::Internal(msg) if msg.contains("ERROR_DEVICE_LOST") => {
+            Error::DeviceLost(format!("allocating {what}"))
         }
         e => Error::Vulkan(format!("allocating {what} failed: {e}")),
     }
@@ -65,6 +71,13 @@ impl Memory {
             upload: None,
             download: None,
         })
+    }
+
+    /// Device memory blocks this allocator holds, in bytes.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.allocator
+            .as_ref()
+            .map_or(0, |a| a.generate_report().total_reserved_bytes)
     }
 
     fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {

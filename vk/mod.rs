@@ -86,29 +86,29 @@ pub fn open(opts: &Options) -> Result<Box<dyn ComputeBackend>> {
     Ok(Box::new(VulkanBackend::new(opts)?))
 }
 
-/// A `vk::Result` as a one-sentence `Error::Vulkan` naming what was being done.
+/// A `vk::Result` as a one-sentence [`Error`] naming what was being done.
+/// Device loss and memory exhaustion get their own variants, so a host app
+/// can reopen the backend or ask for less instead of giving up.
 pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
-    move |r| {
-        Error::Vulkan(match r {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => format!("out of device memory while {what}"),
-            vk::Result::ERROR_OUT_OF_HOST_MEMORY => format!("out of host memory while {what}"),
-            vk::Result::ERROR_DEVICE_LOST => {
-                format!("the device was lost while {what}; the backend must be reopened")
-            }
-            vk::Result::ERROR_INITIALIZATION_FAILED => {
-                format!("driver initialisation failed while {what}")
-            }
-            vk::Result::ERROR_LAYER_NOT_PRESENT | vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
-                format!("a required layer or extension is missing while {what}")
-            }
-            vk::Result::ERROR_FEATURE_NOT_PRESENT => {
-                format!("a required device feature is missing while {what}")
-            }
-            vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
-                format!("the driver is incompatible (Vulkan 1.2 needed) while {what}")
-            }
-            other => format!("{what} failed with {other:?}"),
-        })
+    move |r| match r {
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => Error::out_of_device_memory(what),
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::out_of_host_memory(what),
+        vk::Result::ERROR_DEVICE_LOST => Error::DeviceLost(what.to_string()),
+        vk::Result::ERROR_INITIALIZATION_FAILED => {
+            Error::Vulkan(format!("driver initialisation failed while {what}"))
+        }
+        vk::Result::ERROR_LAYER_NOT_PRESENT | vk::Result::ERROR_EXTENSION_NOT_PRESENT => {
+            Error::Unsupported(format!(
+                "a required Vulkan layer or extension is missing while {what}"
+            ))
+        }
+        vk::Result::ERROR_FEATURE_NOT_PRESENT => Error::Unsupported(format!(
+            "a required Vulkan device feature is missing while {what}"
+        )),
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::Unsupported(format!(
+            "the Vulkan driver is incompatible (Vulkan 1.2 needed) while {what}"
+        )),
+        other => Error::Vulkan(format!("{what} failed with {other:?}")),
     }
 }
 
@@ -558,6 +558,36 @@ impl ComputeBackend for VulkanBackend {
             .map_or_else(Vec::new, |p| std::mem::take(&mut p.events))
     }
 
+    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        // SAFETY: valid instance and physical device.
+        let props = unsafe {
+            self.inst
+                .instance
+                .get_physical_device_memory_properties(self.dev.physical)
+        };
+        // Buffers live in the largest device-local heap; what this backend
+        // already holds there is not available.
+        let heaps =
+            &props.memory_heaps[..(props.memory_heap_count as usize).min(props.memory_heaps.len())];
+        let Some(heap) = heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
+        else {
+            return Ok(());
+        };
+        let available = heap.saturating_sub(self.mem.reserved_bytes());
+        if bytes > available {
+            return Err(Error::OutOfDeviceMemory {
+                what: format!("allocating {what}"),
+                needed: Some(bytes),
+                available: Some(available),
+            });
+        }
+        Ok(())
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<Buffer> {
         let (id, handle, size) = self.mem.alloc(bytes)?;
         if self.rec.is_recording() {
@@ -896,6 +926,37 @@ mod tests {
             }
             Err(e) => panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}"),
         }
+    }
+
+    /// A host app matches what it can act on: device loss and the two kinds
+    /// of memory exhaustion are variants of their own, not strings.
+    #[test]
+    fn vk_results_map_to_matchable_variants() {
+        let e = vk_err("submitting a pass");
+        assert!(
+            matches!(e(vk::Result::ERROR_DEVICE_LOST), Error::DeviceLost(w) if w == "submitting a pass")
+        );
+        assert!(matches!(
+            e(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY),
+            Error::OutOfDeviceMemory { .. }
+        ));
+        assert!(matches!(
+            e(vk::Result::ERROR_OUT_OF_HOST_MEMORY),
+            Error::OutOfHostMemory { .. }
+        ));
+        assert!(matches!(
+            e(vk::Result::ERROR_FEATURE_NOT_PRESENT),
+            Error::Unsupported(_)
+        ));
+        assert!(matches!(e(vk::Result::TIMEOUT), Error::Vulkan(_)));
+        assert_eq!(
+            e(vk::Result::ERROR_DEVICE_LOST).to_string(),
+            "the device was lost while submitting a pass; the backend must be reopened"
+        );
+        assert_eq!(
+            e(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY).to_string(),
+            "out of device memory while submitting a pass"
+        );
     }
 
     /// Destroying a backend that did work (and still holds buffers, weights,

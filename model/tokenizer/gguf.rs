@@ -97,8 +97,18 @@ fn numbers<T>(
         .map(Some)
 }
 
-fn token_id(g: &GgufFile, key: &str) -> Result<Option<u32>> {
-    Ok(g.get_u64(key)?.and_then(|v| u32::try_from(v).ok()))
+/// A special token id, which must name one of the `vocab` tokens: an id
+/// outside the vocabulary would be fed to the model (BOS) or never match (EOS).
+fn token_id(g: &GgufFile, key: &str, vocab: usize) -> Result<Option<u32>> {
+    match g.get_u64(key)? {
+        None => Ok(None),
+        Some(v) => match u32::try_from(v) {
+            Ok(id) if (id as usize) < vocab => Ok(Some(id)),
+            _ => Err(tok_err(format!(
+                "{key} {v} is outside the vocabulary of {vocab} tokens"
+            ))),
+        },
+    }
 }
 
 /// Token → id. A piece listed twice keeps its first id; the later id then
@@ -151,7 +161,7 @@ impl Tokenizer {
                 let space_prefix = g
                     .get_bool("tokenizer.ggml.add_space_prefix")?
                     .unwrap_or(true);
-                let unk = token_id(g, "tokenizer.ggml.unknown_token_id")?
+                let unk = token_id(g, "tokenizer.ggml.unknown_token_id", tokens.len())?
                     .and_then(|id| tokens.get(id as usize).copied());
                 let inner = sentencepiece_bpe(&tokens, &scores, &types, unk, space_prefix)?;
                 let pieces = PieceBytes::SentencePiece {
@@ -166,10 +176,10 @@ impl Tokenizer {
             }
         };
         add_special_tokens(&mut inner, &tokens, &types);
-        let eot = token_id(g, "tokenizer.ggml.eot_token_id")?;
+        let eot = token_id(g, "tokenizer.ggml.eot_token_id", tokens.len())?;
         let ids = SpecialIds {
-            bos: token_id(g, "tokenizer.ggml.bos_token_id")?,
-            eos: token_id(g, "tokenizer.ggml.eos_token_id")?,
+            bos: token_id(g, "tokenizer.ggml.bos_token_id", tokens.len())?,
+            eos: token_id(g, "tokenizer.ggml.eos_token_id", tokens.len())?,
             extra_stops: eot.into_iter().collect(),
             add_bos: add_bos_key.unwrap_or(add_bos_default),
             chat_template: g.get_str("tokenizer.chat_template")?.map(str::to_string),
