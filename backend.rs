@@ -307,8 +307,7 @@ pub trait ComputeBackend {
     }
     /// The gated feed-forward input in one op: `out[m, n] = act(x̂·Gᵀ) ⊙
     /// (x̂·Uᵀ)`, x̂ = `x` RMS-normalized with `norm` when given, `gate_up`
-    /// holding G's `n` rows followed by U's. This default runs `linear` into
-    /// a temporary buffer and `glu` on each row's halves.
+    /// holding G's `n` rows followed by U's.
     fn linear_glu(
         &mut self,
         act: Activation,
@@ -317,37 +316,7 @@ pub trait ComputeBackend {
         out: &Buffer,
         m: usize,
         norm: Option<(&Buffer, f32)>,
-    ) -> Result<()> {
-        let n = gate_up.rows / 2;
-        let bytes = m
-            .checked_mul(gate_up.rows)
-            .and_then(|v| v.checked_mul(4))
-            .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
-        let t = self.alloc(bytes)?;
-        let opts = LinearOpts {
-            norm,
-            ..LinearOpts::default()
-        };
-        let mut result = self.linear(gate_up, x, &t, m, &opts);
-        let halves = (self.alloc(n * 4), self.alloc(n * 4), self.alloc(n * 4));
-        if let (Ok(g), Ok(u), Ok(o)) = &halves {
-            for r in 0..m {
-                result = result
-                    .and_then(|()| self.copy(&t, r * 8 * n, g, 0, n * 4))
-                    .and_then(|()| self.copy(&t, (r * 2 + 1) * n * 4, u, 0, n * 4))
-                    .and_then(|()| self.glu(act, g, Some(u), o, n))
-                    .and_then(|()| self.copy(o, 0, out, r * n * 4, n * 4));
-            }
-        }
-        for b in [halves.0, halves.1, halves.2] {
-            match b {
-                Ok(b) => self.free(b),
-                Err(e) => result = result.and(Err(e)),
-            }
-        }
-        self.free(t);
-        result
-    }
+    ) -> Result<()>;
     /// Per row of `dim`: `out = x / sqrt(mean(x²) + eps) * w`. `w` has `dim` values.
     fn rms_norm(
         &mut self,
