@@ -10,10 +10,11 @@
 //! - `ops/`: one encoder per op family.
 //!
 //! Per-token values (token ids, positions, and through them the attention
-//! length) are read by the shaders from buffers, so a recorded pass can be
-//! submitted again with [`VulkanBackend::replay_pass`] after uploading new
-//! values. `copy` offsets are baked into the pass, so a decode pass that
-//! appends to the KV cache with `copy` writes the same cache row on replay.
+//! length and the KV-cache row `store_rows`/`rope_store` write) are read by
+//! the shaders from buffers, so a recorded pass can be submitted again after
+//! new values are written: decode passes are kept per key and replayed
+//! (`begin_replayable_pass`/`replay`); [`VulkanBackend::replay_pass`]
+//! resubmits the last unkeyed pass.
 
 mod caps;
 mod device;
