@@ -4,7 +4,10 @@
 //!
 //! A shader that includes `dequant.glsl` reads weights, so it is compiled once
 //! per weight dtype with `-DTYPE_<DTYPE>` and named `<stem>.<dtype>`; every
-//! other shader is compiled once and named `<stem>`. A shader whose source
+//! other shader is compiled once and named `<stem>`. [`VARIANTS`] adds builds
+//! with one more define for some dtypes (mul_mat_vec's integer-dot
+//! `mul_mat_vec_q8.<dtype>`, whose packed dot products are declared through
+//! GL_EXT_spirv_intrinsics, which glslc 2023.2 has). A shader whose source
 //! contains `#extension GL_EXT_integer_dot_product` is built only when glslc
 //! supports that extension (probed here; exported as the cfg
 //! `vkllm_glsl_int_dot` and as a const in shaders.rs).
@@ -31,6 +34,15 @@ use std::process::{Command, Output};
 const DTYPES: [&str; 11] = [
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
 ];
+
+/// Extra builds of a shader with one more define, for some dtypes only:
+/// (stem, define, name of the variant, dtypes).
+const VARIANTS: &[(&str, &str, &str, &[&str])] = &[(
+    "mul_mat_vec",
+    "-DQ8X",
+    "mul_mat_vec_q8",
+    &["q4_0", "q4_1", "q8_0", "q4_k"],
+)];
 
 const TARGET_ENV: &str = "--target-env=vulkan1.2";
 
@@ -105,6 +117,15 @@ fn main() {
             &stem,
             &[],
         ));
+        for (_, define, name, dtypes) in VARIANTS.iter().filter(|v| v.0 == stem) {
+            for dt in *dtypes {
+                let full = format!("{name}.{dt}");
+                let spv = out_dir.join(format!("{full}.spv"));
+                let ty = format!("-DTYPE_{}", dt.to_ascii_uppercase());
+                compile(&glslc, path, &glsl_dir, &spv, &[define, &ty]);
+                entries.push((full, spv));
+            }
+        }
     }
 
     let (has_khr, has_nv) = (coopmat_khr.is_some(), coopmat_nv.is_some());

@@ -13,6 +13,14 @@
 // SUBGROUP_ROWS flag, each subgroup on rows of its own (subgroup sums only;
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
+// Built with Q8X (mul_mat_vec_q8, for q4_k, q4_0, q4_1 and q8_0), x comes
+// as two int8 digits per value (hi + lo / 254 steps of its block's scale)
+// from quantize_q8.comp, with the norm weights already applied and Σx²
+// stored beside it, and each slot's sums are packed 4 x int8 dot products
+// (one instruction per 4 weights and digit on GPUs that accelerate them):
+// the f32 path's ~5 instructions per 4-bit weight bound it well below
+// memory speed.
+//
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
 // block's header once and then all quants of its slice with wide loads, so
@@ -21,6 +29,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#if defined(Q8X)
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -63,6 +74,42 @@ layout(push_constant) uniform Push {
 
 #include "dequant.glsl"
 
+#if defined(Q8X)
+// quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
+// k/32 (d, Σx̂), Σx².
+layout(binding = 1) readonly buffer XQ4 { uvec4 xq4[]; };
+layout(binding = 1) readonly buffer XQF { float xqf[]; };
+
+// Rounded up to 4 words so every row's digits start 16-byte aligned.
+uint xq_stride() {
+    return (pc.k / 2u + pc.k / 16u + 4u) & ~3u;
+}
+
+// Offset in uvec4s from a row's hi digits to its lo digits.
+uint lo4() {
+    return pc.k / 16u;
+}
+
+// hi + lo / 254 of integer digit sums.
+float digits(int hi, int lo) {
+    return float(hi) + float(lo) * (1.0 / 254.0);
+}
+
+// OpSDotAccSatKHR on 4 x int8 packed in each operand (SPV_KHR_integer_dot_product;
+// glslc 2023.2 lacks GL_EXT_integer_dot_product, so it is declared here).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4453)
+int sdot_acc(uint a, uint b, int acc, spirv_literal int packed_4x8);
+
+int dot8(uint w, uint xv, int acc) {
+    return sdot_acc(w, xv, acc, 0);
+}
+#define XVEC uvec4
+#define SUMS vec4
+#else
+#define XVEC vec4
+#define SUMS vec2
+#endif
+
 // Rows of x handled by one dispatch (vk/ops/matmul.rs GEMV_MAX_ROWS).
 const uint MAX_M = 4u;
 // Output rows per workgroup (vk/ops/matmul.rs GEMV_ROWS_PER_WG).
@@ -97,13 +144,9 @@ vec4 fbytes4(uint w, float bias) {
 #if defined(TYPE_Q4_K)
 // 36-word blocks are 16-byte aligned, so each slice's quants are one uvec4.
 layout(binding = 0) readonly buffer W4 { uvec4 wdata4[]; };
-const uint QK = 256u;
-const uint BWORDS = 36u;
-// Slice s: chunk s/2 (64 elements), bytes 16(s%2)..+15 of its 32 quant bytes,
-// low nibbles for sub-block 2c and high nibbles for 2c+1.
-const uint LANES = 8u;
-const uint XN = 8u;
+#endif
 
+#if defined(TYPE_Q4_K)
 uint sbyte(uvec3 s, uint b) {
     return (s[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu;
 }
@@ -116,6 +159,106 @@ vec2 k_sm(uvec3 s, uint j) {
     return vec2((sbyte(s, j + 4u) & 0xFu) | ((sbyte(s, j - 4u) >> 6) << 4),
                 (sbyte(s, j + 4u) >> 4) | ((sbyte(s, j) >> 6) << 4));
 }
+#endif
+
+#if defined(Q8X) && defined(TYPE_Q4_K)
+const uint QK = 256u;
+const uint BWORDS = 36u;
+// Slot s: chunk s (64 values: sub-block 2s in the low nibbles of its 32
+// quant bytes, 2s + 1 in the high ones).
+const uint LANES = 4u;
+const uint XN = 8u;
+
+// xs: the chunk's digits, 16 per uvec4: hi of sub-block 2s in xs[0..1], of
+// 2s + 1 in xs[2..3], lo likewise in xs[4..7]; sums: (d, Σx̂) of both.
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint col = col0 + 64u * sub;
+    uint w4 = (r * xq_stride() + col / 4u) / 4u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        xs[i] = xq4[w4 + i];
+        xs[4u + i] = xq4[w4 + lo4() + i];
+    }
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
+    sums = vec4(xqf[d], xqf[d + 1u], xqf[d + 2u], xqf[d + 3u]);
+}
+
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    vec2 dm = unpackHalf2x16(wdata[base]);
+    uvec3 s = uvec3(wdata[base + 1u], wdata[base + 2u], wdata[base + 3u]);
+    vec2 sm0 = k_sm(s, 2u * sub);
+    vec2 sm1 = k_sm(s, 2u * sub + 1u);
+    uint q0 = (base + 4u + 8u * sub) >> 2;
+    ivec4 acc = ivec4(0); // (sub-block 2s hi, lo, 2s + 1 hi, lo)
+    [[unroll]] for (uint h = 0u; h < 2u; h++) {
+        uvec4 q = wdata4[q0 + h];
+        [[unroll]] for (uint w = 0u; w < 4u; w++) {
+            uint a = q[w] & 0x0F0F0F0Fu;
+            uint b = (q[w] >> 4) & 0x0F0F0F0Fu;
+            acc.x = dot8(a, xs[h][w], acc.x);
+            acc.y = dot8(a, xs[4u + h][w], acc.y);
+            acc.z = dot8(b, xs[2u + h][w], acc.z);
+            acc.w = dot8(b, xs[6u + h][w], acc.w);
+        }
+    }
+    return dm.x * (sm0.x * sums.x * digits(acc.x, acc.y) + sm1.x * sums.z * digits(acc.z, acc.w))
+         - dm.y * (sm0.y * sums.y + sm1.y * sums.w);
+}
+
+#elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0))
+const uint QK = 32u;
+#if defined(TYPE_Q8_0)
+const uint BWORDS = 9u;
+#else
+const uint BWORDS = 5u;
+#endif
+// One slot per block; xs: its 32 hi digits, then its 32 lo digits; sums:
+// (d, Σx̂).
+const uint LANES = 1u;
+const uint XN = 4u;
+
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint w4 = (r * xq_stride() + col0 / 4u) / 4u;
+    xs[0] = xq4[w4];
+    xs[1] = xq4[w4 + 1u];
+    xs[2] = xq4[w4 + lo4()];
+    xs[3] = xq4[w4 + lo4() + 1u];
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
+    sums = vec4(xqf[d], xqf[d + 1u], 0.0, 0.0);
+}
+
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    int hi = 0;
+    int lo = 0;
+#if defined(TYPE_Q8_0)
+    [[unroll]] for (uint w = 0u; w < 8u; w++) {
+        uint q = wdata[base + 1u + w];
+        hi = dot8(q, xs[w >> 2][w & 3u], hi);
+        lo = dot8(q, xs[2u + (w >> 2)][w & 3u], lo);
+    }
+    return unpackHalf2x16(wdata[base]).x * sums.x * digits(hi, lo);
+#else
+    // Byte j: value j in the low nibble, value 16 + j in the high one.
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 1u + w];
+        uint a = q & 0x0F0F0F0Fu;
+        uint b = (q >> 4) & 0x0F0F0F0Fu;
+        hi = dot8(a, xs[0][w], hi);
+        lo = dot8(a, xs[2][w], lo);
+        hi = dot8(b, xs[1][w], hi);
+        lo = dot8(b, xs[3][w], lo);
+    }
+    vec2 dm = q4_dm(base);
+    return dm.x * sums.x * digits(hi, lo) + dm.y * sums.y;
+#endif
+}
+
+#elif defined(TYPE_Q4_K)
+const uint QK = 256u;
+const uint BWORDS = 36u;
+// Slice s: chunk s/2 (64 elements), bytes 16(s%2)..+15 of its 32 quant bytes,
+// low nibbles for sub-block 2c and high nibbles for 2c+1.
+const uint LANES = 8u;
+const uint XN = 8u;
 
 // x of slice `sub` of the block at column col0: 16 low-nibble then 16
 // high-nibble elements; `sums` their two sums (the min terms need them).
@@ -279,8 +422,8 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX
         uint sub = s % LANES;
         [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
             if (r < m) {
-                vec4 xs[XN];
-                vec2 sums;
+                XVEC xs[XN];
+                SUMS sums;
                 load_x(r, blk * QK, sub, xs, sums, ss[r]);
                 [[unroll]] for (uint j = 0u; j < NR; j++) {
                     acc[j * MAX_M + r] += slot_dot(rowbase[j] + blk * BWORDS, sub, xs, sums);
@@ -332,6 +475,9 @@ shared float part_ss[MAX_SUBGROUPS][MAX_M];
 // Output (row, x row r) from its dot product (and with GLU the up row's,
 // `up`) and Σx².
 void store(uint row, uint r, float total, float up, float sq) {
+#if defined(Q8X)
+    sq = xqf[r * xq_stride() + pc.k / 2u + pc.k / 16u];
+#endif
     if ((pc.flags & NORM) != 0u) {
         float inv = inversesqrt(sq / float(pc.k) + pc.eps);
         total *= inv;

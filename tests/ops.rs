@@ -37,19 +37,15 @@ fn all_backends() -> Backends {
 }
 
 /// Backends for the matmul tests, each with what its decode matmuls do to
-/// activations: `all_backends()` (the CPU ones in the default mode, Vulkan
-/// exact f32) plus the CPU's other activation modes on every instruction set.
-fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Activations)> {
+/// activations: `all_backends()` (the CPU ones in the default mode), the
+/// CPU's other activation modes on every instruction set, and Vulkan twice
+/// where the device has integer dot products: its two-digit int8
+/// activations on every weight (steps of max|x|/(127·254)) and exact f32.
+fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Rounding)> {
     let mut v: Vec<_> = all_backends()
         .into_iter()
-        .map(|(n, b)| {
-            let acts = if n.starts_with("cpu") {
-                Activations::default()
-            } else {
-                Activations::F32
-            };
-            (n, b, acts)
-        })
+        .filter(|(n, _)| n.starts_with("cpu"))
+        .map(|(n, b)| (n, b, Rounding::of(Activations::default())))
         .collect();
     for isa in Isa::ALL {
         for acts in [Activations::F32, Activations::Q16, Activations::Q8] {
@@ -58,23 +54,52 @@ fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Activations)> {
             }
             if let Ok(b) = CpuBackend::with_isa(Some(2), isa) {
                 let name = format!("cpu-{}-{}", isa.name(), acts.name());
-                v.push((name, Box::new(b.with_activations(acts)), acts));
+                v.push((name, Box::new(b.with_activations(acts)), Rounding::of(acts)));
             }
         }
+    }
+    for q8 in [true, false] {
+        let Some(mut b) = common::vulkan_backend() else {
+            break;
+        };
+        if q8 && !b.kernels().gemv_q8 {
+            continue;
+        }
+        b.set_gemv_q8(q8.then_some(0)).unwrap();
+        let (name, rounding) = if q8 {
+            ("vulkan-q8", Rounding(Some(127.0 * 254.0)))
+        } else {
+            ("vulkan", Rounding(None))
+        };
+        v.push((name.to_string(), Box::new(b), rounding));
     }
     v
 }
 
-/// The most that rounding the activations as `acts` does can move output
-/// `r` of row `x` (`k` values) of a matmul with `m` rows: each value moves by
-/// at most half a step, `max|x_block| / (2·MAX)`, times `|w|`. Zero where the
-/// backend stays in f32 (other weight types, prefill, `Activations::F32`).
-fn activation_bound(acts: Activations, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
-    let max = match acts {
+/// How a backend's decode matmuls round activations: to steps of
+/// max|x_block| / .0 (`None`: they stay f32).
+#[derive(Clone, Copy)]
+struct Rounding(Option<f32>);
+
+impl Rounding {
+    fn of(acts: Activations) -> Rounding {
+        Rounding(match acts {
+            Activations::F32 => None,
+            Activations::Q16 => Some(32767.0),
+            Activations::Q8 => Some(127.0),
+        })
+    }
+}
+
+/// The most that rounding the activations as `r` does can move output `r`
+/// of row `x` (`k` values) of a matmul with `m` rows: each value moves by at
+/// most half a step, `max|x_block| / (2·MAX)`, times `|w|`. Zero where the
+/// backend stays in f32 (other weight types, prefill, no rounding).
+fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
+    let max = match r.0 {
         _ if !act::supports(dtype) || m > 4 || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
-        Activations::F32 => return 0.0,
-        Activations::Q16 => 32767.0,
-        Activations::Q8 => 127.0,
+        None => return 0.0,
+        Some(max) => max,
     };
     w.chunks(ACT_BLOCK)
         .zip(x.chunks(ACT_BLOCK))
@@ -1302,7 +1327,6 @@ fn linear_glu_matches_separate_projections() {
                     b.linear_glu(act, &w, &xb, &out, m, norm).unwrap()
                 });
                 let got = download_f32(b.as_mut(), &out, m * n);
-                eprintln!("DEBUG {name} {dtype} m={m}: {:?}", &got[..4.min(got.len())]);
                 for r in 0..m {
                     let xr = &xn[r * cols..(r + 1) * cols];
                     let row = &gu[r * 2 * n..(r + 1) * 2 * n];

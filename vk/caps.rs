@@ -25,6 +25,8 @@ pub struct Caps {
     pub coopmat_nv_f16: bool,
     /// The Vulkan memory model (the cooperative-matrix SPIR-V declares it).
     pub vulkan_memory_model: bool,
+    /// VK_KHR_shader_integer_dot_product listed with its feature on: the
+    /// int8-activation GEMV (mul_mat_vec_q8) can run.
     pub integer_dot: bool,
     pub max_storage_buffer_range: u64,
     pub max_workgroup_count: [u32; 3],
@@ -39,9 +41,11 @@ impl Caps {
         let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut idp = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
-            .push_next(&mut f12);
+            .push_next(&mut f12)
+            .push_next(&mut idp);
         // SAFETY: valid handles; the chained structs outlive the calls.
         let exts = unsafe {
             i.get_physical_device_properties2(pd, &mut props2);
@@ -72,8 +76,8 @@ impl Caps {
             coopmat_khr_f16,
             coopmat_nv_f16,
             vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
-            integer_dot: has_ext(c"VK_KHR_shader_integer_dot_product")
-                || vk::api_version_minor(api) >= 3,
+            integer_dot: has_ext(ash::khr::shader_integer_dot_product::NAME)
+                && idp.shader_integer_dot_product == vk::TRUE,
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
             max_workgroup_count: limits.max_compute_work_group_count,
             max_shared_memory: limits.max_compute_shared_memory_size,
@@ -205,6 +209,21 @@ pub enum GemvKernel {
     Workgroup,
     /// Each subgroup on 4 rows of its own, k split over its lanes.
     Subgroup,
+    /// Subgroup rows for Q6_K (4-6x the workgroup kernel's GB/s on an
+    /// H200, whose 8-lane Q6_K slots leave a workgroup mostly idle),
+    /// workgroup rows for the rest.
+    Auto,
+}
+
+impl GemvKernel {
+    /// Whether weights of `dtype` take subgroup rows.
+    pub fn subgroup_rows(self, dtype: crate::DType) -> bool {
+        match self {
+            GemvKernel::Workgroup => false,
+            GemvKernel::Subgroup => true,
+            GemvKernel::Auto => dtype == crate::DType::Q6K,
+        }
+    }
 }
 
 /// The kernels a device gets, chosen once when the backend opens (and shown
@@ -215,13 +234,21 @@ pub struct Kernels {
     pub matmul: MatmulKernel,
     pub attention: PrefillAttention,
     pub gemv: GemvKernel,
+    /// Decode matmuls of large Q4_0/Q4_1/Q8_0/Q4_K weights take x as two
+    /// int8 digits per value (quantize_q8.comp, as precise as 16-bit
+    /// activations) and use packed integer dot products: the f32 kernel
+    /// spends ~5 instructions per 4-bit weight and is bound by them, not by
+    /// memory. Small weights stay f32, where the extra dispatch costs more.
+    pub gemv_q8: bool,
 }
 
 impl Kernels {
     /// The kernels for `caps`, with the environment's overrides:
     /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (tiles by default; a forced
     /// cooperative-matrix kernel the device cannot run is an error) and
-    /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=workgroup|subgroup`.
+    /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup`,
+    /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
+    /// dot products, by default).
     pub fn choose(caps: &Caps) -> Result<Kernels> {
         use MatmulKernel::{CoopmatKhr, CoopmatNv, Tiles};
         let best_coopmat = [CoopmatKhr, CoopmatNv]
@@ -265,11 +292,21 @@ impl Kernels {
             }
         };
         let gemv = match std::env::var("VKLLM_GEMV").as_deref() {
-            Err(_) | Ok("") | Ok("workgroup") => GemvKernel::Workgroup,
+            Err(_) | Ok("") | Ok("auto") => GemvKernel::Auto,
+            Ok("workgroup") => GemvKernel::Workgroup,
             Ok("subgroup") => GemvKernel::Subgroup,
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
-                    "VKLLM_GEMV={other} is not one of workgroup, subgroup"
+                    "VKLLM_GEMV={other} is not one of auto, workgroup, subgroup"
+                )))
+            }
+        };
+        let gemv_q8 = match std::env::var("VKLLM_GEMV_X").as_deref() {
+            Err(_) | Ok("") | Ok("q8") => caps.integer_dot,
+            Ok("f32") => false,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_GEMV_X={other} is not one of q8, f32"
                 )))
             }
         };
@@ -277,6 +314,7 @@ impl Kernels {
             matmul,
             attention,
             gemv,
+            gemv_q8,
         })
     }
 }
@@ -295,10 +333,17 @@ impl std::fmt::Display for Kernels {
         let gemv = match self.gemv {
             GemvKernel::Workgroup => "4 rows per workgroup",
             GemvKernel::Subgroup => "4 rows per subgroup",
+            GemvKernel::Auto => "4 rows per subgroup for q6_k, per workgroup otherwise",
+        };
+        let gemv_x = if self.gemv_q8 {
+            ", integer dot products for q4_0/q4_1/q8_0/q4_k weights over 4 MiB (mul_mat_vec_q8)"
+        } else {
+            ""
         };
         write!(
             f,
-            "matmul (m > 4): {matmul}; prefill attention: {attention}; decode matmul (m <= 4): {gemv}"
+            "matmul (m > 4): {matmul}; prefill attention: {attention}; decode matmul (m <= 4): \
+             {gemv}{gemv_x}"
         )
     }
 }

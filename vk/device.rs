@@ -64,7 +64,8 @@ impl Device {
             .queue_priorities(&priorities)];
         // The cooperative-matrix GEMM needs its extension, the feature, f16
         // arithmetic and the Vulkan memory model (its SPIR-V declares it);
-        // nothing else enables optional features.
+        // the int8-activation GEMV needs integer dot products; nothing else
+        // enables optional features.
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(true)
             .vulkan_memory_model(true);
@@ -72,24 +73,26 @@ impl Device {
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut cm_nv =
             vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
-        let khr_ext = [ash::khr::cooperative_matrix::NAME.as_ptr()];
-        let nv_ext = [ash::nv::cooperative_matrix::NAME.as_ptr()];
+        let mut idp = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
+        let mut exts = Vec::new();
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
         match kernels.matmul {
             MatmulKernel::Tiles => {}
             MatmulKernel::CoopmatKhr => {
-                create = create
-                    .enabled_extension_names(&khr_ext)
-                    .push_next(&mut f12)
-                    .push_next(&mut cm_khr);
+                exts.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+                create = create.push_next(&mut f12).push_next(&mut cm_khr);
             }
             MatmulKernel::CoopmatNv => {
-                create = create
-                    .enabled_extension_names(&nv_ext)
-                    .push_next(&mut f12)
-                    .push_next(&mut cm_nv);
+                exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+                create = create.push_next(&mut f12).push_next(&mut cm_nv);
             }
         }
+        if kernels.gemv_q8 {
+            exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
+            create = create.push_next(&mut idp);
+        }
+        let create = create.enabled_extension_names(&exts);
         // SAFETY: `create` and what it points to outlive the call.
         let device = unsafe { inst.instance.create_device(physical, &create, None) }
             .map_err(vk_err("creating the logical device"))?;

@@ -30,6 +30,12 @@ pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAtt
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
+/// Weights from this size take the integer-dot GEMV by default: below it the
+/// extra quantize dispatch costs more than the faster kernel saves
+/// (SmolLM2-135M, whose 576-wide weights are ~0.2 MiB, decoded at 705 tok/s
+/// without it and 442 with it on every weight, on an H200).
+pub const GEMV_Q8_MIN_BYTES: usize = 4 << 20;
+
 use crate::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
 };
@@ -142,6 +148,10 @@ pub struct VulkanBackend {
     product_scratch: Option<Buffer>,
     /// `linear_glu`'s gate_up product for many rows.
     glu_scratch: Option<Buffer>,
+    /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
+    xq_scratch: Option<Buffer>,
+    /// Smallest weight the integer-dot GEMV takes.
+    gemv_q8_min_bytes: usize,
     /// Weights stored in several buffers (see split.rs), by their first part's id.
     split_weights: HashMap<u32, Vec<split::Part>>,
     /// Split weights above this many bytes even within the device's range.
@@ -180,6 +190,8 @@ impl VulkanBackend {
             norm_scratch: None,
             product_scratch: None,
             glu_scratch: None,
+            xq_scratch: None,
+            gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
             split_weights: HashMap::new(),
             part_limit: split::part_limit_from_env(),
             argmax_scratch: None,
@@ -204,6 +216,26 @@ impl VulkanBackend {
     /// The kernel variants this backend dispatches.
     pub fn kernels(&self) -> Kernels {
         self.kernels
+    }
+
+    /// The integer-dot GEMV (see [`Kernels::gemv_q8`]) off (`None`) or on
+    /// for weights of at least `min_bytes` (the default is
+    /// [`GEMV_Q8_MIN_BYTES`]); on needs the device's integer dot products,
+    /// enabled when the backend opened with them available. Tests use it to
+    /// check both kernels on one device, at every size.
+    pub fn set_gemv_q8(&mut self, min_bytes: Option<usize>) -> Result<()> {
+        if min_bytes.is_some() && !self.dev.kernels.gemv_q8 {
+            return Err(Error::Unsupported(format!(
+                "{} was opened without integer dot products (VKLLM_GEMV_X=f32, or the \
+                 device lacks them)",
+                self.dev.info.name
+            )));
+        }
+        self.kernels.gemv_q8 = min_bytes.is_some();
+        self.gemv_q8_min_bytes = min_bytes.unwrap_or(usize::MAX);
+        // Kept passes were recorded with the other kernel.
+        self.rec.invalidate_pass();
+        Ok(())
     }
 
     fn caps(&self) -> &Caps {

@@ -5,11 +5,11 @@
 //! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
 use super::super::VulkanBackend;
-use super::{read, typed, u32_of, write};
+use super::{plain, read, typed, u32_of, write};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vk::caps::{GemvKernel, MatmulKernel};
+use crate::vk::caps::MatmulKernel;
 use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
@@ -54,9 +54,39 @@ struct GemvPush {
     ldy: u32,
 }
 
+/// quantize_q8.comp's push constants.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct QuantizePush {
+    k: u32,
+    m: u32,
+    norm: u32,
+    /// Words from one quantized row to the next.
+    stride: u32,
+}
+
+/// Whether the integer-dot GEMV (mul_mat_vec_q8) has a variant for `dtype`.
+fn q8_dtype(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K)
+}
+
+/// Words of one quantize_q8 row of `k` values: two int8 digits per value,
+/// (d, Σ) per block of 32, Σx², padded to 16 bytes (mul_mat_vec.comp's
+/// xq_stride).
+fn q8_stride(k: usize) -> usize {
+    (k / 2 + k / 16 + 4) & !3
+}
+
 /// Units of work one GEMV output row splits into (mul_mat_vec.comp's
 /// slots: LANES per block of the blockwise types, 4 values otherwise).
-fn gemv_slots(dtype: DType, k: usize) -> usize {
+fn gemv_slots(dtype: DType, k: usize, q8: bool) -> usize {
+    if q8 {
+        return if dtype == DType::Q4K {
+            k / 256 * 4
+        } else {
+            k / 32
+        };
+    }
     match dtype {
         DType::Q4K | DType::Q6K => k / 256 * 8,
         DType::Q4_0 | DType::Q4_1 => k / 32 * 2,
@@ -191,7 +221,11 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
-        let own_rows = self.kernels.gemv == GemvKernel::Subgroup;
+        let own_rows = self.kernels.gemv.subgroup_rows(w.dtype);
+        let q8 = self.kernels.gemv_q8
+            && q8_dtype(w.dtype)
+            && w.cols.is_multiple_of(32)
+            && w.buf.bytes >= self.gemv_q8_min_bytes;
         // Outputs per group of GEMV_ROWS weight rows: GLU pairs them.
         let outs = if glu.is_some() {
             GEMV_ROWS / 2
@@ -203,7 +237,7 @@ impl VulkanBackend {
             (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
         } else {
             (
-                self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols)),
+                self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols, q8)),
                 outs,
             )
         };
@@ -224,21 +258,62 @@ impl VulkanBackend {
             ldy: u32_of(OP, "n", ldy)?,
         };
         let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
+        let (x, kernel) = if q8 {
+            (
+                self.encode_quantize_q8(x, o.norm.map(|(nw, _)| nw), m, w.cols)?,
+                "mul_mat_vec_q8",
+            )
+        } else {
+            (*x, "mul_mat_vec")
+        };
         // Absent bias and norm weights: x stands in at their bindings (never read).
         let binds = [
             read(&w.buf),
-            read(x),
+            read(&x),
             write(y),
-            read(o.bias.unwrap_or(x)),
-            read(o.norm.map_or(x, |(nw, _)| nw)),
+            read(o.bias.unwrap_or(&x)),
+            read(o.norm.map_or(&x, |(nw, _)| nw)),
         ];
         self.dispatch(
             OP,
-            typed("mul_mat_vec", w.dtype).spec(wg),
+            typed(kernel, w.dtype).spec(wg),
             &binds,
             bytemuck::bytes_of(&push),
             groups,
         )
+    }
+
+    /// `m` rows of x (times the norm weights `nw`) as int8 digits per block
+    /// of 32 in a scratch buffer, for mul_mat_vec_q8; `k` a multiple of 32.
+    fn encode_quantize_q8(
+        &mut self,
+        x: &Buffer,
+        nw: Option<&Buffer>,
+        m: usize,
+        k: usize,
+    ) -> Result<Buffer> {
+        const OP: &str = "matmul";
+        let stride = q8_stride(k);
+        let bytes = m
+            .checked_mul(stride)
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| Error::op(OP, "quantized x size overflows"))?;
+        let t = self.scratch(|b| &mut b.xq_scratch, bytes)?;
+        let push = QuantizePush {
+            k: u32_of(OP, "k", k)?,
+            m: u32_of(OP, "m", m)?,
+            norm: nw.is_some() as u32,
+            stride: u32_of(OP, "stride", stride)?,
+        };
+        let binds = [read(x), read(nw.unwrap_or(x)), write(&t)];
+        self.dispatch(
+            OP,
+            plain("quantize_q8"),
+            &binds,
+            bytemuck::bytes_of(&push),
+            [push.m, 1, 1],
+        )?;
+        Ok(t)
     }
 
     /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values

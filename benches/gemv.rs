@@ -1,0 +1,200 @@
+//! Decode GEMV against the memory ceiling, on the Vulkan device: for each
+//! weight type and decode shape, the weight bytes streamed per second by
+//! `matmul` with one input row, beside the device's copy bandwidth measured
+//! in the same process. Weights rotate over several copies larger than any
+//! L2 cache, as a model's layers do, and many matmuls share one pass, so the
+//! figure is what a decode step can reach.
+//!
+//! `cargo bench --bench gemv` prints one table. `VKLLM_BALLAST_GIB=N` first
+//! fills N GiB of device memory (a model's worth; in buffers of
+//! `VKLLM_BALLAST_MIB`) to show whether a large resident footprint slows
+//! streaming.
+
+use std::time::Instant;
+use vkllm::backend::{Buffer, ComputeBackend, Weight};
+use vkllm::bench::bandwidth::backend_copy_gbs;
+use vkllm::cpu::quant::quantize_row;
+use vkllm::profile::Track;
+use vkllm::DType;
+
+/// Bytes of weights one shape rotates over: well past an H200's 50 MB L2.
+const ROTATE_BYTES: usize = 256 << 20;
+/// Matmuls per timed pass.
+const PER_PASS: usize = 64;
+const PASSES: usize = 5;
+
+fn rand(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// How a timed pass reaches the GPU.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Recorded afresh every pass, timed by the wall clock.
+    Fresh,
+    /// Recorded once and replayed (as decode runs), wall clock.
+    Replay,
+    /// Recorded afresh, timed by the GPU's timestamps around each dispatch.
+    Gpu,
+}
+
+/// Best GB/s of weight bytes over `PASSES` passes of `PER_PASS` matmuls
+/// cycling through `ws`.
+fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, mode: Mode) -> f64 {
+    let bytes: usize = ws[0].dtype.row_bytes(ws[0].cols).unwrap() * ws[0].rows;
+    let record = |b: &mut dyn ComputeBackend| {
+        for i in 0..PER_PASS {
+            b.matmul(&ws[i % ws.len()], None, x, y, 1).unwrap();
+        }
+    };
+    let mut best = f64::INFINITY;
+    match mode {
+        Mode::Fresh | Mode::Gpu => {
+            let gpu = matches!(mode, Mode::Gpu);
+            for pass in 0..=PASSES {
+                if gpu {
+                    b.set_profiling(true).unwrap();
+                }
+                let t = Instant::now();
+                b.begin_pass().unwrap();
+                record(b);
+                b.end_pass().unwrap();
+                let mut secs = t.elapsed().as_secs_f64();
+                if gpu {
+                    secs = b
+                        .take_profile()
+                        .iter()
+                        .filter(|e| e.track == Track::Gpu)
+                        .map(|e| e.dur_us)
+                        .sum::<f64>()
+                        * 1e-6;
+                    b.set_profiling(false).unwrap();
+                }
+                if pass > 0 {
+                    best = best.min(secs);
+                }
+            }
+        }
+        Mode::Replay => {
+            b.begin_replayable_pass(7).unwrap();
+            record(b);
+            b.end_pass().unwrap();
+            for _ in 0..PASSES {
+                let t = Instant::now();
+                assert!(b.replay(7, 1).unwrap(), "the pass was not kept");
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    (bytes * PER_PASS) as f64 / best / 1e9
+}
+
+fn main() {
+    let mut b = match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("gemv bench: no Vulkan device ({e})");
+            return;
+        }
+    };
+    let ballast_gib: usize = std::env::var("VKLLM_BALLAST_GIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let copy0 = backend_copy_gbs(b.as_mut(), 256 << 20, 8).unwrap();
+    // A buffer allocated before the ballast, streamed after it.
+    let early = b.alloc(256 << 20).unwrap();
+    let early2 = b.alloc(256 << 20).unwrap();
+    // In buffers of VKLLM_BALLAST_MIB (1024 by default).
+    let chunk: usize = std::env::var("VKLLM_BALLAST_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024)
+        << 20;
+    let mut ballast = Vec::new();
+    for _ in 0..(ballast_gib << 30) / chunk.max(1) {
+        let buf = b.alloc(chunk).unwrap();
+        b.upload(&buf, 0, &vec![1u8; chunk]).unwrap();
+        ballast.push(buf);
+    }
+    let copy = backend_copy_gbs(b.as_mut(), 256 << 20, 8).unwrap();
+    let t = Instant::now();
+    b.begin_pass().unwrap();
+    for i in 0..8 {
+        let (s, d) = if i % 2 == 0 {
+            (&early, &early2)
+        } else {
+            (&early2, &early)
+        };
+        b.copy(s, 0, d, 0, 256 << 20).unwrap();
+    }
+    b.end_pass().unwrap();
+    let early_gbs = 2.0 * 8.0 * (256u64 << 20) as f64 / t.elapsed().as_secs_f64() / 1e9;
+    b.free(early);
+    b.free(early2);
+    println!(
+        "{}: copy {copy0:.0} GB/s; with {ballast_gib} GiB resident {copy:.0} GB/s \
+         (buffers from before the ballast: {early_gbs:.0})",
+        b.name()
+    );
+    let shapes = [
+        (4096usize, 4096usize),
+        (14336, 4096),
+        (4096, 14336),
+        (8192, 2048),
+    ];
+    let dtypes = [
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::F16,
+    ];
+    println!(
+        "{:<8} {:>12} {:>9} {:>9} {:>9}  (GB/s of weights; copy {copy:.0})",
+        "dtype", "rows x cols", "fresh", "replay", "gpu"
+    );
+    for dtype in dtypes {
+        for &(rows, cols) in &shapes {
+            let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
+            let bytes = row.len() * rows;
+            let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);
+            let mut ws = Vec::new();
+            for c in 0..copies {
+                quantize_row(dtype, &rand(cols, 1 + c as u64), &mut row).unwrap();
+                ws.push(
+                    b.upload_weight(dtype, rows, cols, &row.repeat(rows))
+                        .unwrap(),
+                );
+            }
+            let x = b.alloc(cols * 4).unwrap();
+            b.upload(&x, 0, bytemuck::cast_slice(&rand(cols, 99)))
+                .unwrap();
+            let y = b.alloc(rows * 4).unwrap();
+            let [fresh, replay, gpu] = [Mode::Fresh, Mode::Replay, Mode::Gpu]
+                .map(|m| gemv_gbs(b.as_mut(), &ws, &x, &y, m));
+            println!(
+                "{:<8} {:>12} {fresh:>9.0} {replay:>9.0} {gpu:>9.0}",
+                dtype.name(),
+                format!("{rows}x{cols}")
+            );
+            for w in ws {
+                b.free_weight(w);
+            }
+            b.free(x);
+            b.free(y);
+        }
+    }
+    for buf in ballast {
+        b.free(buf);
+    }
+}
