@@ -10,6 +10,7 @@ pub mod hf;
 pub mod runner;
 pub mod sampling;
 pub mod source;
+pub mod stop;
 pub mod tokenizer;
 pub mod weights;
 

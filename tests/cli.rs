@@ -248,6 +248,31 @@ fn generation_stops_when_the_context_is_full() {
     assert_eq!(v["stop"], "context_full", "{v}");
 }
 
+/// `--ignore-eos`: the reference's 32 greedy tokens (made with EOS barred;
+/// without the flag the model ends at EOS at token 30), streamed in full;
+/// `--stop` cuts the text before the stop string.
+#[test]
+fn ignore_eos_and_stop_strings() {
+    let m = model_arg();
+    let flags = "-n 32 --temperature 0 --backend cpu --activations f32 --json";
+    let v = json(&with_flags(&["generate", "-m", &m, "-p", FRANCE], flags));
+    assert_eq!(v["stop"], "stop_token", "{v}");
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE, "--ignore-eos"],
+        flags,
+    ));
+    assert_eq!(ids(&v["tokens"]), reference_greedy(32).1, "{v}");
+    assert_eq!(v["stop"], "max_tokens", "{v}");
+    let o = vkllm(&with_flags(
+        &[
+            "generate", "-m", &m, "-p", FRANCE, "--stop", "2018", "--stop", "\n\n\n",
+        ],
+        "-n 32 --temperature 0 --backend cpu",
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), " Paris.\n\nThe answer is: \n");
+}
+
 #[test]
 fn tokenize_json_gives_ids() {
     let m = model_arg();
