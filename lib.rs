@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod model;
+pub mod open;
 pub mod profile;
 pub mod reference;
 pub mod vk;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, DEFAULT_DECODE_CHUNK};
 use vkllm::model::runner::MAX_DECODE_STEPS;
 use vkllm::model::sampling::SamplerConfig;
+use vkllm::model::source::ModelSource;
 use vkllm::{Error, Result};
 
 #[derive(Args)]
@@ -106,7 +107,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         super::check_output(trace)?;
     }
     let path = super::model_path(&a.model)?;
-    let tok = super::load_tokenizer(&path)?;
+    let src = ModelSource::open(&path)?;
+    let tok = src.tokenizer()?;
     let prompt = match (&a.prompt, &a.prompt_ids) {
         (_, Some(ids)) => Prompt::Ids(&ids.0),
         (Some(text), None) if a.chat => Prompt::Chat {
@@ -118,7 +120,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let ids = prompt_ids(&tok, &prompt)?;
     let be = super::open_backend(&a.backend)?;
-    let (mut model, load_s) = super::load_model(be, &path, &a.backend)?;
+    let (mut model, load_s) = super::load_model(be, &src, &a.backend)?;
     if a.profile.is_some() {
         model.set_profiling(true)?;
     }

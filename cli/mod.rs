@@ -16,9 +16,9 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use vkllm::model::gguf::GgufFile;
-use vkllm::model::tokenizer::Tokenizer;
+use vkllm::model::source::ModelSource;
 use vkllm::model::{LoadOptions, Model};
+use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::{ComputeBackend, Error, Result};
 
 /// The model used when `--model` is not given, relative to the current
@@ -62,14 +62,6 @@ pub struct ModelArg {
     pub model: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    /// Vulkan on a discrete or integrated GPU, the CPU otherwise
-    Auto,
-    Cpu,
-    Vulkan,
-}
-
 /// `--activations`: see `vkllm::cpu::Activations`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ActivationsArg {
@@ -93,9 +85,10 @@ impl From<ActivationsArg> for vkllm::cpu::Activations {
 
 #[derive(Args)]
 pub struct BackendArgs {
-    /// Compute backend
-    #[arg(short = 'b', long, value_enum, default_value_t = BackendKind::Auto)]
-    pub backend: BackendKind,
+    /// Compute backend: auto (Vulkan on a GPU, else the CPU), cpu, vulkan,
+    /// or vulkan:DEVICE (a Vulkan device index or name)
+    #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
@@ -191,6 +184,11 @@ pub fn parse_probability(s: &str) -> std::result::Result<f32, String> {
 /// `--repeat-penalty`: a divisor, so above 0 (1 is off).
 pub fn parse_penalty(s: &str) -> std::result::Result<f32, String> {
     parse_in_range(s, 0.0, true, f32::MAX)
+}
+
+/// clap value parser for `--backend`.
+pub fn parse_backend(s: &str) -> std::result::Result<BackendChoice, String> {
+    s.parse().map_err(|e: Error| e.to_string())
 }
 
 /// clap value parser for [`TokenIds`].
@@ -315,72 +313,24 @@ pub fn check_output(path: &Path) -> Result<()> {
     }
 }
 
-/// The tokenizer of a GGUF file or Hugging Face directory.
-pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    if path.is_dir() {
-        Tokenizer::from_hf_dir(path)
-    } else {
-        Tokenizer::from_gguf(&GgufFile::open(path)?)
-    }
-}
-
 /// The backend `--backend` asks for; `auto` says on stderr what it picked.
 pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
-    let cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(
-            vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get))
-                .with_activations(args.activations.into()),
-        )
+    let cpu = CpuOptions {
+        threads: args.threads.map(NonZeroUsize::get),
+        activations: args.activations.into(),
     };
-    match args.backend {
-        BackendKind::Cpu => Ok(cpu()),
-        BackendKind::Vulkan => vkllm::vk::open(&vkllm::vk::Options::from_env()),
-        BackendKind::Auto => match auto_gpu() {
-            Ok((opts, name)) => {
-                let be = vkllm::vk::open(&opts)?;
-                eprintln!("backend: vulkan ({name})");
-                Ok(be)
-            }
-            Err(why) => {
-                eprintln!("backend: cpu ({why})");
-                Ok(cpu())
-            }
-        },
+    let (be, picked) = vkllm::open::open_backend(&args.backend, cpu)?;
+    if args.backend == BackendChoice::Auto {
+        eprintln!("backend: {picked}");
     }
+    Ok(be)
 }
 
-/// Vulkan options for the device `auto` should use and its name, or why
-/// there is none. `VKLLM_DEVICE` is honoured as an explicit choice.
-fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
-    let opts = vkllm::vk::Options::from_env();
-    let devices = vkllm::vk::list_devices().map_err(|e| e.to_string())?;
-    let pick = match &opts.device {
-        Some(sel) => {
-            let lower = sel.to_lowercase();
-            devices.iter().find(|d| {
-                d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower)
-            })
-        }
-        // The same preference as the Vulkan backend's own default choice.
-        None => ["discrete GPU", "integrated GPU"]
-            .iter()
-            .find_map(|kind| devices.iter().find(|d| d.kind == *kind)),
-    };
-    match pick {
-        Some(d) => {
-            let name = d.name.clone();
-            Ok((opts, name))
-        }
-        None if devices.is_empty() => Err("no Vulkan device".into()),
-        None if opts.device.is_some() => Err("VKLLM_DEVICE matches no Vulkan device".into()),
-        None => Err("no Vulkan GPU; the Vulkan devices here run on the CPU".into()),
-    }
-}
-
-/// Load `path` onto `be` with a progress bar on a terminal; returns the load time.
+/// Load the model in `src` onto `be` with a progress bar on a terminal;
+/// returns the load time.
 pub fn load_model(
     be: Box<dyn ComputeBackend>,
-    path: &Path,
+    src: &ModelSource,
     args: &BackendArgs,
 ) -> Result<(Model, f64)> {
     let target = if std::io::stderr().is_terminal() {
@@ -401,7 +351,8 @@ pub fn load_model(
         ..LoadOptions::default()
     };
     let start = Instant::now();
-    let model = Model::load(be, path, &opts, &mut |done, total| {
+    let cfg = src.config()?;
+    let model = Model::from_source(be, cfg, src.tensors(), &opts, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });
