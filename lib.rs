@@ -15,6 +15,7 @@ pub mod model;
 pub mod open;
 pub mod profile;
 pub mod reference;
+pub mod server;
 pub mod vk;
 
 pub use backend::{ComputeBackend, Weight};

@@ -6,6 +6,7 @@ mod convert;
 mod generate;
 mod info;
 mod logits;
+mod serve;
 mod synth;
 mod tokenize;
 
@@ -40,6 +41,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API
+    Serve(serve::ServeArgs),
     /// Show the token ids of a text
     Tokenize(tokenize::TokenizeArgs),
     /// Print the logits of every position of a prompt
@@ -134,7 +137,7 @@ pub enum QuantizeKind {
 }
 
 impl QuantizeKind {
-    fn dtype(self) -> vkllm::DType {
+    pub fn dtype(self) -> vkllm::DType {
         match self {
             QuantizeKind::Q8_0 => vkllm::DType::Q8_0,
             QuantizeKind::Q4_0 => vkllm::DType::Q4_0,
@@ -221,6 +224,7 @@ pub fn main() -> ExitCode {
     }));
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(a) => generate::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Logits(a) => logits::run(a),
         Command::Info(a) => info::run(a),
