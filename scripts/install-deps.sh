@@ -37,3 +37,15 @@ if [ ! -x "$glslang/cmeel.prefix/bin/glslangValidator" ]; then
             "shaders will not be built" >&2
     fi
 fi
+# The official `openai` Python client, into .tools/openai (PYTHONPATH), for
+# tests/server.rs: the server is tested with a real client, not a mock.
+openai_dir="$root/.tools/openai"
+if [ ! -d "$openai_dir/openai" ]; then
+    pip_openai() {
+        python3 -m pip install --quiet --disable-pip-version-check --target "$openai_dir" \
+            "$@" openai==1.109.1
+    }
+    if ! pip_openai && ! pip_openai --break-system-packages; then
+        echo "warning: could not install the openai Python package; tests/server.rs needs it" >&2
+    fi
+fi
