@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod capi;
 pub mod cpu;
 pub mod dtype;
 pub mod error;
