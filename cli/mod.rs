@@ -2,6 +2,7 @@
 //! the subcommands, and turning errors into one `error: ...` line.
 
 mod bench;
+mod chat;
 mod convert;
 mod generate;
 mod info;
@@ -41,6 +42,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Chat interactively, keeping the conversation in the KV cache
+    Chat(chat::ChatArgs),
     /// Serve the model over an OpenAI-compatible HTTP API
     Serve(serve::ServeArgs),
     /// Show the token ids of a text
@@ -224,6 +227,7 @@ pub fn main() -> ExitCode {
     }));
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Logits(a) => logits::run(a),
