@@ -232,7 +232,7 @@ pub fn options(
                     "the prompt has {} tokens but the context holds {capacity}, with room for at least one more",
                     prompt.len()
                 ),
-                Some("messages"),
+                None,
             )
         });
     }
