@@ -8,12 +8,15 @@
 
 pub mod backend;
 pub mod bench;
+pub mod capi;
 pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod model;
+pub mod open;
 pub mod profile;
 pub mod reference;
+pub mod server;
 pub mod vk;
 
 pub use backend::{ComputeBackend, Weight};

@@ -6,6 +6,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::path::PathBuf;
 use vkllm::model::{LoadOptions, Model, Want};
+use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::ComputeBackend;
 
 const PREFILL: usize = 512;
@@ -13,10 +14,11 @@ const PREFILL: usize = 512;
 const DECODE_DEPTH: usize = 128;
 
 fn backends() -> Vec<(&'static str, Box<dyn ComputeBackend>)> {
-    let mut v: Vec<(&'static str, Box<dyn ComputeBackend>)> =
-        vec![("cpu", Box::new(vkllm::cpu::CpuBackend::new(None)))];
-    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
-        Ok(be) => v.push(("vulkan", be)),
+    let (cpu, _) = vkllm::open::open_backend(&BackendChoice::Cpu, CpuOptions::default())
+        .expect("the CPU backend always opens");
+    let mut v: Vec<(&'static str, Box<dyn ComputeBackend>)> = vec![("cpu", cpu)];
+    match vkllm::open::open_backend(&BackendChoice::Vulkan, CpuOptions::default()) {
+        Ok((be, _)) => v.push(("vulkan", be)),
         Err(e) => eprintln!("skipping Vulkan: {e}"),
     }
     v

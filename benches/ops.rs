@@ -1,5 +1,5 @@
 //! Op benchmarks on every backend available (the CPU; Vulkan when
-//! `vkllm::vk::open` succeeds): matmul as GEMV (m = 1, weight GB/s) and GEMM
+//! `vkllm::open::open_backend` opens Vulkan): matmul as GEMV (m = 1, weight GB/s) and GEMM
 //! (m = 512, GFLOP/s, shown by criterion as elements/s) at SmolLM2-135M shapes
 //! and at 2048², 4096² and 14336×4096 (Llama-3.1-8B's FFN), plus rms_norm,
 //! rope and attention against 512- and 4096-position caches.
@@ -22,8 +22,8 @@ fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {
     let cpu = CpuBackend::new(None);
     let mut v: Vec<(String, Box<dyn ComputeBackend>)> =
         vec![(format!("cpu-{}", cpu.isa().name()), Box::new(cpu))];
-    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
-        Ok(b) => v.push(("vulkan".into(), b)),
+    match vkllm::open::open_backend(&vkllm::open::BackendChoice::Vulkan, Default::default()) {
+        Ok((b, _)) => v.push(("vulkan".into(), b)),
         Err(e) => eprintln!("bench: no Vulkan backend ({e})"),
     }
     v

@@ -1,7 +1,7 @@
 //! `vkllm bench`: llama-bench's protocol and table for several models and
 //! backends side by side; the protocol itself lives in `vkllm::bench`.
 
-use super::{ActivationsArg, BackendArgs, BackendKind, KvCacheKind, ModelArg};
+use super::{ActivationsArg, BackendArgs, KvCacheKind, ModelArg};
 use clap::Args;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -10,6 +10,7 @@ use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs};
 use vkllm::bench::protocol::{markdown_table, ModelInfo, RunContext};
 use vkllm::bench::{run_test, Protocol, Record};
 use vkllm::model::Model;
+use vkllm::open::BackendChoice;
 use vkllm::profile::ProfileEvent;
 use vkllm::{Error, Result};
 
@@ -27,11 +28,12 @@ pub struct BenchArgs {
     #[arg(
         short = 'b',
         long,
-        value_enum,
+        value_name = "BACKEND",
+        value_parser = super::parse_backend,
         value_delimiter = ',',
         default_value = "auto"
     )]
-    backend: Vec<BackendKind>,
+    backend: Vec<BackendChoice>,
     /// Prompt lengths (pp tests), comma-separated; 0 skips pp
     #[arg(
         short = 'p',
@@ -117,9 +119,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut profile = Vec::new();
     for path in &models {
         let info = ModelInfo::read(path)?;
-        for &kind in &a.backend {
+        for kind in &a.backend {
             let be = super::open_backend(&BackendArgs {
-                backend: kind,
+                backend: kind.clone(),
                 threads: a.threads,
                 activations: a.activations,
                 ctx: None,

@@ -5,11 +5,10 @@ use clap::{ArgGroup, Args};
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use vkllm::model::generate::{
-    generate, prompt_ids, GenerateOptions, Prompt, StopReason, DEFAULT_DECODE_CHUNK,
-};
+use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, DEFAULT_DECODE_CHUNK};
 use vkllm::model::runner::MAX_DECODE_STEPS;
 use vkllm::model::sampling::SamplerConfig;
+use vkllm::model::source::ModelSource;
 use vkllm::{Error, Result};
 
 #[derive(Args)]
@@ -49,6 +48,13 @@ pub struct GenerateArgs {
     /// Sampling seed (the same seed gives the same text)
     #[arg(short = 's', long, default_value_t = SamplerConfig::default().seed)]
     seed: u64,
+    /// Keep generating through end-of-sequence (the stop tokens' logits are
+    /// barred, as llama.cpp's --ignore-eos does)
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Stop when the text reaches TEXT (left out of the output); repeatable
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
     /// Wrap the prompt in the model's chat template
     #[arg(long, requires = "prompt")]
     chat: bool,
@@ -96,21 +102,13 @@ struct JsonOutput<'a> {
     backend: String,
 }
 
-fn stop_name(s: StopReason) -> &'static str {
-    match s {
-        StopReason::StopToken => "stop_token",
-        StopReason::MaxTokens => "max_tokens",
-        StopReason::ContextFull => "context_full",
-        StopReason::Cancelled => "cancelled",
-    }
-}
-
 pub fn run(a: GenerateArgs) -> Result<()> {
     if let Some(trace) = &a.profile {
         super::check_output(trace)?;
     }
     let path = super::model_path(&a.model)?;
-    let tok = super::load_tokenizer(&path)?;
+    let src = ModelSource::open(&path)?;
+    let tok = src.tokenizer()?;
     let prompt = match (&a.prompt, &a.prompt_ids) {
         (_, Some(ids)) => Prompt::Ids(&ids.0),
         (Some(text), None) if a.chat => Prompt::Chat {
@@ -122,13 +120,15 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let ids = prompt_ids(&tok, &prompt)?;
     let be = super::open_backend(&a.backend)?;
-    let (mut model, load_s) = super::load_model(be, &path, &a.backend)?;
+    let (mut model, load_s) = super::load_model(be, &src, &a.backend)?;
     if a.profile.is_some() {
         model.set_profiling(true)?;
     }
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         decode_chunk: a.decode_chunk,
+        ignore_eos: a.ignore_eos,
+        stop: a.stop.clone(),
         sampler: SamplerConfig {
             temperature: a.temperature,
             top_k: a.top_k,
@@ -169,7 +169,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             prompt_ids: &ids,
             tokens: &res.tokens,
             text: &res.text,
-            stop: stop_name(res.stop),
+            stop: res.stop.name(),
             timings: JsonTimings {
                 prefill_tokens: t.prefill_tokens,
                 prefill_tok_s: t.prefill_tok_s(),

@@ -4,9 +4,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
-use vkllm::model::gguf::GgufFile;
-use vkllm::model::hf::HfCheckpoint;
-use vkllm::model::source::TensorSource;
+use vkllm::model::source::{ModelSource, TensorSource};
 use vkllm::model::ModelConfig;
 use vkllm::{DType, Result};
 
@@ -65,21 +63,22 @@ fn model(out: &mut String, path: &Path) -> Result<()> {
         e.0 += 1;
         e.1 += bytes;
     };
-    let cfg = if path.is_dir() {
-        let hf = HfCheckpoint::open(path)?;
-        for name in hf.names() {
-            if let Some(t) = hf.tensor(&name)? {
-                add(t.dtype, t.data.len());
+    let src = ModelSource::open(path)?;
+    match &src {
+        ModelSource::Hf(hf) => {
+            for name in hf.names() {
+                if let Some(t) = hf.tensor(&name)? {
+                    add(t.dtype, t.data.len());
+                }
             }
         }
-        hf.config
-    } else {
-        let g = GgufFile::open(path)?;
-        for t in g.tensors() {
-            add(t.dtype, t.size);
+        ModelSource::Gguf(g) => {
+            for t in g.tensors() {
+                add(t.dtype, t.size);
+            }
         }
-        ModelConfig::from_gguf(&g, None)?
-    };
+    }
+    let cfg = src.config()?;
     let _ = writeln!(out, "Model: {}", path.display());
     config(out, &cfg);
     out.push_str("  tensors:\n");

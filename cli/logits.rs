@@ -5,6 +5,7 @@ use super::{BackendArgs, ModelArg, TokenIds};
 use clap::Args;
 use serde::Serialize;
 use vkllm::model::generate::check_prompt;
+use vkllm::model::source::ModelSource;
 use vkllm::model::{Output, Want};
 use vkllm::{Error, Result};
 
@@ -31,7 +32,7 @@ struct JsonOutput<'a> {
 pub fn run(a: LogitsArgs) -> Result<()> {
     let path = super::model_path(&a.model)?;
     let be = super::open_backend(&a.backend)?;
-    let (mut model, _) = super::load_model(be, &path, &a.backend)?;
+    let (mut model, _) = super::load_model(be, &ModelSource::open(&path)?, &a.backend)?;
     let ids = &a.prompt_ids.0;
     check_prompt(&model, ids)?;
     let vocab = model.config().vocab;

@@ -2,10 +2,12 @@
 //! the subcommands, and turning errors into one `error: ...` line.
 
 mod bench;
+mod chat;
 mod convert;
 mod generate;
 mod info;
 mod logits;
+mod serve;
 mod synth;
 mod tokenize;
 
@@ -16,9 +18,9 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use vkllm::model::gguf::GgufFile;
-use vkllm::model::tokenizer::Tokenizer;
+use vkllm::model::source::ModelSource;
 use vkllm::model::{LoadOptions, Model};
+use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::{ComputeBackend, Error, Result};
 
 /// The model used when `--model` is not given, relative to the current
@@ -40,6 +42,10 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Generate(generate::GenerateArgs),
+    /// Chat interactively, keeping the conversation in the KV cache
+    Chat(chat::ChatArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API
+    Serve(serve::ServeArgs),
     /// Show the token ids of a text
     Tokenize(tokenize::TokenizeArgs),
     /// Print the logits of every position of a prompt
@@ -60,14 +66,6 @@ pub struct ModelArg {
     /// [default: models/SmolLM2-135M-Instruct.Q4_1.gguf]
     #[arg(short = 'm', long, value_name = "PATH")]
     pub model: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    /// Vulkan on a discrete or integrated GPU, the CPU otherwise
-    Auto,
-    Cpu,
-    Vulkan,
 }
 
 /// `--activations`: see `vkllm::cpu::Activations`.
@@ -93,9 +91,10 @@ impl From<ActivationsArg> for vkllm::cpu::Activations {
 
 #[derive(Args)]
 pub struct BackendArgs {
-    /// Compute backend
-    #[arg(short = 'b', long, value_enum, default_value_t = BackendKind::Auto)]
-    pub backend: BackendKind,
+    /// Compute backend: auto (Vulkan on a GPU, else the CPU), cpu, vulkan,
+    /// or vulkan:DEVICE (a Vulkan device index or name)
+    #[arg(short = 'b', long, value_name = "BACKEND", default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
@@ -141,7 +140,7 @@ pub enum QuantizeKind {
 }
 
 impl QuantizeKind {
-    fn dtype(self) -> vkllm::DType {
+    pub fn dtype(self) -> vkllm::DType {
         match self {
             QuantizeKind::Q8_0 => vkllm::DType::Q8_0,
             QuantizeKind::Q4_0 => vkllm::DType::Q4_0,
@@ -193,6 +192,11 @@ pub fn parse_penalty(s: &str) -> std::result::Result<f32, String> {
     parse_in_range(s, 0.0, true, f32::MAX)
 }
 
+/// clap value parser for `--backend`.
+pub fn parse_backend(s: &str) -> std::result::Result<BackendChoice, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+
 /// clap value parser for [`TokenIds`].
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
     let ids = s
@@ -223,6 +227,8 @@ pub fn main() -> ExitCode {
     }));
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Logits(a) => logits::run(a),
         Command::Info(a) => info::run(a),
@@ -315,72 +321,24 @@ pub fn check_output(path: &Path) -> Result<()> {
     }
 }
 
-/// The tokenizer of a GGUF file or Hugging Face directory.
-pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    if path.is_dir() {
-        Tokenizer::from_hf_dir(path)
-    } else {
-        Tokenizer::from_gguf(&GgufFile::open(path)?)
-    }
-}
-
 /// The backend `--backend` asks for; `auto` says on stderr what it picked.
 pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
-    let cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(
-            vkllm::cpu::CpuBackend::new(args.threads.map(NonZeroUsize::get))
-                .with_activations(args.activations.into()),
-        )
+    let cpu = CpuOptions {
+        threads: args.threads.map(NonZeroUsize::get),
+        activations: args.activations.into(),
     };
-    match args.backend {
-        BackendKind::Cpu => Ok(cpu()),
-        BackendKind::Vulkan => vkllm::vk::open(&vkllm::vk::Options::from_env()),
-        BackendKind::Auto => match auto_gpu() {
-            Ok((opts, name)) => {
-                let be = vkllm::vk::open(&opts)?;
-                eprintln!("backend: vulkan ({name})");
-                Ok(be)
-            }
-            Err(why) => {
-                eprintln!("backend: cpu ({why})");
-                Ok(cpu())
-            }
-        },
+    let (be, picked) = vkllm::open::open_backend(&args.backend, cpu)?;
+    if args.backend == BackendChoice::Auto {
+        eprintln!("backend: {picked}");
     }
+    Ok(be)
 }
 
-/// Vulkan options for the device `auto` should use and its name, or why
-/// there is none. `VKLLM_DEVICE` is honoured as an explicit choice.
-fn auto_gpu() -> std::result::Result<(vkllm::vk::Options, String), String> {
-    let opts = vkllm::vk::Options::from_env();
-    let devices = vkllm::vk::list_devices().map_err(|e| e.to_string())?;
-    let pick = match &opts.device {
-        Some(sel) => {
-            let lower = sel.to_lowercase();
-            devices.iter().find(|d| {
-                d.index.to_string() == sel.trim() || d.name.to_lowercase().contains(&lower)
-            })
-        }
-        // The same preference as the Vulkan backend's own default choice.
-        None => ["discrete GPU", "integrated GPU"]
-            .iter()
-            .find_map(|kind| devices.iter().find(|d| d.kind == *kind)),
-    };
-    match pick {
-        Some(d) => {
-            let name = d.name.clone();
-            Ok((opts, name))
-        }
-        None if devices.is_empty() => Err("no Vulkan device".into()),
-        None if opts.device.is_some() => Err("VKLLM_DEVICE matches no Vulkan device".into()),
-        None => Err("no Vulkan GPU; the Vulkan devices here run on the CPU".into()),
-    }
-}
-
-/// Load `path` onto `be` with a progress bar on a terminal; returns the load time.
+/// Load the model in `src` onto `be` with a progress bar on a terminal;
+/// returns the load time.
 pub fn load_model(
     be: Box<dyn ComputeBackend>,
-    path: &Path,
+    src: &ModelSource,
     args: &BackendArgs,
 ) -> Result<(Model, f64)> {
     let target = if std::io::stderr().is_terminal() {
@@ -401,7 +359,8 @@ pub fn load_model(
         ..LoadOptions::default()
     };
     let start = Instant::now();
-    let model = Model::load(be, path, &opts, &mut |done, total| {
+    let cfg = src.config()?;
+    let model = Model::from_source(be, cfg, src.tensors(), &opts, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });

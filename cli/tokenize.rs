@@ -3,6 +3,7 @@
 use super::ModelArg;
 use clap::Args;
 use serde::Serialize;
+use vkllm::model::source::ModelSource;
 use vkllm::Result;
 
 #[derive(Args)]
@@ -27,7 +28,7 @@ struct JsonOutput<'a> {
 
 pub fn run(a: TokenizeArgs) -> Result<()> {
     let path = super::model_path(&a.model)?;
-    let tok = super::load_tokenizer(&path)?;
+    let tok = ModelSource::open(&path)?.tokenizer()?;
     let ids = tok.encode(&a.text, !a.no_bos && tok.add_bos_by_default())?;
     if a.json {
         return super::print_json(&JsonOutput { ids: &ids });

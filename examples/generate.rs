@@ -7,9 +7,8 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt};
-use vkllm::model::gguf::GgufFile;
-use vkllm::model::tokenizer::Tokenizer;
-use vkllm::model::{LoadOptions, Model};
+use vkllm::model::LoadOptions;
+use vkllm::open::{open_backend, BackendChoice, CpuOptions, Loaded};
 
 fn main() -> vkllm::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -21,11 +20,15 @@ fn main() -> vkllm::Result<()> {
         .next()
         .unwrap_or_else(|| "What is the capital of France?".into());
 
-    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&path)?)?;
-    // The Vulkan backend when a device exists, the CPU otherwise.
-    let backend = vkllm::vk::open(&vkllm::vk::Options::from_env())
-        .unwrap_or_else(|_| Box::new(vkllm::cpu::CpuBackend::new(None)));
-    let mut model = Model::load(backend, &path, &LoadOptions::default(), &mut |_, _| {})?;
+    // Vulkan on a GPU, the CPU otherwise; then the model and its tokenizer
+    // from one opening of the file.
+    let (backend, picked) = open_backend(&BackendChoice::Auto, CpuOptions::default())?;
+    eprintln!("backend: {picked}");
+    let Loaded {
+        mut model,
+        tokenizer,
+    } = vkllm::open::load(backend, &path, &LoadOptions::default(), &mut |_, _| {})?;
+    let tokenizer = tokenizer?;
 
     let prompt = Prompt::Chat {
         system: None,

@@ -63,6 +63,29 @@ impl Arch {
     }
 }
 
+/// What an architecture always has, whichever file (GGUF or Hugging Face
+/// config) describes the model: derived here, once.
+struct ArchFeatures {
+    gated_ffn: bool,
+    /// Embeddings multiplied by sqrt(n_embd).
+    scaled_embeddings: bool,
+    qk_norm: bool,
+    post_norms: bool,
+    learned_pos: bool,
+}
+
+impl Arch {
+    fn features(self) -> ArchFeatures {
+        ArchFeatures {
+            gated_ffn: self != Arch::Gpt2,
+            scaled_embeddings: self == Arch::Gemma3,
+            qk_norm: matches!(self, Arch::Qwen3 | Arch::Gemma3),
+            post_norms: self == Arch::Gemma3,
+            learned_pos: self == Arch::Gpt2,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormKind {
     Rms,
@@ -265,6 +288,7 @@ impl ModelConfig {
             Some(s) => s,
             None => 1.0 / (head_dim as f32).sqrt(),
         };
+        let f = arch.features();
         ModelConfig {
             arch,
             n_layer,
@@ -282,14 +306,14 @@ impl ModelConfig {
             } else {
                 Activation::Silu
             },
-            gated_ffn: arch != Arch::Gpt2,
+            gated_ffn: f.gated_ffn,
             rope,
             layers,
-            embed_scale: (arch == Arch::Gemma3).then(|| (n_embd as f32).sqrt()),
+            embed_scale: f.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
             attn_scale,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
-            post_norms: arch == Arch::Gemma3,
-            learned_pos: arch == Arch::Gpt2,
+            qk_norm: f.qk_norm,
+            post_norms: f.post_norms,
+            learned_pos: f.learned_pos,
             norm_weight_offset: 0.0,
         }
         .validate()
@@ -458,6 +482,7 @@ impl ModelConfig {
             }
             _ => 1.0 / (head_dim as f32).sqrt(),
         };
+        let f = arch.features();
         ModelConfig {
             arch,
             n_layer,
@@ -471,14 +496,14 @@ impl ModelConfig {
             norm,
             norm_eps,
             act,
-            gated_ffn: arch != Arch::Gpt2,
+            gated_ffn: f.gated_ffn,
             rope,
             layers,
-            embed_scale: (arch == Arch::Gemma3).then(|| (n_embd as f32).sqrt()),
+            embed_scale: f.scaled_embeddings.then(|| (n_embd as f32).sqrt()),
             attn_scale,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
-            post_norms: arch == Arch::Gemma3,
-            learned_pos: arch == Arch::Gpt2,
+            qk_norm: f.qk_norm,
+            post_norms: f.post_norms,
+            learned_pos: f.learned_pos,
             norm_weight_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
         }
         .validate()

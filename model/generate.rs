@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::chat::{render_chat, ChatMessage};
 use crate::model::runner::{Model, Output, Want, MAX_DECODE_STEPS};
 use crate::model::sampling::{Sampler, SamplerConfig};
+use crate::model::stop::StopMatcher;
 use crate::model::tokenizer::Tokenizer;
 use std::ops::ControlFlow;
 use std::time::Instant;
@@ -68,6 +69,13 @@ pub struct GenerateOptions {
     /// their tokens are read (1 = a readback per token). Chunks grow from 1
     /// up to this, so the first tokens stream at once.
     pub decode_chunk: usize,
+    /// Keep generating through end-of-sequence: the tokenizer's stop ids
+    /// are barred (their logits set to minus infinity), as llama.cpp's
+    /// `--ignore-eos` does.
+    pub ignore_eos: bool,
+    /// Generation ends when the text reaches one of these; the text ends
+    /// just before it.
+    pub stop: Vec<String>,
 }
 
 /// Default [`GenerateOptions::decode_chunk`].
@@ -79,6 +87,8 @@ impl Default for GenerateOptions {
             max_tokens: 128,
             sampler: SamplerConfig::greedy(),
             decode_chunk: DEFAULT_DECODE_CHUNK,
+            ignore_eos: false,
+            stop: Vec::new(),
         }
     }
 }
@@ -92,8 +102,23 @@ pub enum StopReason {
     MaxTokens,
     /// The KV cache is full.
     ContextFull,
+    /// The text reached one of the stop strings (left out of the text).
+    StopString,
     /// The callback asked to stop.
     Cancelled,
+}
+
+impl StopReason {
+    /// The name `--json` output uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::StopToken => "stop_token",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::ContextFull => "context_full",
+            StopReason::StopString => "stop_string",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Wall-clock time of the prompt pass and of the one-token decode passes.
@@ -137,8 +162,9 @@ pub struct GenerateResult {
 /// Generate after `prompt` from an empty cache (the model is reset first).
 ///
 /// `on_token(id, text)` runs once per generated id with the text that id
-/// completes (empty while a multi-byte character is still partial; for a stop
-/// token, only what was still pending); returning `ControlFlow::Break` ends
+/// completes (empty while a multi-byte character is still partial, or while
+/// the text could still be the start of a stop string; for the last token,
+/// whatever was still pending); returning `ControlFlow::Break` ends
 /// generation after that token.
 pub fn generate(
     model: &mut Model,
@@ -147,9 +173,31 @@ pub fn generate(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
 ) -> Result<GenerateResult> {
+    model.reset();
+    generate_cached(model, tok, prompt, 0, opts, on_token)
+}
+
+/// [`generate`] when the cache already holds `prompt[..cached]` (a
+/// conversation's earlier turns): only the rest of the prompt is evaluated.
+/// Afterwards the cache holds the prompt and every generated id but the last.
+pub fn generate_cached(
+    model: &mut Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    cached: usize,
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
+) -> Result<GenerateResult> {
     check_prompt(model, prompt)?;
     opts.sampler.validate()?;
-    model.reset();
+    if cached >= prompt.len() {
+        return Err(Error::Invalid(format!(
+            "{cached} cached tokens leave nothing of the {}-token prompt to evaluate",
+            prompt.len()
+        )));
+    }
+    model.set_n_past(cached)?;
+    let fresh = &prompt[cached..];
     let mut sampler = Sampler::new(opts.sampler.clone());
     let cfg = sampler.config();
     // The device argmax sees raw logits, so it only stands in for the
@@ -160,8 +208,24 @@ pub fn generate(
     } else {
         Want::LastLogits
     };
+    // With --ignore-eos the prompt pass reads logits so stop ids can be
+    // barred; later device-argmax steps that pick one are redone (see below).
+    let first_want = if opts.ignore_eos {
+        Want::LastLogits
+    } else {
+        want
+    };
+    let stop_ids = tok.stop_ids();
+    let mut pick = |logits: Vec<f32>, history: &[u32]| {
+        let mut l = logits;
+        if opts.ignore_eos {
+            bar(&mut l, stop_ids);
+        }
+        sampler.sample(&l, history)
+    };
     let mut history = prompt.to_vec();
     let mut decoder = tok.stream_decoder();
+    let mut stops = StopMatcher::new(&opts.stop);
     let mut result = GenerateResult {
         tokens: Vec::new(),
         text: String::new(),
@@ -173,9 +237,9 @@ pub fn generate(
     'outer: while result.tokens.len() < opts.max_tokens {
         let start = Instant::now();
         let chunk: Vec<u32> = match result.tokens.last() {
-            None => vec![match model.forward(prompt, want)? {
+            None => vec![match model.forward(fresh, first_want)? {
                 Output::Token(t) => t,
-                Output::Logits(l) => sampler.sample(&l, &history),
+                Output::Logits(l) => pick(l, &history),
             }],
             Some(&prev) if want == Want::Argmax => {
                 let room = model.capacity() - model.n_past();
@@ -187,16 +251,20 @@ pub fn generate(
                     break;
                 }
                 chunk_len = (chunk_len * 2).min(max_chunk);
-                model.decode_greedy(prev, steps)?
+                let mut chunk = model.decode_greedy(prev, steps)?;
+                if opts.ignore_eos {
+                    redo_barred(model, &mut chunk, prev, stop_ids)?;
+                }
+                chunk
             }
             Some(&prev) => match model.forward(&[prev], want)? {
                 Output::Token(t) => vec![t],
-                Output::Logits(l) => vec![sampler.sample(&l, &history)],
+                Output::Logits(l) => vec![pick(l, &history)],
             },
         };
         let secs = start.elapsed().as_secs_f64();
         if result.tokens.is_empty() {
-            result.timings.prefill_tokens = prompt.len();
+            result.timings.prefill_tokens = fresh.len();
             result.timings.prefill_s = secs;
         } else {
             result.timings.decode_tokens += chunk.len();
@@ -208,22 +276,29 @@ pub fn generate(
         for (i, &id) in chunk.iter().enumerate() {
             result.tokens.push(id);
             history.push(id);
-            let is_stop = tok.stop_ids().contains(&id);
+            let is_stop = !opts.ignore_eos && stop_ids.contains(&id);
             let full = chunk_base + i >= model.capacity();
             let ends = is_stop || full || result.tokens.len() == opts.max_tokens;
-            let mut text = if is_stop {
+            let piece = if is_stop {
                 String::new()
             } else {
                 decoder.push(id)
             };
-            if ends {
-                text.push_str(&decoder.finish());
+            let (mut text, hit) = stops.push(&piece);
+            if ends && !hit {
+                let (tail, tail_hit) = stops.push(&decoder.finish());
+                text.push_str(&tail);
+                if !tail_hit {
+                    text.push_str(&stops.finish());
+                }
             }
             result.text.push_str(&text);
             let stop = if on_token(id, &text).is_break() {
                 Some(StopReason::Cancelled)
             } else if is_stop {
                 Some(StopReason::StopToken)
+            } else if hit {
+                Some(StopReason::StopString)
             } else if full {
                 Some(StopReason::ContextFull)
             } else {
@@ -240,6 +315,45 @@ pub fn generate(
         }
     }
     Ok(result)
+}
+
+/// Sets the logits of `ids` to minus infinity, so they are never picked.
+fn bar(logits: &mut [f32], ids: &[u32]) {
+    for &id in ids {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// A device-argmax chunk (after `prev`) that picked a barred id: the step
+/// that chose it is run again reading logits, the best allowed id replaces
+/// it, and the steps after it (which followed the barred id) are dropped.
+fn redo_barred(model: &mut Model, chunk: &mut Vec<u32>, prev: u32, barred: &[u32]) -> Result<()> {
+    let Some(i) = chunk.iter().position(|t| barred.contains(t)) else {
+        return Ok(());
+    };
+    let input = if i == 0 { prev } else { chunk[i - 1] };
+    // The cache holds `prev` and the chunk's ids but the last, so `input`
+    // sits `chunk.len() - i` positions from the end.
+    let before_input = model.n_past() - (chunk.len() - i);
+    model.set_n_past(before_input)?;
+    let mut logits = model.logits(&[input])?;
+    bar(&mut logits, barred);
+    chunk.truncate(i);
+    chunk.push(argmax(&logits));
+    Ok(())
+}
+
+/// Index of the largest value (the first of ties, as the device's argmax).
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 /// Clear errors for prompts `model` cannot take (empty, ids outside the

@@ -36,6 +36,11 @@ pub struct HfCheckpoint {
 }
 
 impl HfCheckpoint {
+    /// The checkpoint's directory (its tokenizer files live there too).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;

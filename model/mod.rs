@@ -9,7 +9,9 @@ pub mod gguf_write;
 pub mod hf;
 pub mod runner;
 pub mod sampling;
+pub mod session;
 pub mod source;
+pub mod stop;
 pub mod tokenizer;
 pub mod weights;
 

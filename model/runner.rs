@@ -9,9 +9,7 @@ use crate::backend::{
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
-use crate::model::gguf::GgufFile;
-use crate::model::hf::HfCheckpoint;
-use crate::model::source::TensorSource;
+use crate::model::source::{ModelSource, TensorSource};
 use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
 use std::path::Path;
 
@@ -117,15 +115,8 @@ impl Model {
         opts: &LoadOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Model> {
-        if path.is_dir() {
-            let hf = HfCheckpoint::open(path)?;
-            let cfg = hf.config.clone();
-            Model::from_source(be, cfg, &hf, opts, progress)
-        } else {
-            let g = GgufFile::open(path)?;
-            let cfg = ModelConfig::from_gguf(&g, None)?;
-            Model::from_source(be, cfg, &g, opts, progress)
-        }
+        let src = ModelSource::open(path)?;
+        Model::from_source(be, src.config()?, src.tensors(), opts, progress)
     }
 
     pub fn from_source(

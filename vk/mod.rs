@@ -88,6 +88,14 @@ impl Options {
     }
 }
 
+/// The name of the device `--backend auto` would open, or why it would
+/// use the CPU instead (see [`device::auto_choice`]).
+pub fn auto_device(opts: &Options) -> std::result::Result<String, String> {
+    let infos = list_devices().map_err(|e| e.to_string())?;
+    let i = device::auto_choice(&infos, opts.device.as_deref())?;
+    Ok(infos[i].name.clone())
+}
+
 /// Open the Vulkan backend as a trait object.
 pub fn open(opts: &Options) -> Result<Box<dyn ComputeBackend>> {
     Ok(Box::new(VulkanBackend::new(opts)?))

@@ -1,0 +1,143 @@
+/* The vkllm C API from C.
+ *
+ *   demo ids MODEL 1,2,3 N     greedy N ids after a prompt of ids
+ *   demo chat MODEL QUESTION   chat template, tokenize, stream a reply, two turns
+ *   demo error MODEL           what a failed load reports
+ *
+ * Build: cargo build --release, then
+ *   cc -std=c99 -I. examples/c/demo.c -Ltarget/release -Wl,-rpath,$PWD/target/release -lvkllm
+ */
+#include "vkllm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(const char *what, vkllm_status s) {
+    fprintf(stderr, "%s: status %d: %s\n", what, (int)s, vkllm_last_error());
+    return 1;
+}
+
+static vkllm_model *load(const char *path) {
+    vkllm_load_options opts = vkllm_default_load_options();
+    opts.backend = "cpu";
+    opts.context = 512;
+    vkllm_model *m = NULL;
+    vkllm_status s = vkllm_model_load(path, &opts, &m);
+    if (s != VKLLM_STATUS_OK) {
+        fail("load", s);
+        return NULL;
+    }
+    return m;
+}
+
+static int ids(const char *path, char *list, int n) {
+    uint32_t prompt[256];
+    size_t len = 0;
+    for (char *t = strtok(list, ","); t && len < 256; t = strtok(NULL, ","))
+        prompt[len++] = (uint32_t)strtoul(t, NULL, 10);
+    vkllm_model *m = load(path);
+    if (!m) return 1;
+    vkllm_status s = vkllm_eval(m, prompt, len);
+    for (int i = 0; s == VKLLM_STATUS_OK && i < n; i++) {
+        uint32_t next;
+        s = vkllm_greedy(m, &next);
+        if (s != VKLLM_STATUS_OK) break;
+        printf(i ? ",%u" : "%u", next);
+        s = vkllm_eval(m, &next, 1);
+    }
+    printf("\n");
+    vkllm_model_free(m);
+    return s == VKLLM_STATUS_OK ? 0 : fail("generate", s);
+}
+
+/* What the stream callback collects. */
+struct reply {
+    char text[4096];
+    size_t len;
+    uint32_t ids[256];
+    size_t n_ids;
+};
+
+static bool on_token(uint32_t token, const char *text, size_t len, void *user) {
+    struct reply *r = user;
+    if (r->n_ids < 256) r->ids[r->n_ids++] = token;
+    if (r->len + len < sizeof r->text) {
+        memcpy(r->text + r->len, text, len);
+        r->len += len;
+        r->text[r->len] = 0;
+    }
+    fwrite(text, 1, len, stderr); /* streamed as it comes */
+    return true;
+}
+
+/* One assistant turn after `msgs`: template, tokenize, generate. */
+static int turn(vkllm_model *m, const vkllm_chat_message *msgs, size_t n, struct reply *r) {
+    char prompt[8192];
+    size_t len;
+    vkllm_status s = vkllm_apply_chat_template(m, msgs, n, true, prompt, sizeof prompt, &len);
+    if (s != VKLLM_STATUS_OK) return fail("chat template", s);
+    printf("prompt: %s\n", prompt);
+    uint32_t ids[2048];
+    size_t n_ids;
+    s = vkllm_tokenize(m, prompt, false, ids, 2048, &n_ids);
+    if (s != VKLLM_STATUS_OK) return fail("tokenize", s);
+    vkllm_generate_options opts = vkllm_default_generate_options();
+    opts.max_tokens = 48;
+    opts.sampling.temperature = 0; /* greedy */
+    memset(r, 0, sizeof *r);
+    size_t generated;
+    vkllm_stop why;
+    s = vkllm_generate(m, ids, n_ids, &opts, on_token, r, &generated, &why);
+    if (s != VKLLM_STATUS_OK) return fail("generate", s);
+    fprintf(stderr, "\n");
+    printf("reply: %s\n", r->text);
+    printf("%zu tokens, stop %d\n", generated, (int)why);
+    return 0;
+}
+
+static int chat(const char *path, const char *question) {
+    vkllm_model *m = load(path);
+    if (!m) return 1;
+    struct reply r;
+    vkllm_chat_message msgs[3] = {{"user", question}, {"assistant", ""}, {"user", "And of Germany?"}};
+    int rc = turn(m, msgs, 1, &r);
+    if (rc == 0) {
+        /* The ids, less a final stop token, decode to the streamed text. */
+        size_t n = r.n_ids;
+        if (n && vkllm_is_stop(m, r.ids[n - 1])) n--;
+        char text[4096];
+        size_t len;
+        vkllm_status s = vkllm_detokenize(m, r.ids, n, text, sizeof text, &len);
+        if (s != VKLLM_STATUS_OK) rc = fail("detokenize", s);
+        else if (strcmp(text, r.text) == 0) printf("streamed == detokenized\n");
+        /* A too-small buffer says how much is needed. */
+        char tiny[2];
+        s = vkllm_detokenize(m, r.ids, n, tiny, sizeof tiny, &len);
+        printf("small buffer: status %d, needs %zu bytes\n", (int)s, len);
+    }
+    if (rc == 0) {
+        /* Second turn: the whole conversation again; the cached first turn is reused. */
+        static char first[4096];
+        strcpy(first, r.text);
+        msgs[1].content = first;
+        rc = turn(m, msgs, 3, &r);
+    }
+    vkllm_model_free(m);
+    return rc;
+}
+
+static int error(const char *path) {
+    vkllm_model *m = NULL;
+    vkllm_status s = vkllm_model_load(path, NULL, &m);
+    printf("status %d: %s (handle %s)\n", (int)s, vkllm_last_error(), m ? "set" : "NULL");
+    return s == VKLLM_STATUS_OK ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "ids") == 0) return ids(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 4 && strcmp(argv[1], "chat") == 0) return chat(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "error") == 0) return error(argv[2]);
+    fprintf(stderr, "usage: demo ids MODEL 1,2,3 N | demo chat MODEL QUESTION | demo error MODEL\n");
+    return 2;
+}

@@ -1,0 +1,113 @@
+//! One way in: a backend opened by kind, and a model file or directory
+//! opened once for its config, tokenizer and tensors. The CLI, the server,
+//! the C API, examples and benches all start here.
+
+use crate::backend::ComputeBackend;
+use crate::cpu::{Activations, CpuBackend};
+use crate::error::{Error, Result};
+use crate::model::source::ModelSource;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::{LoadOptions, Model};
+use std::path::Path;
+use std::str::FromStr;
+
+/// Which backend to open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Vulkan on a discrete or integrated GPU (or the device `VKLLM_DEVICE`
+    /// names), the CPU otherwise.
+    #[default]
+    Auto,
+    Cpu,
+    /// Vulkan on its preferred device, lavapipe included.
+    Vulkan,
+    /// Vulkan on the device with this index or name substring (`vulkan:0`).
+    Device(String),
+}
+
+impl FromStr for BackendChoice {
+    type Err = Error;
+    /// `auto`, `cpu`, `vulkan`, or `vulkan:DEVICE` (an index or a name
+    /// substring; the prefix keeps a typo from being taken for a device).
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if let Some(device) = s.strip_prefix("vulkan:").filter(|d| !d.is_empty()) {
+            return Ok(BackendChoice::Device(device.to_string()));
+        }
+        Ok(match s {
+            "auto" => BackendChoice::Auto,
+            "cpu" => BackendChoice::Cpu,
+            "vulkan" => BackendChoice::Vulkan,
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "unknown backend '{s}': expected auto, cpu, vulkan or vulkan:DEVICE (an index or a name)"
+                )))
+            }
+        })
+    }
+}
+
+/// CPU backend settings (ignored when Vulkan is opened).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuOptions {
+    /// `None`: every core.
+    pub threads: Option<usize>,
+    pub activations: Activations,
+}
+
+/// Opens the backend `choice` names. The text says what was opened and, for
+/// `auto`, why: `vulkan (NVIDIA H200)`, `cpu (no Vulkan device)`.
+pub fn open_backend(
+    choice: &BackendChoice,
+    cpu: CpuOptions,
+) -> Result<(Box<dyn ComputeBackend>, String)> {
+    let open_cpu = || -> Box<dyn ComputeBackend> {
+        Box::new(CpuBackend::new(cpu.threads).with_activations(cpu.activations))
+    };
+    let vulkan = |device: Option<String>| -> Result<(Box<dyn ComputeBackend>, String)> {
+        let mut opts = crate::vk::Options::from_env();
+        if device.is_some() {
+            opts.device = device;
+        }
+        let be = crate::vk::open(&opts)?;
+        let name = be.name();
+        Ok((be, name))
+    };
+    match choice {
+        BackendChoice::Cpu => {
+            let be = open_cpu();
+            let name = be.name();
+            Ok((be, name))
+        }
+        BackendChoice::Vulkan => vulkan(None),
+        BackendChoice::Device(d) => vulkan(Some(d.clone())),
+        BackendChoice::Auto => match crate::vk::auto_device(&crate::vk::Options::from_env()) {
+            Ok(name) => {
+                let (be, _) = vulkan(None)?;
+                Ok((be, format!("vulkan ({name})")))
+            }
+            Err(why) => Ok((open_cpu(), format!("cpu ({why})"))),
+        },
+    }
+}
+
+/// A model loaded from one opening of its file or directory, and its
+/// tokenizer or why it has none (the tiny test models carry none: they are
+/// driven by token ids).
+pub struct Loaded {
+    pub model: Model,
+    pub tokenizer: Result<Tokenizer>,
+}
+
+/// Loads `path` (a GGUF file or a Hugging Face directory) onto `be`.
+pub fn load(
+    be: Box<dyn ComputeBackend>,
+    path: &Path,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Loaded> {
+    let src = ModelSource::open(path)?;
+    let tokenizer = src.tokenizer();
+    let model = Model::from_source(be, src.config()?, src.tensors(), opts, progress)?;
+    Ok(Loaded { model, tokenizer })
+}

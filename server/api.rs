@@ -1,0 +1,297 @@
+//! OpenAI request bodies and their checks: what a request asks for becomes
+//! a prompt and [`GenerateOptions`], or an [`ApiError`] naming the field.
+
+use crate::model::chat::{render_chat, ChatMessage};
+use crate::model::generate::GenerateOptions;
+use crate::model::sampling::SamplerConfig;
+use crate::model::tokenizer::Tokenizer;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+/// An error as OpenAI returns it: a status and `{"error": {...}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param,
+            code: None,
+        }
+    }
+
+    /// The `error` object alone (also sent inside a broken stream).
+    pub fn body(&self) -> serde_json::Value {
+        let kind = if self.status.is_server_error() {
+            "server_error"
+        } else if self.status == StatusCode::NOT_FOUND {
+            "not_found_error"
+        } else {
+            "invalid_request_error"
+        };
+        json!({"error": {
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+/// A body parsed as `T`; serde's message says which field is wrong.
+pub fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("the request body is not valid: {e}"), None))
+}
+
+/// `stop`: one string or a list of up to four.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Fields shared by both endpoints. Unknown fields are ignored, as clients
+/// send many (`user`, `logit_bias`, ...) that change nothing here.
+#[derive(Deserialize, Default)]
+pub struct Common {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// llama.cpp's extensions, accepted by its server too.
+    pub top_k: Option<usize>,
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub ignore_eos: Option<bool>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+#[derive(Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// Message content: a string, or parts of which only text is understood.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: PromptField,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `prompt`: a string, token ids, or a list holding one of those.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum PromptField {
+    Text(String),
+    Ids(Vec<u32>),
+    Texts(Vec<String>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+/// The chat template over `messages`, tokenized (the template writes its
+/// own special tokens, so no BOS is added).
+pub fn chat_prompt(tok: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages must not be empty",
+            Some("messages"),
+        ));
+    }
+    let mut msgs = Vec::with_capacity(messages.len());
+    for m in messages {
+        let content = match &m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t.clone(),
+            Some(Content::Parts(parts)) => {
+                let mut text = String::new();
+                for p in parts {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                format!("content parts of type '{}' are not supported", p.kind),
+                                Some("messages"),
+                            ))
+                        }
+                    }
+                }
+                text
+            }
+        };
+        msgs.push(ChatMessage::new(m.role.clone(), content));
+    }
+    let template = tok.chat_template().ok_or_else(|| {
+        ApiError::invalid("the model has no chat template; use /v1/completions", None)
+    })?;
+    let piece = |id: Option<u32>| id.and_then(|i| tok.id_to_piece(i)).unwrap_or_default();
+    let text = render_chat(
+        template,
+        &msgs,
+        true,
+        &piece(tok.bos_id()),
+        &piece(tok.eos_id()),
+    )
+    .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
+    tok.encode(&text, false)
+        .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
+}
+
+/// The ids of a completion prompt (BOS added when the model expects it).
+pub fn completion_prompt(tok: &Tokenizer, prompt: &PromptField) -> Result<Vec<u32>, ApiError> {
+    let text = |t: &str| {
+        tok.encode(t, tok.add_bos_by_default())
+            .map_err(|e| ApiError::invalid(e.to_string(), Some("prompt")))
+    };
+    let one = || ApiError::invalid("only one prompt per request is supported", Some("prompt"));
+    match prompt {
+        PromptField::Text(t) => text(t),
+        PromptField::Ids(ids) => Ok(ids.clone()),
+        PromptField::Texts(v) if v.len() == 1 => text(&v[0]),
+        PromptField::IdLists(v) if v.len() == 1 => Ok(v[0].clone()),
+        _ => Err(one()),
+    }
+}
+
+/// Checks the prompt fits and turns the sampling fields into options.
+pub fn options(
+    c: &Common,
+    prompt: &[u32],
+    capacity: usize,
+    vocab: usize,
+) -> Result<GenerateOptions, ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty", Some("prompt")));
+    }
+    if let Some(bad) = prompt.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ApiError::invalid(
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+            Some("prompt"),
+        ));
+    }
+    if prompt.len() >= capacity {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::invalid(
+                format!(
+                    "the prompt has {} tokens but the context holds {capacity}, with room for at least one more",
+                    prompt.len()
+                ),
+                None,
+            )
+        });
+    }
+    if c.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid("only n = 1 is supported", Some("n")));
+    }
+    let max = match (c.max_completion_tokens, c.max_tokens) {
+        (Some(n), _) | (None, Some(n)) if n == 0 => {
+            return Err(ApiError::invalid(
+                "max_tokens must be at least 1",
+                Some("max_tokens"),
+            ))
+        }
+        (Some(n), _) | (None, Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
+        // Until a stop or a full context, as OpenAI's default.
+        (None, None) => usize::MAX,
+    };
+    let stop = match &c.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
+        Some(Stop::Many(_)) => {
+            return Err(ApiError::invalid("at most 4 stop sequences", Some("stop")))
+        }
+    };
+    let d = SamplerConfig::default();
+    let sampler = SamplerConfig {
+        temperature: c.temperature.unwrap_or(d.temperature),
+        top_k: c.top_k.unwrap_or(d.top_k),
+        top_p: c.top_p.unwrap_or(d.top_p),
+        min_p: c.min_p.unwrap_or(d.min_p),
+        repeat_penalty: c.repeat_penalty.unwrap_or(d.repeat_penalty),
+        repeat_last_n: d.repeat_last_n,
+        // No seed: a different sample every time, as OpenAI does.
+        seed: c.seed.unwrap_or_else(rand::random),
+    };
+    let bad = |field: &'static str, what: &str| {
+        ApiError::invalid(format!("{field} must be {what}"), Some(field))
+    };
+    if !(sampler.temperature.is_finite() && sampler.temperature >= 0.0) {
+        return Err(bad("temperature", "a number from 0"));
+    }
+    if !(0.0..=1.0).contains(&sampler.top_p) {
+        return Err(bad("top_p", "from 0 to 1"));
+    }
+    if !(0.0..=1.0).contains(&sampler.min_p) {
+        return Err(bad("min_p", "from 0 to 1"));
+    }
+    if !(sampler.repeat_penalty.is_finite() && sampler.repeat_penalty > 0.0) {
+        return Err(bad("repeat_penalty", "above 0"));
+    }
+    sampler
+        .validate()
+        .map_err(|e| ApiError::invalid(e.to_string(), None))?;
+    Ok(GenerateOptions {
+        max_tokens: max,
+        sampler,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        stop,
+        ..GenerateOptions::default()
+    })
+}

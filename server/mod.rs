@@ -1,0 +1,328 @@
+//! `vkllm serve`: an OpenAI-compatible HTTP server (axum on tokio).
+//! `/v1/chat/completions` and `/v1/completions`, streamed over server-sent
+//! events or not, `/v1/models`, `/health`. One model serves every client:
+//! requests queue in arrival order and run one at a time (see `worker`).
+
+pub mod api;
+pub mod worker;
+
+use crate::error::{ErrorKind, Result};
+use api::{ApiError, Common};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use worker::{Event, Job, Ready};
+
+struct AppState {
+    /// The FIFO queue to the model thread (`Sender` is `Sync`; the mutex
+    /// keeps older toolchains' `!Sync` sender usable too).
+    jobs: Mutex<mpsc::Sender<Job>>,
+    ready: Ready,
+    /// The name `/v1/models` lists and responses carry.
+    model_name: String,
+    next_id: AtomicU64,
+}
+
+/// Loads the model and serves on `listener` until Ctrl-C or SIGTERM.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    jobs: mpsc::Sender<Job>,
+    ready: Ready,
+    model_name: String,
+) -> Result<()> {
+    let state = Arc::new(AppState {
+        jobs: Mutex::new(jobs),
+        ready,
+        model_name,
+        next_id: AtomicU64::new(1),
+    });
+    let app = Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(|e| crate::Error::Invalid(format!("the server stopped: {e}")))
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": s.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "vkllm",
+    }]}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        ..ApiError::invalid("no such endpoint", None)
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Chat or plain completion: the two endpoints' differing shapes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
+        let req: api::ChatRequest = api::parse(&body)?;
+        let prompt = api::chat_prompt(&s.ready.tokenizer, &req.messages)?;
+        Ok((req.common, prompt))
+    };
+    match run() {
+        Ok((common, prompt)) => respond(s, Kind::Chat, common, prompt).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
+        let req: api::CompletionRequest = api::parse(&body)?;
+        let prompt = api::completion_prompt(&s.ready.tokenizer, &req.prompt)?;
+        Ok((req.common, prompt))
+    };
+    match run() {
+        Ok((common, prompt)) => respond(s, Kind::Text, common, prompt).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Queues the job and answers with one JSON object or an event stream.
+async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>) -> Response {
+    let opts = match api::options(&common, &prompt, s.ready.capacity, s.ready.vocab) {
+        Ok(o) => o,
+        Err(e) => return e.into_response(),
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = Job {
+        prompt,
+        opts,
+        events: tx,
+    };
+    let queued = s
+        .jobs
+        .lock()
+        .map_err(|_| ())
+        .and_then(|q| q.send(job).map_err(|_| ()));
+    if queued.is_err() {
+        return failed(ErrorKind::Device, "the model thread has stopped".into()).into_response();
+    }
+    let n = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let meta = Meta {
+        id: match kind {
+            Kind::Chat => format!("chatcmpl-{n}"),
+            Kind::Text => format!("cmpl-{n}"),
+        },
+        created: now(),
+        model: s.model_name.clone(),
+        kind,
+    };
+    if common.stream.unwrap_or(false) {
+        let usage = common.stream_options.is_some_and(|o| o.include_usage);
+        stream(meta, rx, usage).into_response()
+    } else {
+        collect(meta, rx).await
+    }
+}
+
+/// What every response object of one request repeats.
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+}
+
+impl Meta {
+    fn object(&self, streaming: bool) -> &'static str {
+        match (self.kind, streaming) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    /// A response object around `choice` (its `index` is added).
+    fn wrap(&self, streaming: bool, mut choice: Value, usage: Option<Value>) -> Value {
+        choice["index"] = json!(0);
+        let mut v = json!({
+            "id": self.id,
+            "object": self.object(streaming),
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    }
+
+    fn text_choice(&self, text: &str, finish: Option<&str>) -> Value {
+        json!({"text": text, "logprobs": null, "finish_reason": finish})
+    }
+}
+
+fn finish_reason(stop: crate::model::generate::StopReason) -> &'static str {
+    use crate::model::generate::StopReason;
+    match stop {
+        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        StopReason::StopToken | StopReason::StopString | StopReason::Cancelled => "stop",
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+/// A generation failure as an HTTP error: bad input is the client's fault
+/// (400), everything else the server's (500).
+fn failed(kind: ErrorKind, message: String) -> ApiError {
+    let status = if kind == ErrorKind::InvalidInput {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    ApiError {
+        status,
+        ..ApiError::invalid(message, None)
+    }
+}
+
+async fn collect(meta: Meta, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Response {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done {
+                stop,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                let finish = finish_reason(stop);
+                let choice = match meta.kind {
+                    Kind::Chat => json!({
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": null,
+                        "finish_reason": finish,
+                    }),
+                    Kind::Text => meta.text_choice(&text, Some(finish)),
+                };
+                let u = usage(prompt_tokens, completion_tokens);
+                return Json(meta.wrap(false, choice, Some(u))).into_response();
+            }
+            Event::Failed { kind, message } => return failed(kind, message).into_response(),
+        }
+    }
+    failed(ErrorKind::Device, "the model thread has stopped".into()).into_response()
+}
+
+/// Server-sent events: a chunk per piece of text, a last chunk with the
+/// finish reason, then `[DONE]`. A client that goes away drops the stream,
+/// and with it the receiver: the model thread sees that and stops the job.
+fn stream(
+    meta: Meta,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    include_usage: bool,
+) -> Sse<impl tokio_stream::Stream<Item = std::result::Result<SseEvent, Infallible>>> {
+    let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
+    let first = match meta.kind {
+        Kind::Chat => Some(data(meta.wrap(
+            true,
+            json!({"delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
+            None,
+        ))),
+        Kind::Text => None,
+    };
+    let chunk = move |ev: Event| -> std::result::Result<SseEvent, Infallible> {
+        match ev {
+            Event::Text(t) => data(match meta.kind {
+                Kind::Chat => meta.wrap(
+                    true,
+                    json!({"delta": {"content": t}, "logprobs": null, "finish_reason": null}),
+                    None,
+                ),
+                Kind::Text => meta.wrap(true, meta.text_choice(&t, None), None),
+            }),
+            Event::Done {
+                stop,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                let finish = finish_reason(stop);
+                let u = include_usage.then(|| usage(prompt_tokens, completion_tokens));
+                data(match meta.kind {
+                    Kind::Chat => meta.wrap(
+                        true,
+                        json!({"delta": {}, "logprobs": null, "finish_reason": finish}),
+                        u,
+                    ),
+                    Kind::Text => meta.wrap(true, meta.text_choice("", Some(finish)), u),
+                })
+            }
+            Event::Failed { kind, message } => data(failed(kind, message).body()),
+        }
+    };
+    let done = tokio_stream::once(Ok(SseEvent::default().data("[DONE]")));
+    let events = tokio_stream::iter(first)
+        .chain(UnboundedReceiverStream::new(rx).map(chunk))
+        .chain(done);
+    Sse::new(events).keep_alive(KeepAlive::default())
+}

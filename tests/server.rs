@@ -1,0 +1,184 @@
+//! `vkllm serve` as a process on the default model (CPU backend): the
+//! official `openai` Python client (installed by scripts/install-deps.sh
+//! into .tools/openai) and `curl` against it.
+
+mod common;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Server {
+    let model = common::smollm2();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(["serve", "--port", "0", "-b", "cpu", "-c", "1024", "-m"])
+        .arg(&model)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vkllm serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let base = loop {
+        let line = lines
+            .next()
+            .expect("the server exited before serving")
+            .expect("read stderr");
+        if let Some(url) = line
+            .split(" on ")
+            .nth(1)
+            .filter(|_| line.starts_with("serving"))
+        {
+            break url.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    Server { child, base }
+}
+
+fn curl(args: &[&str]) -> (String, String) {
+    let o = Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code} %{content_type}"])
+        .args(args)
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    (body.to_string(), status.to_string())
+}
+
+#[test]
+fn curl_gets_openai_shapes_streams_and_errors() {
+    let s = start();
+    let (body, status) = curl(&[&format!("{}/health", s.base.trim_end_matches("/v1"))]);
+    assert!(status.starts_with("200"), "{status}");
+    assert_eq!(body, r#"{"status":"ok"}"#);
+    let chat = format!("{}/chat/completions", s.base);
+    let req = r#"{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"temperature":0,"max_tokens":16,"stream":true}"#;
+    let (body, status) = curl(&["-N", "-d", req, &chat]);
+    assert!(status.contains("text/event-stream"), "{status}");
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let text: String = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(text, "The capital of France is Paris.");
+    for (req, status, needle) in [
+        ("{not json", "400", "not valid"),
+        (
+            r#"{"messages":[{"role":"user","content":"hi"}],"top_p":3}"#,
+            "400",
+            "top_p",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}"#,
+            "400",
+            "max_tokens",
+        ),
+    ] {
+        let (body, got) = curl(&["-d", req, &chat]);
+        assert!(got.starts_with(status), "{req}: {got} {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{body}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{body}"
+        );
+    }
+    let long = format!(r#"{{"prompt":"{}","max_tokens":4}}"#, "word ".repeat(1100));
+    let (body, got) = curl(&["-d", &long, &format!("{}/completions", s.base)]);
+    assert!(got.starts_with("400"), "{got}");
+    assert!(body.contains("context_length_exceeded"), "{body}");
+    let (_, got) = curl(&[&format!("{}/nothing", s.base)]);
+    assert!(got.starts_with("404"), "{got}");
+}
+
+#[test]
+fn the_official_openai_client_works_unchanged() {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let lib = common::root().join(".tools/openai");
+    let has_openai = Command::new(&python)
+        .args(["-c", "import openai"])
+        .env("PYTHONPATH", &lib)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_openai {
+        // CI installs it (scripts/install-deps.sh); there it must run.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the openai Python package is missing from {}; run scripts/install-deps.sh",
+            lib.display()
+        );
+        eprintln!(
+            "SKIPPING the openai client test: no openai package in {} (run scripts/install-deps.sh)",
+            lib.display()
+        );
+        return;
+    }
+    let mut s = start();
+    let o = Command::new(&python)
+        .arg(common::root().join("tests/server_client.py"))
+        .arg(&s.base)
+        .env("PYTHONPATH", &lib)
+        .output()
+        .expect("run tests/server_client.py");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "server_client.py failed: {stderr}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    let answer = "The capital of France is Paris.";
+    assert_eq!(v["chat"]["content"], answer, "{v}");
+    assert_eq!(v["chat"]["role"], "assistant");
+    assert_eq!(v["chat"]["finish_reason"], "stop");
+    assert_eq!(v["chat"]["usage"], serde_json::json!([37, 8, 45]));
+    assert_eq!(v["chat_stream"]["content"], answer);
+    assert_eq!(v["chat_stream"]["finish_reason"], "stop");
+    assert!(v["chat_stream"]["chunks"].as_u64().unwrap() > 1);
+    assert_eq!(v["completion"]["text"], " Paris.\n\nThe");
+    assert_eq!(v["completion"]["finish_reason"], "length");
+    assert_eq!(v["completion_stop"]["text"], " Paris.");
+    assert_eq!(v["completion_stop"]["finish_reason"], "stop");
+    assert_eq!(v["completion_stream"], " Paris.\n\nThe");
+    assert_eq!(v["seeded_equal"], true);
+    for name in ["empty_messages", "bad_temperature", "n2"] {
+        assert_eq!(v["errors"][name][0], 400, "{name}: {v}");
+    }
+    assert_eq!(
+        v["models"],
+        serde_json::json!(["SmolLM2-135M-Instruct.Q4_1"])
+    );
+    // The abandoned 2000-token stream was cancelled: the next request is
+    // answered at once, by the same process.
+    assert_eq!(v["after_disconnect"]["content"], answer);
+    assert!(
+        v["after_disconnect"]["seconds"].as_f64().unwrap() < 20.0,
+        "{v}"
+    );
+    assert_eq!(
+        v["concurrent"]["completion_tokens"],
+        serde_json::json!([32, 32, 32, 32])
+    );
+    assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+}
