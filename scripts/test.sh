@@ -16,6 +16,10 @@ echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+# tests/capi.rs links examples/c/demo.c against libvkllm.so, which
+# `cargo test` does not produce (it builds the library as an rlib only).
+echo "== cargo build --release --lib (libvkllm.so for the C API test)"
+cargo build --release --lib
 echo "== cargo test --release (VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

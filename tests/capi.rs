@@ -42,7 +42,7 @@ fn lib_dir() -> PathBuf {
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
     assert!(
         dir.join("libvkllm.so").exists(),
-        "{} has no libvkllm.so",
+        "{} has no libvkllm.so: `cargo build --release --lib` makes it (scripts/test.sh does)",
         dir.display()
     );
     dir
