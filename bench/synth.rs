@@ -601,6 +601,16 @@ fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)
         ));
     }
     fit_vocab(&mut tokens, &mut types, vocab);
+    // A merge whose parts or result the cut vocabulary lacks would make the
+    // BPE tokenizer refuse the file.
+    let known: std::collections::HashSet<&str> = tokens.iter().filter_map(|t| t.as_str()).collect();
+    let merge_known = |m: &GgufValue| {
+        m.as_str()
+            .and_then(|m| m.split_once(' '))
+            .is_some_and(|(a, b)| {
+                known.contains(a) && known.contains(b) && known.contains(format!("{a}{b}").as_str())
+            })
+    };
     let mut out = Vec::new();
     for (key, value) in g.metadata() {
         if !key.starts_with("tokenizer.") {
@@ -609,6 +619,12 @@ fn donor_tokenizer(donor: &Path, vocab: usize) -> Result<Vec<(String, GgufValue)
         let value = match key.as_str() {
             "tokenizer.ggml.tokens" => GgufValue::Array(tokens.clone()),
             "tokenizer.ggml.token_type" => GgufValue::Array(types.clone()),
+            "tokenizer.ggml.merges" => match value {
+                GgufValue::Array(merges) => {
+                    GgufValue::Array(merges.iter().filter(|m| merge_known(m)).cloned().collect())
+                }
+                other => other.clone(),
+            },
             k if k.ends_with("_token_id")
                 && value.as_u64().is_some_and(|id| id >= vocab as u64) =>
             {

@@ -349,3 +349,27 @@ fn bench_table_and_bad_arguments() {
     fails(&["bench", "-m", &model, "-b", "cuda"], "cuda");
     fails(&["synth", "--shape", "gpt5", "-o", "x.gguf"], "gpt5");
 }
+
+/// A donor vocabulary cut to a small shape keeps only the merges it can
+/// still spell: the file's BPE tokenizer loads and round-trips text (it
+/// refused to load while merges named tokens past the cut).
+#[test]
+fn synth_cuts_the_donor_merges_with_its_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let shape = synth::shape("tiny").unwrap();
+    let donor = common::smollm2();
+    synth::write(shape, Quant::Q4_0, &path, 0, Some(&donor), &mut |_, _| {}).unwrap();
+    let ours = GgufFile::open(&path).unwrap();
+    let all = GgufFile::open(&donor).unwrap();
+    let merges = |g: &GgufFile| match g.get("tokenizer.ggml.merges") {
+        Some(vkllm::model::gguf::GgufValue::Array(m)) => m.len(),
+        other => panic!("merges: {other:?}"),
+    };
+    assert!(merges(&ours) > 0 && merges(&ours) < merges(&all));
+    let tok = vkllm::model::tokenizer::Tokenizer::from_gguf(&ours).unwrap();
+    let text = "Hello world, the cat sat on the mat.";
+    let ids = tok.encode(text, false).unwrap();
+    assert!(ids.iter().all(|&id| (id as usize) < shape.vocab));
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+}
