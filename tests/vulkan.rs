@@ -890,6 +890,7 @@ fn bad_device_selection_is_a_typed_error() {
         let opts = Options {
             device: Some(sel.into()),
             validate: false,
+            pipeline_cache: None,
         };
         match VulkanBackend::new(&opts) {
             Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),
@@ -1030,4 +1031,57 @@ fn out_of_range_shapes_are_errors() {
     let x = upload_f32(&mut b, &[1.0, 2.0, 3.0, 4.0]);
     pass(&mut b, |b| b.scale(&x, 3.0, &x, 4).unwrap());
     assert_eq!(download_f32(&mut b, &x, 4), vec![3.0, 6.0, 9.0, 12.0]);
+}
+
+/// The pipeline cache goes to disk when the backend drops and comes back
+/// when the next one opens; a file from elsewhere (here: garbage under the
+/// same name) is ignored, not an error. (lavapipe keeps its pipelines in
+/// Mesa's own cache and writes only the 32-byte header; NVIDIA's driver
+/// writes the pipelines too.)
+#[test]
+fn pipeline_cache_round_trips_through_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        pipeline_cache: Some(dir.path().to_path_buf()),
+        ..Options::from_env()
+    };
+    let run = |b: &mut VulkanBackend| {
+        let x = upload_f32(b, &[1.0, 2.0, 3.0, 4.0]);
+        let y = b.alloc(16).unwrap();
+        pass(b, |b| b.scale(&x, 2.0, &y, 4).unwrap());
+        assert_eq!(download_f32(b, &y, 4), [2.0, 4.0, 6.0, 8.0]);
+    };
+    let Some(mut b) = common::vulkan_with(&opts) else {
+        return;
+    };
+    assert_eq!(b.pipeline_cache_loaded_bytes(), 0, "an empty directory");
+    run(&mut b);
+    drop(b);
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "one cache file: {files:?}");
+    let written = std::fs::metadata(&files[0]).unwrap().len() as usize;
+    assert!(written >= 32, "the header at least");
+    let mut b = common::vulkan_with(&opts).unwrap();
+    assert_eq!(
+        b.pipeline_cache_loaded_bytes(),
+        written,
+        "the cache was read back"
+    );
+    eprintln!(
+        "{}: {written} bytes of pipeline cache",
+        b.device_info().name
+    );
+    run(&mut b);
+    drop(b);
+    std::fs::write(&files[0], vec![7u8; 4096]).unwrap();
+    let mut b = common::vulkan_with(&opts).unwrap();
+    assert_eq!(
+        b.pipeline_cache_loaded_bytes(),
+        0,
+        "a foreign file is ignored"
+    );
+    run(&mut b);
 }

@@ -77,6 +77,10 @@ pub struct Options {
     pub device: Option<String>,
     /// `VKLLM_VALIDATE=1`: Khronos validation layer + debug messenger.
     pub validate: bool,
+    /// Directory of the on-disk pipeline caches (one file per device and
+    /// driver): `VKLLM_PIPELINE_CACHE`, `off` for none, by default
+    /// `$XDG_CACHE_HOME/vkllm` or `~/.cache/vkllm`.
+    pub pipeline_cache: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -84,7 +88,20 @@ impl Options {
         Options {
             device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
             validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
+            pipeline_cache: pipeline_cache_dir(),
         }
+    }
+}
+
+fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    match var("VKLLM_PIPELINE_CACHE") {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(v.into()),
+        None => var("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| var("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("vkllm")),
     }
 }
 
@@ -180,7 +197,12 @@ impl VulkanBackend {
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
         let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
-        let pipes = Pipelines::new(&dev.device)?;
+        let disk = opts.pipeline_cache.clone().map(|dir| {
+            // SAFETY: valid physical device.
+            let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
+            pipeline::DiskCache::for_device(dir, &props)
+        });
+        let pipes = Pipelines::new(&dev.device, disk)?;
         let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
@@ -219,6 +241,12 @@ impl VulkanBackend {
 
     pub fn device_info(&self) -> &DeviceInfo {
         &self.dev.info
+    }
+
+    /// Bytes of pipeline-cache data read from disk when the backend opened
+    /// (0: no usable cache file for this device and driver).
+    pub fn pipeline_cache_loaded_bytes(&self) -> usize {
+        self.pipes.loaded_bytes
     }
 
     /// The kernel variants this backend dispatches.

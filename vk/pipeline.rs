@@ -1,13 +1,17 @@
 //! Compute pipelines, created once per (shader, specialization) on first use
-//! and kept for the backend's lifetime, through one VkPipelineCache. Every
-//! kernel binds only storage buffers (bindings 0..n) and takes up to
-//! [`PUSH_BYTES`] of push constants.
+//! and kept for the backend's lifetime, through one VkPipelineCache that is
+//! read from and written back to disk ([`DiskCache`]): compiling a pipeline
+//! takes the driver milliseconds, so without it every process paid them on
+//! its first pass (a 2-token prompt at 6 tok/s). Every kernel binds only
+//! storage buffers (bindings 0..n) and takes up to [`PUSH_BYTES`] of push
+//! constants.
 
 use super::vk_err;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
@@ -29,9 +33,72 @@ struct Layout {
     layout: vk::PipelineLayout,
 }
 
+/// Where a device's pipeline cache lives on disk, and the header the
+/// driver writes for it (`VkPipelineCacheHeaderVersionOne`: header size,
+/// version 1, vendor and device ids, pipelineCacheUUID): a file that does
+/// not start with it came from another device or driver and is not used.
+pub struct DiskCache {
+    pub path: PathBuf,
+    pub header: [u8; 32],
+}
+
+impl DiskCache {
+    /// `dir/pipelines-<vendor>-<device>-<uuid>.bin` for a device.
+    pub fn for_device(dir: PathBuf, props: &vk::PhysicalDeviceProperties) -> DiskCache {
+        let mut header = [0u8; 32];
+        header[..4].copy_from_slice(&32u32.to_le_bytes());
+        header[4..8].copy_from_slice(&1u32.to_le_bytes());
+        header[8..12].copy_from_slice(&props.vendor_id.to_le_bytes());
+        header[12..16].copy_from_slice(&props.device_id.to_le_bytes());
+        header[16..].copy_from_slice(&props.pipeline_cache_uuid);
+        let uuid: String = props
+            .pipeline_cache_uuid
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let name = format!(
+            "pipelines-{:04x}-{:04x}-{uuid}.bin",
+            props.vendor_id, props.device_id
+        );
+        DiskCache {
+            path: dir.join(name),
+            header,
+        }
+    }
+
+    /// The cache file's bytes when it is this device's, else nothing.
+    fn read(&self) -> Vec<u8> {
+        match std::fs::read(&self.path) {
+            Ok(data) if data.len() >= 32 && data[..32] == self.header => data,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Replace the file with `data`: written beside it, then renamed over
+    /// it, so concurrent processes never read half a file. Failing is not
+    /// an error (the cache only saves time).
+    fn write(&self, data: &[u8]) {
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        let tmp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
+        let ok = std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, data).is_ok();
+        if !ok || std::fs::rename(&tmp, &self.path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
 pub struct Pipelines {
     device: ash::Device,
     cache: vk::PipelineCache,
+    disk: Option<DiskCache>,
+    /// Bytes of cache data read from disk at creation (0: none usable).
+    pub loaded_bytes: usize,
+    /// A pipeline was created since: the cache has new entries to save.
+    dirty: bool,
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
     kernels: HashMap<(&'static str, Option<DType>, u32), Kernel>,
@@ -48,14 +115,19 @@ fn spirv(name: &str) -> Result<Vec<u32>> {
 }
 
 impl Pipelines {
-    pub fn new(device: &ash::Device) -> Result<Pipelines> {
-        // SAFETY: valid device; an empty cache.
-        let cache =
-            unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-                .map_err(vk_err("creating the pipeline cache"))?;
+    pub fn new(device: &ash::Device, disk: Option<DiskCache>) -> Result<Pipelines> {
+        let data = disk.as_ref().map(DiskCache::read).unwrap_or_default();
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
+        // SAFETY: valid device; the data starts with this device's header
+        // (checked by DiskCache::read), and drivers check the rest.
+        let cache = unsafe { device.create_pipeline_cache(&info, None) }
+            .map_err(vk_err("creating the pipeline cache"))?;
         Ok(Pipelines {
             device: device.clone(),
             cache,
+            disk,
+            loaded_bytes: data.len(),
+            dirty: false,
             layouts: HashMap::new(),
             kernels: HashMap::new(),
         })
@@ -119,6 +191,7 @@ impl Pipelines {
             };
             let kernel = self.create(&name, bindings, spec)?;
             self.kernels.insert(key, kernel);
+            self.dirty = true;
         }
         self.kernels
             .get(&key)
@@ -173,6 +246,12 @@ impl Pipelines {
 impl Drop for Pipelines {
     /// The owner waits for the device to be idle before dropping.
     fn drop(&mut self) {
+        if let (Some(disk), true) = (&self.disk, self.dirty) {
+            // SAFETY: valid device and cache.
+            if let Ok(data) = unsafe { self.device.get_pipeline_cache_data(self.cache) } {
+                disk.write(&data);
+            }
+        }
         // SAFETY: the device is idle and these objects belong to it.
         unsafe {
             for (_, k) in self.kernels.drain() {
