@@ -566,9 +566,12 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
 }
 
 /// llama.cpp's token type of filler tokens (`LLAMA_TOKEN_TYPE_USER_DEFINED`).
-const TOKEN_USER_DEFINED: i32 = 4;
 const TOKEN_NORMAL: i32 = 1;
 const TOKEN_CONTROL: i32 = 3;
+/// Fillers are "unused": as user-defined tokens, a donor padded from 49K to
+/// 128K entries gave the tokenizer 79K added tokens, whose insertion
+/// (quadratic in the `tokenizers` crate) took 24 s on every load.
+const TOKEN_UNUSED: i32 = 5;
 
 /// Pad `tokens`/`types` with filler tokens up to `vocab`, or cut them.
 fn fit_vocab(tokens: &mut Vec<GgufValue>, types: &mut Vec<GgufValue>, vocab: usize) {
@@ -577,7 +580,7 @@ fn fit_vocab(tokens: &mut Vec<GgufValue>, types: &mut Vec<GgufValue>, vocab: usi
     while tokens.len() < vocab {
         tokens.push(GgufValue::String(format!("<|filler_{}|>", tokens.len())));
     }
-    types.resize(vocab, GgufValue::I32(TOKEN_USER_DEFINED));
+    types.resize(vocab, GgufValue::I32(TOKEN_UNUSED));
 }
 
 /// The donor's `tokenizer.*` keys, its vocabulary fitted to `vocab`;
@@ -793,5 +796,19 @@ mod tests {
         assert_eq!(set.len(), 256);
         assert_eq!(byte_char(b' '), 'Ġ');
         assert_eq!(byte_char(b'\n'), 'Ċ');
+    }
+
+    /// Fillers are unused tokens, not user-defined ones the tokenizer would
+    /// have to match in text.
+    #[test]
+    fn fillers_are_unused_tokens() {
+        let mut tokens = vec![GgufValue::String("a".into())];
+        let mut types = vec![GgufValue::I32(TOKEN_NORMAL)];
+        fit_vocab(&mut tokens, &mut types, 4);
+        assert_eq!(tokens.len(), 4);
+        assert_eq!(tokens[3].as_str(), Some("<|filler_3|>"));
+        assert!(types[1..]
+            .iter()
+            .all(|t| matches!(t, GgufValue::I32(TOKEN_UNUSED))));
     }
 }
