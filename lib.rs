@@ -13,6 +13,7 @@ pub mod dtype;
 pub mod error;
 pub mod model;
 pub mod profile;
+pub mod quants;
 pub mod reference;
 pub mod vk;
 

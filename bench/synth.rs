@@ -509,7 +509,7 @@ fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Resul
         for v in values.iter_mut() {
             *v = offset + WEIGHT_STD * gaussian(rng.next_u64());
         }
-        crate::cpu::quant::quantize_row(t.dtype, &values, dst).map_err(|e| Error::Tensor {
+        crate::quants::quantize_row(t.dtype, &values, dst).map_err(|e| Error::Tensor {
             name: t.name.clone(),
             msg: format!("cannot quantize to {}: {e}", t.dtype),
         })?;

@@ -6,7 +6,7 @@ mod common;
 
 use common::rand_f32;
 use half::f16;
-use vkllm::cpu::quant::{dequantize_row, quantize_row};
+use vkllm::quants::{dequantize_row, quantize_row};
 use vkllm::DType;
 
 fn h(v: f32) -> [u8; 2] {

@@ -4,7 +4,7 @@
 //! in [`avx512`] and [`avx2`] so each copy is compiled with its own
 //! `#[target_feature]`. Each decoder turns one GGUF block into f32 vectors in
 //! registers with exactly ggml's arithmetic (same operations, same order), so
-//! the dequantized weights are bit-identical to `quant::dequantize_row`.
+//! the dequantized weights are bit-identical to `quants::dequantize_row`.
 
 /// Block decoders (one GGUF block → `[V; elems / 16]`) plus the dispatchers
 /// `dot_rows`, `dequant_row` and `dot_f32`, for the instruction set `$feat`.
@@ -151,8 +151,8 @@ macro_rules! shared_kernels {
             let scales = core::slice::from_raw_parts(b.add(4), 12);
             let mut out = [zero(); 16];
             for c in 0..4 {
-                let (sc1, m1) = crate::cpu::quant::scale_min_k4(2 * c, scales);
-                let (sc2, m2) = crate::cpu::quant::scale_min_k4(2 * c + 1, scales);
+                let (sc1, m1) = crate::quants::scale_min_k4(2 * c, scales);
+                let (sc2, m2) = crate::quants::scale_min_k4(2 * c + 1, scales);
                 let (d1, m1) = (splat(d * sc1 as f32), splat(dmin * m1 as f32));
                 let (d2, m2) = (splat(d * sc2 as f32), splat(dmin * m2 as f32));
                 let (alo, ahi) = nibbles(load128(qs.add(32 * c)));
@@ -573,6 +573,16 @@ macro_rules! dot_fn {
             }
         }
     };
+}
+
+/// Whether the shared kernels decode `dtype` in registers; other types take
+/// `cpu::simd`'s portable path (the scalar decoder, then SIMD dots).
+pub(crate) fn decodes(dtype: crate::dtype::DType) -> bool {
+    use crate::dtype::DType::*;
+    matches!(
+        dtype,
+        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4K | Q5K | Q6K
+    )
 }
 
 /// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the

@@ -7,7 +7,7 @@
 
 use super::{f16_at, nearest_int, put_f16, round_f16};
 
-const QK_K: usize = crate::dtype::QK_K;
+use super::QK_K;
 /// ggml's GROUP_MAX_EPS: groups below this magnitude quantize to zero.
 const GROUP_MAX_EPS: f32 = 1e-15;
 
