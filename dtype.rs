@@ -22,6 +22,13 @@ pub enum DType {
     Q4K,
     Q5K,
     Q6K,
+    Q2K,
+    Q3K,
+    IQ4NL,
+    IQ4XS,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
 }
 
 impl DType {

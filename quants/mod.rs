@@ -12,8 +12,12 @@
 //! file decodes), its tests.
 
 mod float;
+mod iq4;
 mod kquants;
+mod kquants_low;
 mod legacy;
+mod mxfp4;
+mod ternary;
 
 pub(crate) use kquants::scale_min_k4;
 
@@ -58,7 +62,7 @@ pub const QK_K: usize = 256;
 
 /// Number of formats: [`FORMATS`] has one row per `DType` variant, in
 /// declaration order (checked when [`DType::ALL`] is built).
-pub const COUNT: usize = 11;
+pub const COUNT: usize = 18;
 
 const fn repack(split: usize, shift: usize, padded: usize) -> Option<Repack> {
     Some(Repack {
@@ -92,6 +96,20 @@ pub static FORMATS: [Format; COUNT] = [
              decode: kquants::dequant_q5_k, encode: Some(kquants::quant_q5_k), gpu: None },
     Format { dtype: DType::Q6K, name: "q6_k", ggml_id: 14, block_elems: QK_K, block_bytes: 210,
              decode: kquants::dequant_q6_k, encode: Some(kquants::quant_q6_k), gpu: repack(210, 0, 212) },
+    Format { dtype: DType::Q2K, name: "q2_k", ggml_id: 10, block_elems: QK_K, block_bytes: 84,
+             decode: kquants_low::dequant_q2_k, encode: Some(kquants_low::quant_q2_k), gpu: None },
+    Format { dtype: DType::Q3K, name: "q3_k", ggml_id: 11, block_elems: QK_K, block_bytes: 110,
+             decode: kquants_low::dequant_q3_k, encode: Some(kquants_low::quant_q3_k), gpu: repack(110, 0, 112) },
+    Format { dtype: DType::IQ4NL, name: "iq4_nl", ggml_id: 20, block_elems: 32, block_bytes: 18,
+             decode: iq4::dequant_iq4_nl, encode: Some(iq4::quant_iq4_nl), gpu: repack(2, 2, 20) },
+    Format { dtype: DType::IQ4XS, name: "iq4_xs", ggml_id: 23, block_elems: QK_K, block_bytes: 136,
+             decode: iq4::dequant_iq4_xs, encode: Some(iq4::quant_iq4_xs), gpu: None },
+    Format { dtype: DType::TQ1_0, name: "tq1_0", ggml_id: 34, block_elems: QK_K, block_bytes: 54,
+             decode: ternary::dequant_tq1_0, encode: Some(ternary::quant_tq1_0), gpu: repack(54, 0, 56) },
+    Format { dtype: DType::TQ2_0, name: "tq2_0", ggml_id: 35, block_elems: QK_K, block_bytes: 66,
+             decode: ternary::dequant_tq2_0, encode: Some(ternary::quant_tq2_0), gpu: repack(66, 0, 68) },
+    Format { dtype: DType::MXFP4, name: "mxfp4", ggml_id: 39, block_elems: 32, block_bytes: 17,
+             decode: mxfp4::dequant_mxfp4, encode: Some(mxfp4::quant_mxfp4), gpu: repack(1, 3, 20) },
 ];
 
 /// `dst.len()` values from the `dtype` row `src`; `src` must hold exactly

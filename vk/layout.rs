@@ -66,6 +66,15 @@ mod tests {
     }
 
     #[test]
+    fn mxfp4_scale_byte_is_padded_to_a_word() {
+        let block: Vec<u8> = (0..17).collect();
+        let out = repack(DType::MXFP4, 1, 32, &block).unwrap();
+        assert_eq!(out.len(), 20);
+        assert_eq!(&out[..4], &[0, 0, 0, 0]);
+        assert_eq!(&out[4..], &block[1..]);
+    }
+
+    #[test]
     fn wrong_length_is_an_error() {
         assert!(repack(DType::Q4_0, 2, 32, &[0u8; 18]).is_err());
     }

@@ -282,6 +282,8 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot_q4_k::<M>(w, nb, x, k, out),
                 DType::Q5K => dot_q5_k::<M>(w, nb, x, k, out),
                 DType::Q6K => dot_q6_k::<M>(w, nb, x, k, out),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
@@ -308,6 +310,8 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot4_q4_k(w, row_bytes, nb, x, out),
                 DType::Q5K => dot4_q5_k(w, row_bytes, nb, x, out),
                 DType::Q6K => dot4_q6_k(w, row_bytes, nb, x, out),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
@@ -369,6 +373,8 @@ macro_rules! shared_kernels {
                 DType::Q4K => deq_q4_k(w, nb, o),
                 DType::Q5K => deq_q5_k(w, nb, o),
                 DType::Q6K => deq_q6_k(w, nb, o),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
