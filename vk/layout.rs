@@ -67,10 +67,10 @@ mod tests {
 
     #[test]
     fn mxfp4_scale_byte_is_padded_to_a_word() {
-        let block: Vec<u8> = (0..17).collect();
+        let block: Vec<u8> = (1..18).collect();
         let out = repack(DType::MXFP4, 1, 32, &block).unwrap();
         assert_eq!(out.len(), 20);
-        assert_eq!(&out[..4], &[0, 0, 0, 0]);
+        assert_eq!(&out[..4], &[1, 0, 0, 0]);
         assert_eq!(&out[4..], &block[1..]);
     }
 
