@@ -12,7 +12,7 @@ use super::kquants::GROUP_MAX_EPS;
 use super::{f16_at, nearest_int, put_f16, QK_K};
 
 /// ggml's `kvalues_iq4nl`.
-const KVALUES: [i8; 16] = [
+pub(crate) const KVALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
@@ -29,7 +29,7 @@ pub(super) fn dequant_iq4_nl(b: &[u8], y: &mut [f32]) {
 }
 
 /// The 6-bit scale (offset removed) of IQ4_XS sub-block `ib`.
-fn xs_scale(b: &[u8], ib: usize) -> i32 {
+pub(crate) fn xs_scale(b: &[u8], ib: usize) -> i32 {
     let h = u16::from_le_bytes([b[2], b[3]]);
     let lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
     let hi = ((h >> (2 * ib)) & 3) as u8;

@@ -26,7 +26,7 @@ pub(super) fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
 }
 
 /// The sixteen signed 6-bit scales of a Q3_K block's 12 scale bytes.
-fn q3_k_scales(s: &[u8]) -> [i32; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i32; 16] {
     std::array::from_fn(|j| {
         let lo = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
         let hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;

@@ -20,6 +20,13 @@ mod mxfp4;
 mod ternary;
 
 pub(crate) use kquants::scale_min_k4;
+// Block pieces the CPU's SIMD decoders share with the scalar codecs.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use {
+    iq4::{xs_scale as iq4_xs_scale, KVALUES as IQ4_VALUES},
+    kquants_low::q3_k_scales,
+    mxfp4::{e8m0_half, KVALUES as MXFP4_VALUES},
+};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -5,10 +5,10 @@
 //! `j`, high is `j + 16`.
 
 /// ggml's `kvalues_mxfp4`: e2m1 values times two.
-const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(crate) const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// ggml's `GGML_E8M0_TO_FP32_HALF`: `2^(e − 128)`, subnormal for e < 2.
-fn e8m0_half(e: u8) -> f32 {
+pub(crate) fn e8m0_half(e: u8) -> f32 {
     let bits = if e < 2 {
         0x0020_0000u32 << e
     } else {

@@ -6,6 +6,9 @@
 //! registers with exactly ggml's arithmetic (same operations, same order), so
 //! the dequantized weights are bit-identical to `quants::dequantize_row`.
 
+#[macro_use]
+mod lowbit;
+
 /// Block decoders (one GGUF block → `[V; elems / 16]`) plus the dispatchers
 /// `dot_rows`, `dequant_row` and `dot_f32`, for the instruction set `$feat`.
 macro_rules! shared_kernels {
@@ -248,6 +251,7 @@ macro_rules! shared_kernels {
         dot_fn!($feat, dot_q4_k, dot4_q4_k, deq_q4_k, decode_q4_k, 144, 16);
         dot_fn!($feat, dot_q5_k, dot4_q5_k, deq_q5_k, decode_q5_k, 176, 16);
         dot_fn!($feat, dot_q6_k, dot4_q6_k, deq_q6_k, decode_q6_k, 210, 16);
+        lowbit_decoders!($feat);
 
         /// Values per SIMD block of `dtype` (floats are taken 16 at a time).
         fn simd_block(dtype: DType) -> usize {
@@ -282,6 +286,12 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot_q4_k::<M>(w, nb, x, k, out),
                 DType::Q5K => dot_q5_k::<M>(w, nb, x, k, out),
                 DType::Q6K => dot_q6_k::<M>(w, nb, x, k, out),
+                DType::Q2K => dot_q2_k::<M>(w, nb, x, k, out),
+                DType::Q3K => dot_q3_k::<M>(w, nb, x, k, out),
+                DType::IQ4NL => dot_iq4_nl::<M>(w, nb, x, k, out),
+                DType::IQ4XS => dot_iq4_xs::<M>(w, nb, x, k, out),
+                DType::TQ2_0 => dot_tq2_0::<M>(w, nb, x, k, out),
+                DType::MXFP4 => dot_mxfp4::<M>(w, nb, x, k, out),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -310,6 +320,12 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot4_q4_k(w, row_bytes, nb, x, out),
                 DType::Q5K => dot4_q5_k(w, row_bytes, nb, x, out),
                 DType::Q6K => dot4_q6_k(w, row_bytes, nb, x, out),
+                DType::Q2K => dot4_q2_k(w, row_bytes, nb, x, out),
+                DType::Q3K => dot4_q3_k(w, row_bytes, nb, x, out),
+                DType::IQ4NL => dot4_iq4_nl(w, row_bytes, nb, x, out),
+                DType::IQ4XS => dot4_iq4_xs(w, row_bytes, nb, x, out),
+                DType::TQ2_0 => dot4_tq2_0(w, row_bytes, nb, x, out),
+                DType::MXFP4 => dot4_mxfp4(w, row_bytes, nb, x, out),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -373,6 +389,12 @@ macro_rules! shared_kernels {
                 DType::Q4K => deq_q4_k(w, nb, o),
                 DType::Q5K => deq_q5_k(w, nb, o),
                 DType::Q6K => deq_q6_k(w, nb, o),
+                DType::Q2K => deq_q2_k(w, nb, o),
+                DType::Q3K => deq_q3_k(w, nb, o),
+                DType::IQ4NL => deq_iq4_nl(w, nb, o),
+                DType::IQ4XS => deq_iq4_xs(w, nb, o),
+                DType::TQ2_0 => deq_tq2_0(w, nb, o),
+                DType::MXFP4 => deq_mxfp4(w, nb, o),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -587,7 +609,22 @@ pub(crate) fn decodes(dtype: crate::dtype::DType) -> bool {
     use crate::dtype::DType::*;
     matches!(
         dtype,
-        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4K | Q5K | Q6K
+        F32 | F16
+            | BF16
+            | Q8_0
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q4K
+            | Q5K
+            | Q6K
+            | Q2K
+            | Q3K
+            | IQ4NL
+            | IQ4XS
+            | TQ2_0
+            | MXFP4
     )
 }
 
