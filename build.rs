@@ -4,8 +4,10 @@
 //!
 //! A shader that includes `dequant.glsl` reads weights, so it is compiled once
 //! per weight dtype with `-DTYPE_<DTYPE>` and named `<stem>.<dtype>`; every
-//! other shader is compiled once and named `<stem>`. [`VARIANTS`] adds builds
-//! with one more define for some dtypes (mul_mat_vec's integer-dot
+//! other shader is compiled once and named `<stem>`. The dtypes are those
+//! dequant.glsl decodes (its `#if` / `#elif defined(TYPE_<DTYPE>)` lines), so
+//! a new type needs no change here. [`VARIANTS`] adds builds with one more
+//! define for some dtypes (mul_mat_vec's integer-dot
 //! `mul_mat_vec_q8.<dtype>`, whose packed dot products are declared through
 //! GL_EXT_spirv_intrinsics, which glslc 2023.2 has). A shader whose source
 //! contains `#extension GL_EXT_integer_dot_product` is built only when glslc
@@ -29,11 +31,6 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// Weight dtypes, as `DType::name()` spells them.
-const DTYPES: [&str; 11] = [
-    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
-];
 
 /// Extra builds of a shader with one more define, for some dtypes only:
 /// (stem, define, name of the variant, dtypes).
@@ -64,6 +61,7 @@ fn main() {
         println!("cargo:rustc-cfg=vkllm_glsl_int_dot");
     }
 
+    let dtypes = decoded_dtypes(&glsl_dir.join("dequant.glsl"));
     let mut entries = Vec::new();
     let mut sources: Vec<PathBuf> = fs::read_dir(&glsl_dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", glsl_dir.display()))
@@ -88,9 +86,18 @@ fn main() {
                 match compiler {
                     Some(c) => {
                         let name = format!("{stem}_{suffix}");
-                        compile_variants(c, path, &src, &glsl_dir, &out_dir, &name, &[define])
-                            .into_iter()
-                            .for_each(|e| entries.push(e));
+                        compile_variants(
+                            c,
+                            path,
+                            &src,
+                            &dtypes,
+                            &glsl_dir,
+                            &out_dir,
+                            &name,
+                            &[define],
+                        )
+                        .into_iter()
+                        .for_each(|e| entries.push(e));
                     }
                     None => println!(
                         "cargo:warning={} ({suffix}) skipped: no GLSL compiler here supports \
@@ -112,6 +119,7 @@ fn main() {
             &glslc,
             path,
             &src,
+            &dtypes,
             &glsl_dir,
             &out_dir,
             &stem,
@@ -296,12 +304,34 @@ fn coopmat_compiler(
         })
 }
 
+/// The dtypes (lower case, in file order) whose `TYPE_<DTYPE>` the
+/// preprocessor conditions of `dequant` test.
+fn decoded_dtypes(dequant: &Path) -> Vec<String> {
+    let src = fs::read_to_string(dequant)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dequant.display()));
+    let mut out: Vec<String> = Vec::new();
+    for line in src.lines().map(str::trim_start) {
+        if !(line.starts_with("#if") || line.starts_with("#elif")) {
+            continue;
+        }
+        for part in line.split("defined(TYPE_").skip(1) {
+            let name = part.split(')').next().unwrap_or("").to_ascii_lowercase();
+            if !name.is_empty() && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
 /// Compile `path` as `name`, once per weight dtype (`name.<dtype>`) when it
 /// includes dequant.glsl; returns the (name, spv path) entries.
+#[allow(clippy::too_many_arguments)]
 fn compile_variants(
     compiler: &Compiler,
     path: &Path,
     src: &str,
+    dtypes: &[String],
     include: &Path,
     out_dir: &Path,
     name: &str,
@@ -309,7 +339,7 @@ fn compile_variants(
 ) -> Vec<(String, PathBuf)> {
     let mut entries = Vec::new();
     if src.contains("#include \"dequant.glsl\"") {
-        for dt in DTYPES {
+        for dt in dtypes {
             let full = format!("{name}.{dt}");
             let define = format!("-DTYPE_{}", dt.to_ascii_uppercase());
             let spv = out_dir.join(format!("{full}.spv"));

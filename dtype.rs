@@ -1,12 +1,14 @@
-//! Weight element types and their GGUF block layouts.
-//!
-//! Block sizes and byte sizes follow ggml exactly so GGUF tensor data can be
-//! used as-is by every backend.
+//! Weight element types. Their facts (ggml id and name, block layout, codec,
+//! GPU layout) live in one table, [`crate::quants::FORMATS`]; the methods
+//! here read it.
 
 use crate::error::{Error, Result};
+pub use crate::quants::QK_K;
+use crate::quants::{Format, COUNT, FORMATS};
 
 /// A weight (or activation) element type. Quantized types store `block_elems()`
 /// values in `block_bytes()` bytes; f32/f16/bf16 are "blocks" of one element.
+/// Variants are in [`FORMATS`] order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
@@ -20,41 +22,37 @@ pub enum DType {
     Q4K,
     Q5K,
     Q6K,
+    Q2K,
+    Q3K,
+    IQ4NL,
+    IQ4XS,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
 }
 
-/// Elements in one k-quant super-block.
-pub const QK_K: usize = 256;
-
 impl DType {
-    pub const ALL: [DType; 11] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q4K,
-        DType::Q5K,
-        DType::Q6K,
-    ];
+    /// Every type, in table order.
+    pub const ALL: [DType; COUNT] = {
+        let mut all = [DType::F32; COUNT];
+        let mut i = 0;
+        while i < COUNT {
+            all[i] = FORMATS[i].dtype;
+            // The table's row i must describe variant i (`format` indexes it).
+            assert!(all[i] as usize == i, "FORMATS is not in DType order");
+            i += 1;
+        }
+        all
+    };
+
+    /// This type's row of the format table.
+    pub fn format(self) -> &'static Format {
+        &FORMATS[self as usize]
+    }
 
     /// The ggml type id used in GGUF tensor infos.
     pub fn ggml_type_id(self) -> u32 {
-        match self {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::Q4_0 => 2,
-            DType::Q4_1 => 3,
-            DType::Q5_0 => 6,
-            DType::Q5_1 => 7,
-            DType::Q8_0 => 8,
-            DType::Q4K => 12,
-            DType::Q5K => 13,
-            DType::Q6K => 14,
-            DType::BF16 => 30,
-        }
+        self.format().ggml_id
     }
 
     /// Inverse of [`DType::ggml_type_id`]; `None` for types vkllm does not support.
@@ -64,19 +62,7 @@ impl DType {
 
     /// Lower-case ggml name (`q4_k`, `bf16`, ...).
     pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::Q8_0 => "q8_0",
-            DType::Q4_0 => "q4_0",
-            DType::Q4_1 => "q4_1",
-            DType::Q5_0 => "q5_0",
-            DType::Q5_1 => "q5_1",
-            DType::Q4K => "q4_k",
-            DType::Q5K => "q5_k",
-            DType::Q6K => "q6_k",
-        }
+        self.format().name
     }
 
     pub fn from_name(name: &str) -> Option<DType> {
@@ -86,27 +72,12 @@ impl DType {
 
     /// Elements per block.
     pub fn block_elems(self) -> usize {
-        match self {
-            DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
-            DType::Q4K | DType::Q5K | DType::Q6K => QK_K,
-        }
+        self.format().block_elems
     }
 
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Q8_0 => 34,
-            DType::Q4_0 => 18,
-            DType::Q4_1 => 20,
-            DType::Q5_0 => 22,
-            DType::Q5_1 => 24,
-            DType::Q4K => 144,
-            DType::Q5K => 176,
-            DType::Q6K => 210,
-        }
+        self.format().block_bytes
     }
 
     pub fn is_quantized(self) -> bool {

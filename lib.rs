@@ -15,6 +15,7 @@ pub mod error;
 pub mod model;
 pub mod open;
 pub mod profile;
+pub mod quants;
 pub mod reference;
 pub mod server;
 pub mod vk;

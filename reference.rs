@@ -2,12 +2,12 @@
 //! rather than speed: the yardstick that tests (and benches) compare backends
 //! against. Sums are accumulated in f64 so the reference is more accurate than
 //! any f32 backend; weights are dequantized with ggml's exact formulas
-//! ([`crate::cpu::quant::dequantize_row`]).
+//! ([`crate::quants::dequantize_row`]).
 
 use crate::backend::{Activation, AttentionParams, RopeParams, RopeStyle};
-use crate::cpu::quant::dequantize_row;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quants::dequantize_row;
 
 fn need(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {

@@ -9,23 +9,14 @@
 //! a function of (seed, tensor, block) only: the same seed writes the same
 //! file on any number of threads.
 //!
-//! Type recipe (llama.cpp's `llama_tensor_get_type`, simplified):
-//! - 1-D tensors (norms) are F32; `f16` makes every matrix F16 (llama.cpp
-//!   applies no recipe to float types);
-//! - the output matrix, and the token embeddings when they are tied to it,
-//!   become Q6_K, or Q8_0 when its rows are not a multiple of 256 or the
-//!   mix is q8_0;
-//! - q4_k_m: Q4_K everywhere else, except attn_v and ffn_down in the layers
-//!   `use_more_bits` picks (the first and last eighth, and every third
-//!   between), which get Q6_K;
-//! - a k-quant on rows that are not a multiple of 256 falls back as in
-//!   llama.cpp: Q4_K → Q5_0, Q6_K → Q8_0.
-//!
-//! Left out: the rules for other mixes, MoE, 70B and Falcon special cases,
-//! imatrix-dependent choices, and llama.cpp's tensor order (tensors are
-//! written in layer order; loaders look them up by name).
+//! The storage type of each tensor follows llama.cpp's recipe for the mix
+//! ([`recipe`]).
 
-use crate::dtype::{DType, QK_K};
+mod recipe;
+
+pub use recipe::{tensor_type, Quant, Role};
+
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::Arch;
 use crate::model::gguf::{GgufFile, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC};
@@ -191,87 +182,6 @@ pub fn shape(name: &str) -> Result<&'static Shape> {
     })
 }
 
-/// A quantization mix, named as llama.cpp's `llama-quantize` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quant {
-    F16,
-    Q8_0,
-    Q4_0,
-    Q4_1,
-    Q4KM,
-}
-
-impl Quant {
-    pub const ALL: [Quant; 5] = [
-        Quant::F16,
-        Quant::Q8_0,
-        Quant::Q4_0,
-        Quant::Q4_1,
-        Quant::Q4KM,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Quant::F16 => "f16",
-            Quant::Q8_0 => "q8_0",
-            Quant::Q4_0 => "q4_0",
-            Quant::Q4_1 => "q4_1",
-            Quant::Q4KM => "q4_k_m",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Result<Quant> {
-        let lower = name.to_ascii_lowercase();
-        Quant::ALL
-            .into_iter()
-            .find(|q| q.name() == lower)
-            .ok_or_else(|| {
-                let known: Vec<&str> = Quant::ALL.iter().map(|q| q.name()).collect();
-                Error::Invalid(format!(
-                    "unknown quantization '{name}' (known: {})",
-                    known.join(", ")
-                ))
-            })
-    }
-
-    /// llama.cpp's `general.file_type` (`llama_ftype`).
-    pub fn file_type(self) -> u32 {
-        match self {
-            Quant::F16 => 1,
-            Quant::Q4_0 => 2,
-            Quant::Q4_1 => 3,
-            Quant::Q8_0 => 7,
-            Quant::Q4KM => 15,
-        }
-    }
-
-    /// The type of matrices no rule singles out.
-    fn base(self) -> DType {
-        match self {
-            Quant::F16 => DType::F16,
-            Quant::Q8_0 => DType::Q8_0,
-            Quant::Q4_0 => DType::Q4_0,
-            Quant::Q4_1 => DType::Q4_1,
-            Quant::Q4KM => DType::Q4K,
-        }
-    }
-}
-
-/// What a tensor is, for the type recipe and its values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    TokenEmbd,
-    Output,
-    Norm,
-    AttnQ,
-    AttnK,
-    AttnV,
-    AttnOutput,
-    FfnGate,
-    FfnUp,
-    FfnDown,
-}
-
 /// One tensor of a synthetic model: `rows` rows of `cols` values (`cols`
 /// innermost, ggml dims `[cols, rows]`; vectors have one row).
 #[derive(Clone, Debug, PartialEq)]
@@ -296,61 +206,13 @@ impl TensorPlan {
     }
 }
 
-/// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third one between.
-fn use_more_bits(layer: usize, n_layers: usize) -> bool {
-    let eighth = n_layers / 8;
-    layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2
-}
-
-/// The storage type of a tensor under `quant` (see the module docs).
-pub fn tensor_type(
-    quant: Quant,
-    role: Role,
-    layer: usize,
-    n_layers: usize,
-    cols: usize,
-    tied: bool,
-) -> DType {
-    if role == Role::Norm {
-        return DType::F32;
-    }
-    if quant == Quant::F16 {
-        return DType::F16;
-    }
-    let base = quant.base();
-    let is_output = role == Role::Output || (tied && role == Role::TokenEmbd);
-    let dtype = if is_output {
-        if !cols.is_multiple_of(QK_K) || base == DType::Q8_0 {
-            DType::Q8_0
-        } else {
-            DType::Q6K
-        }
-    } else if quant == Quant::Q4KM
-        && matches!(role, Role::AttnV | Role::FfnDown)
-        && use_more_bits(layer, n_layers)
-    {
-        DType::Q6K
-    } else {
-        base
-    };
-    if cols.is_multiple_of(QK_K) {
-        return dtype;
-    }
-    match dtype {
-        DType::Q4K => DType::Q5_0,
-        DType::Q5K => DType::Q5_1,
-        DType::Q6K => DType::Q8_0,
-        other => other,
-    }
-}
-
 /// Every tensor of `shape` under `quant`, in file order.
 pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
     let s = shape;
     let (q_dim, kv_dim) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let mut out = Vec::new();
     let mut add = |name: String, role: Role, layer: usize, rows: usize, cols: usize| {
-        let dtype = tensor_type(quant, role, layer, s.layers, cols, s.tied);
+        let dtype = tensor_type(quant, role, layer, s, cols);
         out.push(TensorPlan {
             name,
             role,
@@ -509,7 +371,7 @@ fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Resul
         for v in values.iter_mut() {
             *v = offset + WEIGHT_STD * gaussian(rng.next_u64());
         }
-        crate::cpu::quant::quantize_row(t.dtype, &values, dst).map_err(|e| Error::Tensor {
+        crate::quants::quantize_row(t.dtype, &values, dst).map_err(|e| Error::Tensor {
             name: t.name.clone(),
             msg: format!("cannot quantize to {}: {e}", t.dtype),
         })?;
@@ -745,40 +607,6 @@ impl<W: Write> Counted<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn q4_k_m_gives_half_of_attn_v_and_ffn_down_more_bits() {
-        let s = shape("llama3.1-8b").unwrap();
-        let p = plan(s, Quant::Q4KM);
-        let count = |suffix: &str, t: DType| {
-            p.iter()
-                .filter(|x| x.name.ends_with(suffix) && x.dtype == t)
-                .count()
-        };
-        assert_eq!(count("attn_v.weight", DType::Q6K), 16);
-        assert_eq!(count("ffn_down.weight", DType::Q6K), 16);
-        assert_eq!(count("attn_q.weight", DType::Q4K), 32);
-        let get = |n: &str| p.iter().find(|x| x.name == n).unwrap().dtype;
-        assert_eq!(get("output.weight"), DType::Q6K);
-        assert_eq!(get("token_embd.weight"), DType::Q4K);
-        assert_eq!(get("blk.0.attn_v.weight"), DType::Q6K);
-        assert_eq!(get("blk.4.attn_v.weight"), DType::Q4K);
-        assert_eq!(get("blk.6.ffn_down.weight"), DType::Q6K);
-        assert_eq!(get("blk.0.attn_norm.weight"), DType::F32);
-    }
-
-    #[test]
-    fn rows_off_the_k_block_fall_back_like_llama_cpp() {
-        // SmolLM2's 576-wide rows are not whole Q4_K blocks.
-        let p = plan(shape("smollm2-135m").unwrap(), Quant::Q4KM);
-        let get = |n: &str| p.iter().find(|x| x.name == n).unwrap().dtype;
-        assert_eq!(get("token_embd.weight"), DType::Q8_0);
-        assert_eq!(get("blk.0.attn_v.weight"), DType::Q8_0);
-        assert_eq!(get("blk.4.attn_v.weight"), DType::Q5_0);
-        assert_eq!(get("blk.4.ffn_down.weight"), DType::Q4K);
-        assert_eq!(get("blk.0.ffn_down.weight"), DType::Q6K);
-        assert!(p.iter().all(|t| t.name != "output.weight"));
-    }
 
     #[test]
     fn gaussian_has_unit_variance() {

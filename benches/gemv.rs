@@ -13,8 +13,8 @@
 use std::time::Instant;
 use vkllm::backend::{Buffer, ComputeBackend, Weight};
 use vkllm::bench::bandwidth::backend_copy_gbs;
-use vkllm::cpu::quant::quantize_row;
 use vkllm::profile::Track;
+use vkllm::quants::quantize_row;
 use vkllm::DType;
 
 /// Bytes of weights one shape rotates over: well past an H200's 50 MB L2.

@@ -13,9 +13,9 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
 use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
-use vkllm::cpu::quant::quantize_row;
 use vkllm::cpu::CpuBackend;
 use vkllm::profile::Track;
+use vkllm::quants::quantize_row;
 use vkllm::DType;
 
 fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {

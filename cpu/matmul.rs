@@ -9,9 +9,9 @@
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
 //! `m` activation rows; rayon splits the panels.
 
+use super::act::{self, ActInt, ActRows, ACT_BLOCK};
 use super::buffers::CpuWeight;
 use super::par::{self, Ctx};
-use super::quant::act::{self, ActInt, ActRows, ACT_BLOCK};
 use super::simd::{self, ActQuant};
 use super::Activations;
 

@@ -6,6 +6,7 @@
 //! rope.rs, attention.rs, glu.rs, elementwise.rs (add, scale, copy), argmax.rs;
 //! simd/ holds the instruction-set kernels, quant/ the GGUF block formats.
 
+pub mod act;
 mod append_token;
 mod argmax;
 mod attention;
@@ -16,7 +17,6 @@ mod glu;
 mod layer_norm;
 mod matmul;
 mod par;
-pub mod quant;
 mod rms_norm;
 mod rope;
 mod rope_store;

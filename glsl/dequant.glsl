@@ -1,9 +1,13 @@
 // Weight dequantization, one TYPE_* defined per compiled variant.
 //
 // The including shader declares `wdata`, the weight as 32-bit words in the
-// layout `vk/layout.rs` repacks GGUF blocks into: every block padded to whole
-// words, with the 2-byte scale of q8_0/q4_0/q5_0 followed by 2 pad bytes so
-// the quants start word-aligned, and q6_k padded from 210 to 212 bytes.
+// layout `vk/layout.rs` repacks GGUF blocks into (each type's `gpu` row in
+// quants/mod.rs): every block padded to whole words, with the 2-byte scale
+// of q8_0/q4_0/q5_0/iq4_nl followed by 2 pad bytes so the quants start
+// word-aligned, and e.g. q6_k padded from 210 to 212 bytes.
+//
+// build.rs compiles the including shaders once for every TYPE_<dtype> this
+// file's #if / #elif lines name.
 //
 // dq1(i): element i of the flattened [rows, cols] weight.
 // dq4(i): elements i..i+3; i % 4 == 0 and all four in one row.
@@ -189,6 +193,181 @@ vec4 dq4(uint i) {
     uint lo = (wdata[base + 16u * h + 8u * (t & 1u) + (l >> 2)] >> (4u * (t >> 1))) & 0x0F0F0F0Fu;
     uint hi = (wdata[base + 32u + 8u * h + (l >> 2)] >> (2u * t)) & 0x03030303u;
     return q6_scale(base, h, t, l) * (bytes4(lo | (hi << 4)) - 32.0);
+}
+
+#elif defined(TYPE_Q2_K)
+// [16 scale bytes][64 quant bytes][d, dmin f16]: 21 words. Element
+// e = 128n + 32p + l is bit pair p of quant byte 32n + l; scale byte e/16
+// holds its 4-bit scale (low) and min (high).
+float dq1(uint i) {
+    uint base = (i >> 8) * 21u;
+    uint e = i & 255u;
+    uint sc = byte_at(base, e >> 4);
+    uint q = (byte_at(base + 4u, 32u * (e >> 7) + (e & 31u)) >> (2u * ((e >> 5) & 3u))) & 3u;
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * float(sc & 0xFu) * float(q) - dm.y * float(sc >> 4);
+}
+vec4 dq4(uint i) {
+    uint base = (i >> 8) * 21u;
+    uint e = i & 255u;
+    uint sc = byte_at(base, e >> 4);
+    uint w = wdata[base + 4u + 8u * (e >> 7) + ((e & 31u) >> 2)];
+    vec4 q = bytes4((w >> (2u * ((e >> 5) & 3u))) & 0x03030303u);
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * float(sc & 0xFu) * q - dm.y * float(sc >> 4);
+}
+
+#elif defined(TYPE_Q3_K)
+// [32 hmask bytes][64 quant bytes][12 scale bytes][d f16, pad]: 28 words.
+// Element e = 128n + 32p + l: low bits are bit pair p of quant byte 32n + l,
+// the high bit is bit 4n + p of hmask byte l (clear: subtract 4); its 6-bit
+// scale j = e/16 has the low nibble of byte j (j < 8) or high of byte j - 8,
+// and bits 2(j/4).. of byte 8 + j%4.
+float q3_scale(uint base, uint j) {
+    uint lo = (byte_at(base + 24u, j & 7u) >> (4u * (j >> 3))) & 0xFu;
+    uint hi = (byte_at(base + 26u, j & 3u) >> (2u * (j >> 2))) & 3u;
+    return unpackHalf2x16(wdata[base + 27u]).x * float(int(lo | (hi << 4)) - 32);
+}
+float dq1(uint i) {
+    uint base = (i >> 8) * 28u;
+    uint e = i & 255u;
+    uint p = (e >> 5) & 3u;
+    uint l = e & 31u;
+    uint q = (byte_at(base + 8u, 32u * (e >> 7) + l) >> (2u * p)) & 3u;
+    uint h = (byte_at(base, l) >> (4u * (e >> 7) + p)) & 1u;
+    return q3_scale(base, e >> 4) * (float(q) - 4.0 + 4.0 * float(h));
+}
+vec4 dq4(uint i) {
+    uint base = (i >> 8) * 28u;
+    uint e = i & 255u;
+    uint p = (e >> 5) & 3u;
+    uint l = e & 31u;
+    uint q = (wdata[base + 8u + 8u * (e >> 7) + (l >> 2)] >> (2u * p)) & 0x03030303u;
+    uint h = (wdata[base + (l >> 2)] >> (4u * (e >> 7) + p)) & 0x01010101u;
+    return q3_scale(base, e >> 4) * (bytes4(q) - 4.0 + 4.0 * bytes4(h));
+}
+
+#elif defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
+// The 16 values a 4-bit index picks (ggml kvalues_iq4nl).
+const float IQ4_VALUES[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                       1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+vec4 iq4_values(uint w) {
+    return vec4(IQ4_VALUES[w & 0xFu], IQ4_VALUES[(w >> 8) & 0xFu],
+                IQ4_VALUES[(w >> 16) & 0xFu], IQ4_VALUES[(w >> 24) & 0xFu]);
+}
+#if defined(TYPE_IQ4_NL)
+// [d f16, pad][16 bytes of nibbles]: 5 words, nibbles as q4_0.
+const uint BW = 5u;
+const uint QK = 32u;
+float iq4_scale(uint base, uint e) {
+    return unpackHalf2x16(wdata[base]).x;
+}
+#else
+// [d f16, scales_h u16][4 scales_l bytes][128 bytes of nibbles]: 34 words.
+// Sub-block b = e/32 holds its nibbles as q4_0 in quant bytes 16b..16b+15,
+// its scale is (nibble b of scales_l | bits 2b..2b+1 of scales_h << 4) - 32.
+const uint BW = 34u;
+const uint QK = 256u;
+float iq4_scale(uint base, uint e) {
+    uint b = e >> 5;
+    uint lo = (byte_at(base + 1u, b >> 1) >> (4u * (b & 1u))) & 0xFu;
+    uint hi = (wdata[base] >> (16u + 2u * b)) & 3u;
+    return unpackHalf2x16(wdata[base]).x * float(int(lo | (hi << 4)) - 32);
+}
+#endif
+// The quant word holding element e (and its 3 neighbours); their nibble
+// sits at bit 4 * ((e / 16) % 2) of each byte.
+uint iq4_word(uint base, uint e) {
+    return wdata[base + BW - QK / 8u + 4u * (e >> 5) + ((e & 15u) >> 2)];
+}
+float dq1(uint i) {
+    uint base = (i / QK) * BW;
+    uint e = i % QK;
+    uint w = iq4_word(base, e) >> (8u * (e & 3u) + 4u * ((e >> 4) & 1u));
+    return iq4_scale(base, e) * IQ4_VALUES[w & 0xFu];
+}
+vec4 dq4(uint i) {
+    uint base = (i / QK) * BW;
+    uint e = i % QK;
+    uint w = (iq4_word(base, e) >> (4u * ((e >> 4) & 1u))) & 0x0F0F0F0Fu;
+    return iq4_scale(base, e) * iq4_values(w);
+}
+
+#elif defined(TYPE_TQ1_0)
+// [48 qs bytes][4 qh bytes][d f16, pad]: 14 words. Trit n of a byte q is
+// ((q * 3^n mod 256) * 3) >> 8. Elements 0..160 are trit e/32 of byte e%32,
+// 160..240 trit (e-160)/16 of byte 32 + e%16, 240.. trit (e-240)/4 of byte
+// 48 + e%4: four consecutive elements share a word and a trit.
+uvec2 tq1_word_trit(uint base, uint e) {
+    if (e < 160u) {
+        return uvec2(wdata[base + ((e & 31u) >> 2)], e >> 5);
+    } else if (e < 240u) {
+        return uvec2(wdata[base + 8u + ((e & 15u) >> 2)], (e - 160u) >> 4);
+    }
+    return uvec2(wdata[base + 12u], (e - 240u) >> 2);
+}
+float tq1_d(uint base) {
+    return unpackHalf2x16(wdata[base + 13u]).x;
+}
+uint tq1_pow3(uint n) {
+    return n == 0u ? 1u : n == 1u ? 3u : n == 2u ? 9u : n == 3u ? 27u : 81u;
+}
+float dq1(uint i) {
+    uint base = (i >> 8) * 14u;
+    uint e = i & 255u;
+    uvec2 wt = tq1_word_trit(base, e);
+    uint q = (wt.x >> (8u * (e & 3u))) & 0xFFu;
+    uint t = (((q * tq1_pow3(wt.y)) & 0xFFu) * 3u) >> 8;
+    return (float(t) - 1.0) * tq1_d(base);
+}
+vec4 dq4(uint i) {
+    uint base = (i >> 8) * 14u;
+    uint e = i & 255u;
+    uvec2 wt = tq1_word_trit(base, e);
+    uvec4 q = uvec4(wt.x, wt.x >> 8, wt.x >> 16, wt.x >> 24) & 0xFFu;
+    uvec4 t = (((q * tq1_pow3(wt.y)) & 0xFFu) * 3u) >> 8;
+    return (vec4(t) - 1.0) * tq1_d(base);
+}
+
+#elif defined(TYPE_TQ2_0)
+// [64 qs bytes][d f16, pad]: 17 words. Element e = 128c + 32p + l is bit
+// pair p of byte 32c + l, holding t + 1.
+float dq1(uint i) {
+    uint base = (i >> 8) * 17u;
+    uint e = i & 255u;
+    uint q = (byte_at(base, 32u * (e >> 7) + (e & 31u)) >> (2u * ((e >> 5) & 3u))) & 3u;
+    return (float(q) - 1.0) * unpackHalf2x16(wdata[base + 16u]).x;
+}
+vec4 dq4(uint i) {
+    uint base = (i >> 8) * 17u;
+    uint e = i & 255u;
+    uint w = wdata[base + 8u * (e >> 7) + ((e & 31u) >> 2)];
+    vec4 q = bytes4((w >> (2u * ((e >> 5) & 3u))) & 0x03030303u);
+    return (q - 1.0) * unpackHalf2x16(wdata[base + 16u]).x;
+}
+
+#elif defined(TYPE_MXFP4)
+// [e u8, 3 pad bytes][16 bytes of nibbles]: 5 words, nibbles as q4_0. The
+// e2m1 values are stored doubled (ggml kvalues_mxfp4), the scale halved:
+// 2^(e - 128), built from its bits (subnormal for e < 2).
+const float MXFP4_VALUES[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                         0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+float mxfp4_d(uint base) {
+    uint e = wdata[base] & 0xFFu;
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
+float dq1(uint i) {
+    uint base = (i >> 5) * 5u;
+    uint e = i & 31u;
+    uint q = (byte_at(base + 1u, e & 15u) >> ((e >> 4) * 4u)) & 0xFu;
+    return MXFP4_VALUES[q] * mxfp4_d(base);
+}
+vec4 dq4(uint i) {
+    uint base = (i >> 5) * 5u;
+    uint e = i & 31u;
+    uint w = (wdata[base + 1u + ((e & 15u) >> 2)] >> ((e >> 4) * 4u)) & 0x0F0F0F0Fu;
+    return vec4(MXFP4_VALUES[w & 0xFu], MXFP4_VALUES[(w >> 8) & 0xFu],
+                MXFP4_VALUES[(w >> 16) & 0xFu], MXFP4_VALUES[(w >> 24) & 0xFu]) * mxfp4_d(base);
 }
 
 #else

@@ -92,7 +92,7 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
                 let rb = q.row_bytes(t.cols)?;
                 let mut qd = vec![0u8; rb * t.rows];
                 for (s, d) in vals.chunks(t.cols).zip(qd.chunks_mut(rb)) {
-                    crate::cpu::quant::quantize_row(q, s, d)?;
+                    crate::quants::quantize_row(q, s, d)?;
                 }
                 data = qd;
                 dtype = q;

@@ -71,7 +71,7 @@ impl RawTensor<'_> {
                     name: name.to_string(),
                     msg: "data shorter than its shape".into(),
                 })?;
-            crate::cpu::quant::dequantize_row(self.dtype, src, dst)?;
+            crate::quants::dequantize_row(self.dtype, src, dst)?;
         }
         Ok(out)
     }

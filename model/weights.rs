@@ -163,7 +163,7 @@ impl<'a> Loader<'a> {
                 let row_bytes = q.row_bytes(t.cols)?;
                 let mut out = vec![0u8; row_bytes * t.rows];
                 for (src, dst) in vals.chunks(t.cols).zip(out.chunks_mut(row_bytes)) {
-                    crate::cpu::quant::quantize_row(q, src, dst)?;
+                    crate::quants::quantize_row(q, src, dst)?;
                 }
                 (q, Cow::Owned(out))
             }

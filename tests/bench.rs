@@ -143,7 +143,7 @@ fn synth_weights_are_well_scaled() {
     let values = |name: &str| {
         let t = g.tensor(name).unwrap();
         let mut out = vec![0f32; t.n_elements()];
-        vkllm::cpu::quant::dequantize_row(t.dtype, g.tensor_data(t), &mut out).unwrap();
+        vkllm::quants::dequantize_row(t.dtype, g.tensor_data(t), &mut out).unwrap();
         out
     };
     let q = values("blk.0.attn_q.weight");

@@ -540,8 +540,8 @@ fn corrupt_file_corpus() {
         ),
         (
             "unsupported-ggml-type",
-            patched(|v| put_u32(v, tensor_fields(&base, a, 2).2, 10)),
-            "ggml type 10 (q2_k) is not supported",
+            patched(|v| put_u32(v, tensor_fields(&base, a, 2).2, 19)),
+            "ggml type 19 (iq1_s) is not supported",
         ),
         (
             "row-not-whole-blocks",

@@ -11,9 +11,9 @@ use common::{download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upl
 use vkllm::backend::{
     Activation, AttentionParams, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
 };
-use vkllm::cpu::quant::act::{self, ActRows, ACT_BLOCK};
-use vkllm::cpu::quant::quantize_row;
+use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{Activations, CpuBackend, Isa};
+use vkllm::quants::quantize_row;
 use vkllm::{reference, DType};
 
 type Backends = Vec<(String, Box<dyn ComputeBackend>)>;

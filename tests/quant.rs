@@ -6,7 +6,7 @@ mod common;
 
 use common::rand_f32;
 use half::f16;
-use vkllm::cpu::quant::{dequantize_row, quantize_row};
+use vkllm::quants::{dequantize_row, quantize_row};
 use vkllm::DType;
 
 fn h(v: f32) -> [u8; 2] {
@@ -35,7 +35,22 @@ fn quantize_dequantize_error_bounds() {
         (DType::Q4K, 0.09),
         (DType::Q5K, 0.05),
         (DType::Q6K, 0.021),
+        // Q2_K: 4 levels over each 16 values' range (half a step ≈ 1/3 of
+        // it) with 4-bit scales and mins, measured 0.32; Q3_K: 8 signed
+        // levels, the value opposite the signed max clipping, 0.22; IQ4_NL
+        // and IQ4_XS: 16 non-linear levels, 0.12; bounded at ~1.3x.
+        (DType::Q2K, 0.4),
+        (DType::Q3K, 0.29),
+        (DType::IQ4NL, 0.16),
+        (DType::IQ4XS, 0.16),
+        // Ternary: values round to {-1, 0, 1}·max|x|, half of max|x| at worst.
+        (DType::TQ1_0, 0.5 + 1e-3),
+        (DType::TQ2_0, 0.5 + 1e-3),
+        // MXFP4: the scale s = 2^(⌊log2 max|x|⌋ - 2) ≤ max|x|/4 and the
+        // widest gap inside the range (4s to 6s) is 2s: s at worst.
+        (DType::MXFP4, 0.25 + 1e-3),
     ];
+    assert_eq!(cases.len(), DType::ALL.len(), "a bound for every type");
     for (dtype, bound) in cases {
         let n = 4 * 256;
         let x = rand_f32(n, 7);
@@ -284,12 +299,46 @@ fn quantizers_follow_ggml_on_simple_blocks() {
     assert_eq!(&q[..2], &h(1.0));
     assert_eq!(q[2 + 5] & 0x0F, 0);
     assert_eq!(q[2 + 6] & 0x0F, 15);
-    // All-zero k-quant blocks stay exactly zero.
-    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+    // All-zero blocks stay exactly zero.
+    for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
+        let n = dtype.block_elems();
         let mut q = vec![0xAAu8; dtype.block_bytes()];
-        quantize_row(dtype, &[0.0; 256], &mut q).unwrap();
-        let mut y = vec![1f32; 256];
+        quantize_row(dtype, &vec![0.0; n], &mut q).unwrap();
+        let mut y = vec![1f32; n];
         dequantize_row(dtype, &q, &mut y).unwrap();
         assert!(y.iter().all(|v| *v == 0.0), "{dtype}");
+    }
+}
+
+/// Every quantized type decodes blocks of random bytes (random finite f16
+/// scales) exactly as the `gguf` Python package, an independent codec, does:
+/// tests/data/quants/<type>.bin holds the blocks and then its values
+/// (scripts/quant-fixtures.py writes them).
+#[test]
+fn dequantization_matches_the_gguf_package_bit_for_bit() {
+    for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
+        let path = common::root().join(format!("tests/data/quants/{dtype}.bin"));
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (bb, be) = (dtype.block_bytes(), dtype.block_elems());
+        let blocks = data.len() / (bb + 4 * be);
+        assert!(
+            blocks > 0 && data.len() == blocks * (bb + 4 * be),
+            "{dtype}: fixture size"
+        );
+        let (raw, values) = data.split_at(blocks * bb);
+        let want: Vec<u32> = values
+            .chunks_exact(4)
+            .map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+            .collect();
+        let mut got = vec![0f32; blocks * be];
+        dequantize_row(dtype, raw, &mut got).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                *w,
+                "{dtype} value {i}: {g} vs gguf's {}",
+                f32::from_bits(*w)
+            );
+        }
     }
 }

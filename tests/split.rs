@@ -8,7 +8,7 @@ mod common;
 
 use common::{download_f32, rand_f32, upload_f32, upload_u32};
 use vkllm::backend::ComputeBackend;
-use vkllm::cpu::quant::quantize_row;
+use vkllm::quants::quantize_row;
 use vkllm::vk::VulkanBackend;
 use vkllm::{reference, DType};
 

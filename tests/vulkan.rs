@@ -15,7 +15,7 @@ use common::{download_f32, download_u32, rand_f32, upload_f32, upload_u32};
 use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
 };
-use vkllm::cpu::quant::quantize_row;
+use vkllm::quants::quantize_row;
 use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
 use vkllm::{reference, DType, Error};
 

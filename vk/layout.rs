@@ -1,35 +1,10 @@
 //! Repacking GGUF weight blocks into the word-aligned layout the shaders read
-//! (see glsl/dequant.glsl): every block padded to whole 32-bit words, with
-//! the 2-byte scale of q8_0 / q4_0 / q5_0 followed by 2 pad bytes so their
-//! quants start on a word, and q6_k's 210 bytes padded to 212.
+//! (see glsl/dequant.glsl), as each type's [`crate::quants::Format::gpu`]
+//! says: e.g. q8_0 / q4_0 / q5_0 have their 2-byte scale followed by 2 pad
+//! bytes so their quants start on a word, and q6_k's 210 bytes grow to 212.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-
-/// Where a GGUF block's bytes go: bytes `[0, split)` stay, bytes from
-/// `split` move `shift` bytes later; the block grows to `padded` bytes.
-struct Repack {
-    split: usize,
-    shift: usize,
-    padded: usize,
-}
-
-fn repack_of(dtype: DType) -> Option<Repack> {
-    let r = |split, shift, padded| {
-        Some(Repack {
-            split,
-            shift,
-            padded,
-        })
-    };
-    match dtype {
-        DType::Q8_0 => r(2, 2, 36),
-        DType::Q4_0 => r(2, 2, 20),
-        DType::Q5_0 => r(2, 2, 24),
-        DType::Q6K => r(210, 0, 212),
-        _ => None,
-    }
-}
 
 /// Bytes of a repacked `[rows, cols]` weight.
 pub fn packed_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize> {
@@ -37,7 +12,7 @@ pub fn packed_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize> {
         .checked_mul(dtype.row_bytes(cols)?)
         .ok_or_else(|| Error::Shape(format!("{rows} x {cols} {dtype} weight overflows usize")))?;
     let blocks = raw / dtype.block_bytes();
-    let bytes = match repack_of(dtype) {
+    let bytes = match dtype.format().gpu {
         Some(r) => blocks * r.padded,
         None => raw,
     };
@@ -56,7 +31,7 @@ pub fn repack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Result<Vec
         )));
     }
     let mut out = vec![0u8; packed_bytes(dtype, rows, cols)?];
-    match repack_of(dtype) {
+    match dtype.format().gpu {
         None => out[..data.len()].copy_from_slice(data),
         Some(r) => {
             let bb = dtype.block_bytes();
@@ -88,6 +63,15 @@ mod tests {
         let out = repack(DType::Q6K, 1, 256, &block).unwrap();
         assert_eq!(out.len(), 212);
         assert_eq!(&out[..210], &block[..]);
+    }
+
+    #[test]
+    fn mxfp4_scale_byte_is_padded_to_a_word() {
+        let block: Vec<u8> = (1..18).collect();
+        let out = repack(DType::MXFP4, 1, 32, &block).unwrap();
+        assert_eq!(out.len(), 20);
+        assert_eq!(&out[..4], &[1, 0, 0, 0]);
+        assert_eq!(&out[4..], &block[1..]);
     }
 
     #[test]

@@ -11,9 +11,9 @@ mod neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::cpu::quant;
-use crate::cpu::quant::act::{self, ActRows};
+use crate::cpu::act::{self, ActRows};
 use crate::dtype::DType;
+use crate::quants;
 use std::ops::Range;
 
 /// A CPU instruction set with its own kernels.
@@ -110,7 +110,7 @@ pub(crate) fn dot_rows(
     assert!((1..=4).contains(&m) && x.len() >= m * k && out.len() >= rows * m);
     assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) && rows > 0 {
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) && rows > 0 && x86::decodes(dtype) {
         return dot_rows_x86(isa, dtype, w, row_bytes, k, x, m, out);
     }
     dot_rows_portable(isa, dtype, w, row_bytes, k, x, m, out)
@@ -143,7 +143,7 @@ fn dot_rows_x86(
         let eb = dtype.block_bytes();
         let mut tail = vec![0f32; k - simd_k];
         for (r, row) in w.chunks_exact(row_bytes).enumerate() {
-            if quant::dequantize_row(dtype, &row[simd_k * eb..], &mut tail).is_ok() {
+            if quants::dequantize_row(dtype, &row[simd_k * eb..], &mut tail).is_ok() {
                 for i in 0..m {
                     let xs = &x[i * k + simd_k..(i + 1) * k];
                     out[r * m + i] += tail.iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
@@ -157,7 +157,8 @@ fn quant_row_ok(dtype: DType, row_bytes: usize, k: usize) -> bool {
     dtype.row_bytes(k).is_ok_and(|b| b == row_bytes)
 }
 
-/// Scalar and NEON: dequantize each row with the scalar decoder, then dot.
+/// Scalar, NEON and types without x86 decoders: dequantize each row with the
+/// scalar decoder, then dot.
 #[allow(clippy::too_many_arguments)]
 fn dot_rows_portable(
     isa: Isa,
@@ -171,7 +172,7 @@ fn dot_rows_portable(
 ) {
     let mut row = vec![0f32; k];
     for (r, wr) in w.chunks_exact(row_bytes).enumerate() {
-        if quant::dequantize_row(dtype, wr, &mut row).is_err() {
+        if quants::dequantize_row(dtype, wr, &mut row).is_err() {
             continue;
         }
         for i in 0..m {
@@ -261,7 +262,7 @@ pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
     let k = out.len();
     assert!(quant_row_ok(dtype, w.len(), k));
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) && x86::decodes(dtype) {
         let simd_k = k - k % simd_step(dtype);
         // SAFETY: instruction set checked at backend creation; row length asserted.
         unsafe {
@@ -272,7 +273,7 @@ pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
             }
         }
         if simd_k < k {
-            let _ = quant::dequantize_row(
+            let _ = quants::dequantize_row(
                 dtype,
                 &w[simd_k * dtype.block_bytes()..],
                 &mut out[simd_k..],
@@ -280,7 +281,7 @@ pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
         }
         return;
     }
-    let _ = quant::dequantize_row(dtype, w, out);
+    let _ = quants::dequantize_row(dtype, w, out);
 }
 
 /// `Σ a[i] * b[i]` (f32 accumulation); `b` must be at least as long as `a`.

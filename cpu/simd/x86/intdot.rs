@@ -1,10 +1,10 @@
 //! Integer-dot decode kernels: Q4_0 / Q4_1 / Q8_0 / Q4_K weight rows against
 //! activations quantized per 32-value block to 16 or 8 bits ([`ActRows`]).
 //! Per block the products are summed exactly in i32, then scaled in f32 as
-//! `cpu::quant::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
+//! `cpu::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
 //! `vpmaddubsw`) and AVX-512 VNNI (`vpdpwssd`, `vpdpbusd`).
 
-use crate::cpu::quant::act::ActRows;
+use crate::cpu::act::ActRows;
 use crate::dtype::DType;
 
 /// Weight types as const parameters, so each kernel is branch-free.
@@ -85,10 +85,8 @@ macro_rules! intdot_kernels {
                 _ => {
                     let p = w.add((b / 8) * 144);
                     let s = b % 8;
-                    let (sc, m) = crate::cpu::quant::scale_min_k4(
-                        s,
-                        core::slice::from_raw_parts(p.add(4), 12),
-                    );
+                    let (sc, m) =
+                        crate::quants::scale_min_k4(s, core::slice::from_raw_parts(p.add(4), 12));
                     let raw = _mm256_loadu_si256(p.add(16 + 32 * (s / 2)) as *const __m256i);
                     let q = if s % 2 == 0 {
                         raw

@@ -4,7 +4,10 @@
 //! in [`avx512`] and [`avx2`] so each copy is compiled with its own
 //! `#[target_feature]`. Each decoder turns one GGUF block into f32 vectors in
 //! registers with exactly ggml's arithmetic (same operations, same order), so
-//! the dequantized weights are bit-identical to `quant::dequantize_row`.
+//! the dequantized weights are bit-identical to `quants::dequantize_row`.
+
+#[macro_use]
+mod lowbit;
 
 /// Block decoders (one GGUF block → `[V; elems / 16]`) plus the dispatchers
 /// `dot_rows`, `dequant_row` and `dot_f32`, for the instruction set `$feat`.
@@ -151,8 +154,8 @@ macro_rules! shared_kernels {
             let scales = core::slice::from_raw_parts(b.add(4), 12);
             let mut out = [zero(); 16];
             for c in 0..4 {
-                let (sc1, m1) = crate::cpu::quant::scale_min_k4(2 * c, scales);
-                let (sc2, m2) = crate::cpu::quant::scale_min_k4(2 * c + 1, scales);
+                let (sc1, m1) = crate::quants::scale_min_k4(2 * c, scales);
+                let (sc2, m2) = crate::quants::scale_min_k4(2 * c + 1, scales);
                 let (d1, m1) = (splat(d * sc1 as f32), splat(dmin * m1 as f32));
                 let (d2, m2) = (splat(d * sc2 as f32), splat(dmin * m2 as f32));
                 let (alo, ahi) = nibbles(load128(qs.add(32 * c)));
@@ -248,6 +251,7 @@ macro_rules! shared_kernels {
         dot_fn!($feat, dot_q4_k, dot4_q4_k, deq_q4_k, decode_q4_k, 144, 16);
         dot_fn!($feat, dot_q5_k, dot4_q5_k, deq_q5_k, decode_q5_k, 176, 16);
         dot_fn!($feat, dot_q6_k, dot4_q6_k, deq_q6_k, decode_q6_k, 210, 16);
+        lowbit_decoders!($feat);
 
         /// Values per SIMD block of `dtype` (floats are taken 16 at a time).
         fn simd_block(dtype: DType) -> usize {
@@ -282,6 +286,14 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot_q4_k::<M>(w, nb, x, k, out),
                 DType::Q5K => dot_q5_k::<M>(w, nb, x, k, out),
                 DType::Q6K => dot_q6_k::<M>(w, nb, x, k, out),
+                DType::Q2K => dot_q2_k::<M>(w, nb, x, k, out),
+                DType::Q3K => dot_q3_k::<M>(w, nb, x, k, out),
+                DType::IQ4NL => dot_iq4_nl::<M>(w, nb, x, k, out),
+                DType::IQ4XS => dot_iq4_xs::<M>(w, nb, x, k, out),
+                DType::TQ2_0 => dot_tq2_0::<M>(w, nb, x, k, out),
+                DType::MXFP4 => dot_mxfp4::<M>(w, nb, x, k, out),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
@@ -308,6 +320,14 @@ macro_rules! shared_kernels {
                 DType::Q4K => dot4_q4_k(w, row_bytes, nb, x, out),
                 DType::Q5K => dot4_q5_k(w, row_bytes, nb, x, out),
                 DType::Q6K => dot4_q6_k(w, row_bytes, nb, x, out),
+                DType::Q2K => dot4_q2_k(w, row_bytes, nb, x, out),
+                DType::Q3K => dot4_q3_k(w, row_bytes, nb, x, out),
+                DType::IQ4NL => dot4_iq4_nl(w, row_bytes, nb, x, out),
+                DType::IQ4XS => dot4_iq4_xs(w, row_bytes, nb, x, out),
+                DType::TQ2_0 => dot4_tq2_0(w, row_bytes, nb, x, out),
+                DType::MXFP4 => dot4_mxfp4(w, row_bytes, nb, x, out),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
@@ -369,6 +389,14 @@ macro_rules! shared_kernels {
                 DType::Q4K => deq_q4_k(w, nb, o),
                 DType::Q5K => deq_q5_k(w, nb, o),
                 DType::Q6K => deq_q6_k(w, nb, o),
+                DType::Q2K => deq_q2_k(w, nb, o),
+                DType::Q3K => deq_q3_k(w, nb, o),
+                DType::IQ4NL => deq_iq4_nl(w, nb, o),
+                DType::IQ4XS => deq_iq4_xs(w, nb, o),
+                DType::TQ2_0 => deq_tq2_0(w, nb, o),
+                DType::MXFP4 => deq_mxfp4(w, nb, o),
+                // Other types never come here (`decodes`).
+                _ => {}
             }
         }
 
@@ -573,6 +601,31 @@ macro_rules! dot_fn {
             }
         }
     };
+}
+
+/// Whether the shared kernels decode `dtype` in registers; other types take
+/// `cpu::simd`'s portable path (the scalar decoder, then SIMD dots).
+pub(crate) fn decodes(dtype: crate::dtype::DType) -> bool {
+    use crate::dtype::DType::*;
+    matches!(
+        dtype,
+        F32 | F16
+            | BF16
+            | Q8_0
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q4K
+            | Q5K
+            | Q6K
+            | Q2K
+            | Q3K
+            | IQ4NL
+            | IQ4XS
+            | TQ2_0
+            | MXFP4
+    )
 }
 
 /// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the

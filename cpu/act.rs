@@ -121,7 +121,7 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
         DType::Q4K => {
             let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
             let s = b % 8;
-            let (sc, m) = super::kquants::scale_min_k4(s, &blk[4..16]);
+            let (sc, m) = crate::quants::scale_min_k4(s, &blk[4..16]);
             let qs = &blk[16 + 32 * (s / 2)..16 + 32 * (s / 2) + 32];
             let shift = 4 * (s % 2);
             let q = std::array::from_fn(|j| ((qs[j] >> shift) & 0x0F) as i32);

@@ -7,9 +7,9 @@
 
 use super::{f16_at, nearest_int, put_f16, round_f16};
 
-const QK_K: usize = crate::dtype::QK_K;
+use super::QK_K;
 /// ggml's GROUP_MAX_EPS: groups below this magnitude quantize to zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `get_scale_min_k4`: 6-bit scale and min of sub-block `j` (0..8).
 #[inline]
@@ -86,9 +86,10 @@ pub(super) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
 }
 
 /// ggml's `make_qkx2_quants`: asymmetric `nmax`-level quantization of one
-/// sub-block minimising the weighted squared error over a small scale search.
-/// Returns `(scale, -min)` and fills `l`.
-fn make_qkx2_quants(
+/// sub-block minimising the weighted squared (`use_mad`: absolute) error
+/// over a small scale search. Returns `(scale, -min)` and fills `l`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
     weights: &[f32],
@@ -96,6 +97,7 @@ fn make_qkx2_quants(
     rmin: f32,
     rdelta: f32,
     nstep: i32,
+    use_mad: bool,
 ) -> (f32, f32) {
     let n = x.len();
     let (mut min, mut max) = (x[0], x[0]);
@@ -118,11 +120,11 @@ fn make_qkx2_quants(
         |iscale: f32, v: f32, min: f32| nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
     let mut iscale = nmax as f32 / (max - min);
     let mut scale = 1.0 / iscale;
+    let err = |diff: f32| if use_mad { diff.abs() } else { diff * diff };
     let mut best_error = 0f32;
     for i in 0..n {
         l[i] = quant(iscale, x[i], min);
-        let diff = scale * l[i] as f32 + min - x[i];
-        best_error += weights[i] * diff * diff;
+        best_error += weights[i] * err(scale * l[i] as f32 + min - x[i]);
     }
     let mut laux = [0u8; 32];
     for is in 0..=nstep {
@@ -146,8 +148,7 @@ fn make_qkx2_quants(
             }
             let mut cur_error = 0f32;
             for i in 0..n {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * diff * diff;
+                cur_error += weights[i] * err(this_scale * laux[i] as f32 + this_min - x[i]);
             }
             if cur_error < best_error {
                 l.copy_from_slice(&laux[..n]);
@@ -182,6 +183,7 @@ fn quant_k_scales(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> 
             rmin,
             0.1,
             nstep,
+            false,
         );
         scales[j] = s;
         mins[j] = m;

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Proof that llama.cpp reads the new block formats as vkllm does: for each
+low-bit mix `vkllm synth` writes (Q3_K_M, Q2_K, IQ4_XS; the `tiny` shape,
+whose 256-wide rows take every type of the mix), llama.cpp (its wheel
+cyllama 0.7.0, Python 3.12) loads the file, and its logits at every prompt
+position match `vkllm logits` on the CPU (f32 activations). llama.cpp's CPU
+rounds activations to 8 bits (Q8_K / Q8_0), so the two differ by a few
+percent of the logits' spread, as much for the long-supported q8_0 and
+q4_k_m (run first, as the baseline) as for the new mixes; a misread block
+would be off by the logits' whole scale.
+
+Any further arguments are GGUF files (e.g. `vkllm synth --shape
+llama3.2-1b` output) that llama.cpp must load and decode a few tokens of.
+
+    ~/.pyenv/versions/3.12.1/bin/python3 -m venv /tmp/cy
+    /tmp/cy/bin/pip install --no-deps cyllama==0.7.0 numpy
+    cargo build --release --bin vkllm
+    /tmp/cy/bin/python scripts/llamacpp-quants.py [FILE.gguf ...]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from cyllama.llama import llama_cpp as cy
+
+MIXES = ["q4_k_m", "q8_0", "q3_k_m", "q2_k", "iq4_xs"]
+IDS = [1, 17, 300, 5, 42, 900, 7, 64]
+# Of the logits' standard deviation (the baseline mixes measure 0.04-0.06).
+TOL = 0.1
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+vkllm = os.path.join(root, "target", "release", "vkllm")
+cy.disable_logging()
+cy.ggml_backend_load_all()
+
+
+def llama_cpp_logits(path, ids):
+    mp = cy.LlamaModelParams()
+    mp.n_gpu_layers = 0
+    model = cy.LlamaModel(path, mp)
+    cp = cy.LlamaContextParams()
+    cp.n_ctx = 64
+    cp.n_batch = 64
+    cp.n_ubatch = 64
+    cp.type_k = 0  # GGML_TYPE_F32
+    cp.type_v = 0
+    cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = cy.LlamaContext(model, cp)
+    batch = cy.LlamaBatch(n_tokens=len(ids), embd=0, n_seq_max=1)
+    for i, t in enumerate(ids):
+        batch.add(t, i, [0], True)
+    if ctx.decode(batch) != 0:
+        raise RuntimeError("llama_decode failed")
+    got = np.array([np.asarray(ctx.get_logits_ith(i)) for i in range(len(ids))], dtype=np.float64)
+    ctx.close()
+    return got
+
+
+failed = False
+with tempfile.TemporaryDirectory() as tmp:
+    for mix in MIXES:
+        out = os.path.join(tmp, mix + ".gguf")
+        try:
+            subprocess.run([vkllm, "synth", "--shape", "tiny", "--quant", mix, "-o", out],
+                           check=True, capture_output=True)
+            ours = subprocess.run([vkllm, "logits", "-m", out, "-b", "cpu", "--activations", "f32",
+                                   "--prompt-ids", ",".join(map(str, IDS)), "--json"],
+                                  check=True, capture_output=True, text=True).stdout
+            want = np.array(json.loads(ours)["logits"], dtype=np.float64)
+            got = llama_cpp_logits(out, IDS)
+            err = float(np.abs(got - want).max())
+            spread = float(want.std())
+            same = int((got.argmax(-1) == want.argmax(-1)).sum())
+            ok = err <= TOL * spread
+            print(f"{mix:7} tiny loaded by llama.cpp: max |dlogit| {err:.2e} = {err / spread:.3f} of the "
+                  f"logit std, argmax {same}/{len(IDS)} {'ok' if ok else 'FAIL'}", flush=True)
+            failed |= not ok
+        except Exception as e:  # one mix failing must not hide the others
+            print(f"{mix:7} FAIL: {e}", flush=True)
+            failed = True
+for path in sys.argv[1:]:
+    try:
+        logits = llama_cpp_logits(path, IDS)
+        ok = bool(np.isfinite(logits).all())
+        print(f"{os.path.basename(path)} loaded by llama.cpp: {logits.shape[0]} positions of "
+              f"{logits.shape[1]} logits, {'finite ok' if ok else 'non-finite FAIL'}", flush=True)
+        failed |= not ok
+    except Exception as e:
+        print(f"{os.path.basename(path)} FAIL: {e}", flush=True)
+        failed = True
+sys.exit(1 if failed else 0)
