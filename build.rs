@@ -15,8 +15,9 @@
 //! `vkllm_glsl_int_dot` and as a const in shaders.rs).
 //!
 //! Cooperative-matrix shaders (`*_coopmat.comp`, with `COOPMAT_KHR` /
-//! `COOPMAT_NV` branches) are compiled once per branch, named
-//! `<stem>_khr[.<dtype>]` and `<stem>_nv[.<dtype>]`, each with whichever
+//! `COOPMAT_NV` branches) are compiled once per branch and per output tile
+//! ([`COOPMAT_TILES`]), named `<stem>[_small]_khr[.<dtype>]` and
+//! `<stem>[_small]_nv[.<dtype>]`, each with whichever
 //! compiler supports its extension: glslc when it does (Debian's 2023.2 knows
 //! GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix), else a
 //! glslangValidator: `$GLSLANG`, the copy scripts/install-deps.sh puts under
@@ -40,6 +41,11 @@ const VARIANTS: &[(&str, &str, &str, &[&str])] = &[(
     "mul_mat_vec_q8",
     &["q4_0", "q4_1", "q8_0", "q4_k"],
 )];
+
+/// Cooperative-matrix shaders are built once per output tile: (name
+/// infix, defines); the backend picks the small tile where the large one
+/// leaves the GPU short of workgroups.
+const COOPMAT_TILES: &[(&str, &[&str])] = &[("", &[]), ("_small", &["-DTILE_SMALL"])];
 
 const TARGET_ENV: &str = "--target-env=vulkan1.2";
 
@@ -85,19 +91,18 @@ fn main() {
             ] {
                 match compiler {
                     Some(c) => {
-                        let name = format!("{stem}_{suffix}");
-                        compile_variants(
-                            c,
-                            path,
-                            &src,
-                            &dtypes,
-                            &glsl_dir,
-                            &out_dir,
-                            &name,
-                            &[define],
-                        )
-                        .into_iter()
-                        .for_each(|e| entries.push(e));
+                        for (tile, tile_define) in COOPMAT_TILES {
+                            let name = format!("{stem}{tile}_{suffix}");
+                            let defines: Vec<&str> = [define]
+                                .into_iter()
+                                .chain(tile_define.iter().copied())
+                                .collect();
+                            compile_variants(
+                                c, path, &src, &dtypes, &glsl_dir, &out_dir, &name, &defines,
+                            )
+                            .into_iter()
+                            .for_each(|e| entries.push(e));
+                        }
                     }
                     None => println!(
                         "cargo:warning={} ({suffix}) skipped: no GLSL compiler here supports \

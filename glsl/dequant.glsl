@@ -11,6 +11,9 @@
 //
 // dq1(i): element i of the flattened [rows, cols] weight.
 // dq4(i): elements i..i+3; i % 4 == 0 and all four in one row.
+// dq16(i, v): elements i..i+15 into v; i % 16 == 0, all in one row. Types
+// whose 16 values share one scale define it (and HAS_DQ16) to decode the
+// scale once; the others get four dq4 calls at the end of this file.
 
 uint byte_at(uint word_base, uint b) {
     return (wdata[word_base + (b >> 2)] >> ((b & 3u) * 8u)) & 0xFFu;
@@ -57,6 +60,16 @@ vec4 dq4(uint i) {
                   bitfieldExtract(w, 16, 8), bitfieldExtract(w, 24, 8));
     return unpackHalf2x16(wdata[base]).x * q;
 }
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = (i >> 5) * 9u + 1u + ((i & 31u) >> 2);
+    float d = unpackHalf2x16(wdata[(i >> 5) * 9u]).x;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        int w = int(wdata[base + j]);
+        v[j] = d * vec4(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8),
+                        bitfieldExtract(w, 16, 8), bitfieldExtract(w, 24, 8));
+    }
+}
 
 #elif defined(TYPE_Q4_0) || defined(TYPE_Q4_1)
 // q4_0: [d f16, pad][16 bytes of nibbles]; q4_1: [d f16, m f16][16 bytes]: 5 words.
@@ -82,6 +95,15 @@ vec4 dq4(uint i) {
     uint w = (wdata[base + 1u + ((e & 15u) >> 2)] >> ((e >> 4) * 4u)) & 0x0F0F0F0Fu;
     vec2 dm = q4_dm(base);
     return dm.x * bytes4(w) + dm.y;
+}
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = (i >> 5) * 5u;
+    uint shift = ((i & 31u) >> 4) * 4u;
+    vec2 dm = q4_dm(base);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        v[j] = dm.x * bytes4((wdata[base + 1u + j] >> shift) & 0x0F0F0F0Fu) + dm.y;
+    }
 }
 
 #elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
@@ -165,6 +187,22 @@ vec4 dq4(uint i) {
     vec2 sm = k_scale_min(base, 2u * c + hi);
     return sm.x * q - sm.y;
 }
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = (i >> 8) * BW;
+    uint e = i & 255u;
+    uint c = e >> 6;
+    uint hi = (e >> 5) & 1u;
+    uint l = e & 31u;
+    vec2 sm = k_scale_min(base, 2u * c + hi);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        uint w = (wdata[base + QS + 8u * c + (l >> 2) + j] >> (4u * hi)) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_K)
+        w |= ((wdata[base + 4u + (l >> 2) + j] >> (2u * c + hi)) & 0x01010101u) << 4;
+#endif
+        v[j] = sm.x * bytes4(w) - sm.y;
+    }
+}
 
 #elif defined(TYPE_Q6_K)
 // [128 ql bytes][64 qh bytes][16 i8 scales][d f16, pad]: 53 words.
@@ -193,6 +231,20 @@ vec4 dq4(uint i) {
     uint lo = (wdata[base + 16u * h + 8u * (t & 1u) + (l >> 2)] >> (4u * (t >> 1))) & 0x0F0F0F0Fu;
     uint hi = (wdata[base + 32u + 8u * h + (l >> 2)] >> (2u * t)) & 0x03030303u;
     return q6_scale(base, h, t, l) * (bytes4(lo | (hi << 4)) - 32.0);
+}
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = (i >> 8) * 53u;
+    uint e = i & 255u;
+    uint h = e >> 7;
+    uint t = (e >> 5) & 3u;
+    uint l = e & 31u;
+    float s = q6_scale(base, h, t, l);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        uint lo = (wdata[base + 16u * h + 8u * (t & 1u) + (l >> 2) + j] >> (4u * (t >> 1))) & 0x0F0F0F0Fu;
+        uint hi = (wdata[base + 32u + 8u * h + (l >> 2) + j] >> (2u * t)) & 0x03030303u;
+        v[j] = s * (bytes4(lo | (hi << 4)) - 32.0);
+    }
 }
 
 #elif defined(TYPE_Q2_K)
@@ -372,4 +424,12 @@ vec4 dq4(uint i) {
 
 #else
 #error "compile with one -DTYPE_<dtype>"
+#endif
+
+#if !defined(HAS_DQ16)
+void dq16(uint i, out vec4 v[4]) {
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        v[j] = dq4(i + 4u * j);
+    }
+}
 #endif

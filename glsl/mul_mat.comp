@@ -42,8 +42,8 @@ void main() {
     bool vec_ok = (pc.k & 3u) == 0u;
 
     float acc[4][4];
-    for (uint a = 0u; a < 4u; a++) {
-        for (uint b = 0u; b < 4u; b++) {
+    [[unroll]] for (uint a = 0u; a < 4u; a++) {
+        [[unroll]] for (uint b = 0u; b < 4u; b++) {
             acc[a][b] = 0.0;
         }
     }
@@ -59,7 +59,7 @@ void main() {
             if (vec_ok && kk + 3u < pc.k) {
                 wv = dq4(wn * pc.k + kk);
             } else {
-                for (uint j = 0u; j < 4u; j++) {
+                [[unroll]] for (uint j = 0u; j < 4u; j++) {
                     if (kk + j < pc.k) {
                         wv[j] = dq1(wn * pc.k + kk + j);
                     }
@@ -69,26 +69,26 @@ void main() {
         uint xm = m0 + lr;
         vec4 xv = vec4(0.0);
         if (xm < pc.m) {
-            for (uint j = 0u; j < 4u; j++) {
+            [[unroll]] for (uint j = 0u; j < 4u; j++) {
                 if (kk + j < pc.k) {
                     xv[j] = x[xm * pc.k + kk + j];
                 }
             }
         }
-        for (uint j = 0u; j < 4u; j++) {
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
             ws[lr][lk + j] = wv[j];
             xs[lr][lk + j] = xv[j];
         }
         barrier();
-        for (uint j = 0u; j < BK; j++) {
+        [[unroll]] for (uint j = 0u; j < BK; j++) {
             float wr[4];
             float xr[4];
-            for (uint a = 0u; a < 4u; a++) {
+            [[unroll]] for (uint a = 0u; a < 4u; a++) {
                 wr[a] = ws[tx + 16u * a][j];
                 xr[a] = xs[ty + 16u * a][j];
             }
-            for (uint a = 0u; a < 4u; a++) {
-                for (uint b = 0u; b < 4u; b++) {
+            [[unroll]] for (uint a = 0u; a < 4u; a++) {
+                [[unroll]] for (uint b = 0u; b < 4u; b++) {
                     acc[a][b] += wr[a] * xr[b];
                 }
             }
@@ -96,13 +96,13 @@ void main() {
         barrier();
     }
 
-    for (uint a = 0u; a < 4u; a++) {
+    [[unroll]] for (uint a = 0u; a < 4u; a++) {
         uint col = n0 + tx + 16u * a;
         if (col >= pc.n) {
             continue;
         }
         float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
-        for (uint b = 0u; b < 4u; b++) {
+        [[unroll]] for (uint b = 0u; b < 4u; b++) {
             uint row = m0 + ty + 16u * b;
             if (row < pc.m) {
                 y[row * pc.ldy + pc.row0 + col] = acc[a][b] + bv;

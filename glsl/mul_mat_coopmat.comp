@@ -1,19 +1,25 @@
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for many rows m on cooperative
 // matrices (tensor cores): f16 inputs, f32 accumulation.
 //
-// Compiled twice per weight dtype by build.rs: -DCOOPMAT_KHR
+// Compiled per weight dtype and output tile by build.rs, in two branches: -DCOOPMAT_KHR
 // (GL_KHR_cooperative_matrix, needs a glslang that knows it) and
 // -DCOOPMAT_NV (GL_NV_cooperative_matrix, which Debian's glslc compiles); the
 // macros below are the only difference. The backend picks one from the
 // device's extensions and its f16 x f16 -> f32 16x16x16 support.
 //
-// A workgroup of 128 invocations is 4 subgroups of 32 (the backend only
-// picks this kernel where the subgroup size is 32) and computes a 64(m) x
-// 128(n) output tile; subgroup s takes the 32 x 64 quarter (s / 2, s % 2):
-// 2 x 4 fragments of 16 x 16. K goes BK = 32 at a time through two shared
-// buffers: while the subgroups multiply one, the next k slice is fetched
-// from memory into registers (W dequantized with dequant.glsl) and stored,
-// as f16, into the other, so each step needs one barrier.
+// The output tile is a grid of WARPS_M x WARPS_N subgroups of 32 (the
+// backend only picks this kernel where the subgroup size is 32), each
+// computing FRAGS_M x FRAGS_N 16 x 16 fragments: 128 x 128 from 8 subgroups
+// by default, 64 x 64 from 4 with TILE_SMALL, which the backend takes where
+// the large tile would leave the GPU short of workgroups. On an H200 at
+// m = 512 (TFLOP/s, Q4_K): 128 x 128 reaches 80-84 on 8192 x 2048 and
+// 4096 x 4096 weights, where 128 x 64 tiles reached 44; 64 x 64 reaches
+// 48 on 2048 x 2048, where 128 x 128 (64 workgroups) reached 39.
+// K goes BK = 32 at a time through two shared buffers: while the subgroups
+// multiply one, the next k slice is fetched from memory into registers
+// (each invocation decodes runs of 16 weights of one row with dq16, one
+// scale decode each) and stored, as f16, into the other, so each step needs
+// one barrier.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -41,10 +47,9 @@
 #endif
 #include "common.glsl"
 
-layout(local_size_x = 128) in;
-
 layout(binding = 0) readonly buffer W { uint wdata[]; };
 layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer B { float bias[]; };
 
@@ -62,80 +67,107 @@ layout(push_constant) uniform Push {
 
 #include "dequant.glsl"
 
-const uint BM = 64u;
-const uint BN = 128u;
+#if defined(TILE_SMALL)
+#define WARPS_M 2u
+#define WARPS_N 2u
+#define FRAGS_M 2u
+#define FRAGS_N 2u
+#else
+#define WARPS_M 2u
+#define WARPS_N 4u
+#define FRAGS_M 4u
+#define FRAGS_N 2u
+#endif
+const uint THREADS = WARPS_M * WARPS_N * 32u;
+const uint BM = WARPS_M * FRAGS_M * 16u;
+const uint BN = WARPS_N * FRAGS_N * 16u;
 const uint BK = 32u;
-// Shared row stride in f16: 8 more than BK so rows start 16 bytes apart
-// modulo the bank width (fewer conflicts), and a multiple of 16 bytes as
-// fragment loads want.
-const uint SK = BK + 8u;
-// vec4 loads per invocation per k slice: W is BN x BK, x is BM x BK.
-const uint W_LOADS = BN * BK / 4u / 128u;
-const uint X_LOADS = BM * BK / 4u / 128u;
+// Shared rows in units of 4 f16 (a uvec2: GL_NV_cooperative_matrix loads
+// no f16 vectors): 2 more than BK / 4 so rows start 16 bytes apart modulo
+// the bank width (fewer conflicts), and 16-byte aligned as fragment loads
+// want.
+const uint SK = BK / 4u + 2u;
+// Runs of 16 weights (BN x BK values) and vec4s of x (BM x BK) per
+// invocation per k slice.
+const uint W_RUNS = (BN * BK / 16u + THREADS - 1u) / THREADS;
+const uint X_LOADS = BM * BK / 4u / THREADS;
 
-shared float16_t ws[2u * BN * SK];
-shared float16_t xs[2u * BM * SK];
+layout(local_size_x = THREADS) in;
+
+shared uvec2 ws[2u * BN * SK];
+shared uvec2 xs[2u * BM * SK];
 // One 16 x 16 f32 fragment per subgroup on its way out (bounds and bias).
-shared float stage[4u * 256u];
+shared float stage[WARPS_M * WARPS_N * 256u];
 
-vec4 wreg[W_LOADS];
-vec4 xreg[X_LOADS];
+// The next slice in registers, already f16.
+uvec2 wreg[W_RUNS * 4u];
+uvec2 xreg[X_LOADS];
+
+uvec2 half4(vec4 v) {
+    return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+}
 
 // Fetch the k slice at k0 into registers; out-of-range elements are zeros.
-void fetch(uint n0, uint m0, uint k0, bool vec_ok) {
+// fast: k % 16 == 0, so 16-value runs never straddle a row.
+void fetch(uint n0, uint m0, uint k0, bool fast) {
     uint t = gl_LocalInvocationID.x;
-    for (uint i = 0u; i < W_LOADS; i++) {
-        uint idx = t + 128u * i;
-        uint wn = n0 + idx / (BK / 4u);
-        uint kk = k0 + (idx % (BK / 4u)) * 4u;
+    // Weights: run r is row r / 2, values 16 (r % 2) onwards.
+    [[unroll]] for (uint i = 0u; i < W_RUNS; i++) {
+        uint r = t + THREADS * i;
+        uint wn = n0 + r / 2u;
+        uint kk = k0 + (r % 2u) * 16u;
+        vec4 v[4];
+        if (fast && r < 2u * BN && wn < pc.n && kk < pc.k) {
+            dq16(wn * pc.k + kk, v);
+        } else {
+            [[unroll]] for (uint j = 0u; j < 16u; j++) {
+                float e = 0.0;
+                if (r < 2u * BN && wn < pc.n && kk + j < pc.k) {
+                    e = dq1(wn * pc.k + kk + j);
+                }
+                v[j / 4u][j % 4u] = e;
+            }
+        }
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            wreg[4u * i + j] = half4(v[j]);
+        }
+    }
+    // x: 8 consecutive invocations read one row's 32 values.
+    [[unroll]] for (uint i = 0u; i < X_LOADS; i++) {
+        uint idx = t + THREADS * i;
+        uint xm = m0 + idx / (BK / 4u);
+        uint xk = k0 + (idx % (BK / 4u)) * 4u;
         vec4 v = vec4(0.0);
-        if (wn < pc.n) {
-            if (vec_ok && kk + 3u < pc.k) {
-                v = dq4(wn * pc.k + kk);
+        if (xm < pc.m) {
+            if (fast && xk < pc.k) {
+                v = x4[(xm * pc.k + xk) / 4u];
             } else {
-                for (uint j = 0u; j < 4u; j++) {
-                    if (kk + j < pc.k) {
-                        v[j] = dq1(wn * pc.k + kk + j);
+                [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                    if (xk + j < pc.k) {
+                        v[j] = x[xm * pc.k + xk + j];
                     }
                 }
             }
         }
-        wreg[i] = v;
-    }
-    for (uint i = 0u; i < X_LOADS; i++) {
-        uint idx = t + 128u * i;
-        uint xm = m0 + idx / (BK / 4u);
-        uint kk = k0 + (idx % (BK / 4u)) * 4u;
-        vec4 v = vec4(0.0);
-        if (xm < pc.m) {
-            for (uint j = 0u; j < 4u; j++) {
-                if (kk + j < pc.k) {
-                    v[j] = x[xm * pc.k + kk + j];
-                }
-            }
-        }
-        xreg[i] = v;
+        xreg[i] = half4(v);
     }
 }
 
-// Store the fetched slice, as f16, into shared buffer `buf`.
+// Store the fetched slice into shared buffer `buf`.
 void store(uint buf) {
     uint t = gl_LocalInvocationID.x;
-    for (uint i = 0u; i < W_LOADS; i++) {
-        uint idx = t + 128u * i;
-        uint at = buf * BN * SK + (idx / (BK / 4u)) * SK + (idx % (BK / 4u)) * 4u;
-        f16vec4 h = f16vec4(wreg[i]);
-        for (uint j = 0u; j < 4u; j++) {
-            ws[at + j] = h[j];
+    [[unroll]] for (uint i = 0u; i < W_RUNS; i++) {
+        uint r = t + THREADS * i;
+        if (r < 2u * BN) {
+            uint at = buf * BN * SK + (r / 2u) * SK + (r % 2u) * 4u;
+            [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                ws[at + j] = wreg[4u * i + j];
+            }
         }
     }
-    for (uint i = 0u; i < X_LOADS; i++) {
-        uint idx = t + 128u * i;
-        uint at = buf * BM * SK + (idx / (BK / 4u)) * SK + (idx % (BK / 4u)) * 4u;
-        f16vec4 h = f16vec4(xreg[i]);
-        for (uint j = 0u; j < 4u; j++) {
-            xs[at + j] = h[j];
-        }
+    [[unroll]] for (uint i = 0u; i < X_LOADS; i++) {
+        uint idx = t + THREADS * i;
+        xs[buf * BM * SK + (idx / (BK / 4u)) * SK + idx % (BK / 4u)] = xreg[i];
     }
 }
 
@@ -143,37 +175,37 @@ void main() {
     uint n0 = gl_WorkGroupID.x * BN;
     uint m0 = gl_WorkGroupID.y * BM;
     uint sg = gl_SubgroupID;
-    uint sm = (sg / 2u) * 32u;
-    uint sn = (sg % 2u) * 64u;
-    bool vec_ok = (pc.k & 3u) == 0u;
+    uint sm = (sg / WARPS_N) * FRAGS_M * 16u;
+    uint sn = (sg % WARPS_N) * FRAGS_N * 16u;
+    bool fast = (pc.k & 15u) == 0u;
 
-    MAT_C acc[2][4];
-    for (uint a = 0u; a < 2u; a++) {
-        for (uint b = 0u; b < 4u; b++) {
+    MAT_C acc[FRAGS_M][FRAGS_N];
+    [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
+        [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
             acc[a][b] = MAT_C(0.0);
         }
     }
 
     uint steps = (pc.k + BK - 1u) / BK;
-    fetch(n0, m0, 0u, vec_ok);
+    fetch(n0, m0, 0u, fast);
     store(0u);
     barrier();
     for (uint s = 0u; s < steps; s++) {
         uint cur = s & 1u;
         bool more = s + 1u < steps;
         if (more) {
-            fetch(n0, m0, (s + 1u) * BK, vec_ok);
+            fetch(n0, m0, (s + 1u) * BK, fast);
         }
-        for (uint kk = 0u; kk < BK; kk += 16u) {
-            MAT_A fa[2];
-            for (uint a = 0u; a < 2u; a++) {
-                LOAD_ROWS(fa[a], xs, cur * BM * SK + (sm + 16u * a) * SK + kk, SK);
+        [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
+            MAT_B fb[FRAGS_N];
+            [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
+                LOAD_COLS(fb[b], ws, cur * BN * SK + (sn + 16u * b) * SK + kk, SK);
             }
-            for (uint b = 0u; b < 4u; b++) {
-                MAT_B fb;
-                LOAD_COLS(fb, ws, cur * BN * SK + (sn + 16u * b) * SK + kk, SK);
-                for (uint a = 0u; a < 2u; a++) {
-                    acc[a][b] = MUL_ADD(fa[a], fb, acc[a][b]);
+            [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
+                MAT_A fa;
+                LOAD_ROWS(fa, xs, cur * BM * SK + (sm + 16u * a) * SK + kk, SK);
+                [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
+                    acc[a][b] = MUL_ADD(fa, fb[b], acc[a][b]);
                 }
             }
         }
@@ -185,15 +217,24 @@ void main() {
         barrier();
     }
 
+    // Whole fragments without a bias go straight to y (16-byte aligned rows
+    // as fragment stores want); the rest through shared memory.
+    bool direct = pc.has_bias == 0u && (pc.ldy & 3u) == 0u && (pc.row0 & 3u) == 0u;
     uint lane = gl_SubgroupInvocationID;
-    for (uint a = 0u; a < 2u; a++) {
-        for (uint b = 0u; b < 4u; b++) {
+    [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
+        [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
+            uint row0 = m0 + sm + 16u * a;
+            uint col0 = n0 + sn + 16u * b;
+            if (direct && row0 + 16u <= pc.m && col0 + 16u <= pc.n) {
+                STORE_ROWS(acc[a][b], y, row0 * pc.ldy + pc.row0 + col0, pc.ldy);
+                continue;
+            }
             STORE_ROWS(acc[a][b], stage, sg * 256u, 16u);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
-                uint row = m0 + sm + 16u * a + e / 16u;
-                uint col = n0 + sn + 16u * b + e % 16u;
+                uint row = row0 + e / 16u;
+                uint col = col0 + e % 16u;
                 if (row < pc.m && col < pc.n) {
                     float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
                     y[row * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;

@@ -28,7 +28,7 @@
 // elements at a time through dequant.glsl.
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_control_flow_attributes : require
+
 #if defined(Q8X)
 #extension GL_EXT_spirv_intrinsics : require
 #endif

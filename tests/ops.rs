@@ -14,6 +14,7 @@ use vkllm::backend::{
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{Activations, CpuBackend, Isa};
 use vkllm::quants::quantize_row;
+use vkllm::vk::MatmulKernel;
 use vkllm::{reference, DType};
 
 type Backends = Vec<(String, Box<dyn ComputeBackend>)>;
@@ -38,9 +39,10 @@ fn all_backends() -> Backends {
 
 /// Backends for the matmul tests, each with what its decode matmuls do to
 /// activations: `all_backends()` (the CPU ones in the default mode), the
-/// CPU's other activation modes on every instruction set, and Vulkan twice
-/// where the device has integer dot products: its two-digit int8
-/// activations on every weight (steps of max|x|/(127·254)) and exact f32.
+/// CPU's other activation modes on every instruction set, and Vulkan up to
+/// three times: its two-digit int8 decode activations where the device has
+/// integer dot products (steps of max|x|/(127·254)), exact f32 (the f32 GEMM
+/// tiles), and its f16 cooperative-matrix GEMM where the device has one.
 fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Rounding)> {
     let mut v: Vec<_> = all_backends()
         .into_iter()
@@ -58,48 +60,71 @@ fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Rounding)> {
             }
         }
     }
-    for q8 in [true, false] {
+    // Vulkan: int8 decode activations, then the exact f32 kernels, then the
+    // f16 cooperative-matrix GEMM where the device has it.
+    for kind in ["vulkan-q8", "vulkan", "vulkan-coopmat"] {
         let Some(mut b) = common::vulkan_backend() else {
             break;
         };
-        if q8 && !b.kernels().gemv_q8 {
-            continue;
-        }
-        b.set_gemv_q8(q8.then_some(0)).unwrap();
-        let (name, rounding) = if q8 {
-            ("vulkan-q8", Rounding(Some(127.0 * 254.0)))
-        } else {
-            ("vulkan", Rounding(None))
+        let coopmat = b.kernels().matmul;
+        let rounding = match kind {
+            "vulkan-q8" if b.kernels().gemv_q8 => Rounding::Steps(127.0 * 254.0),
+            "vulkan-coopmat" if coopmat != MatmulKernel::Tiles => Rounding::F16Gemm,
+            "vulkan" => Rounding::None,
+            _ => continue,
         };
-        v.push((name.to_string(), Box::new(b), rounding));
+        b.set_gemv_q8((kind == "vulkan-q8").then_some(0)).unwrap();
+        if kind == "vulkan" {
+            b.set_matmul(MatmulKernel::Tiles).unwrap();
+        }
+        v.push((kind.to_string(), Box::new(b), rounding));
     }
     v
 }
 
-/// How a backend's decode matmuls round activations: to steps of
-/// max|x_block| / .0 (`None`: they stay f32).
+/// How a backend rounds a matmul's inputs.
 #[derive(Clone, Copy)]
-struct Rounding(Option<f32>);
+enum Rounding {
+    /// Not at all: f32 throughout.
+    None,
+    /// Decode (m <= 4) activations of the integer-dot weight types, to steps
+    /// of max|x_block| / .0.
+    Steps(f32),
+    /// Prefill (m > 4) weights and activations to f16 (the cooperative-
+    /// matrix GEMM).
+    F16Gemm,
+}
 
 impl Rounding {
     fn of(acts: Activations) -> Rounding {
-        Rounding(match acts {
-            Activations::F32 => None,
-            Activations::Q16 => Some(32767.0),
-            Activations::Q8 => Some(127.0),
-        })
+        match acts {
+            Activations::F32 => Rounding::None,
+            Activations::Q16 => Rounding::Steps(32767.0),
+            Activations::Q8 => Rounding::Steps(127.0),
+        }
     }
 }
 
-/// The most that rounding the activations as `r` does can move output `r`
-/// of row `x` (`k` values) of a matmul with `m` rows: each value moves by at
-/// most half a step, `max|x_block| / (2·MAX)`, times `|w|`. Zero where the
-/// backend stays in f32 (other weight types, prefill, no rounding).
+/// The most that rounding the inputs as `r` can move output `r` of row `x`
+/// (`k` values) of a matmul with `m` rows. Integer steps: each value moves
+/// by at most half a step, `max|x_block| / (2·MAX)`, times `|w|` (zero for
+/// other weight types and prefill). F16 GEMM: w and x each within 2⁻¹¹
+/// relative (plus half f16's subnormal spacing, 2⁻²⁵), so each product
+/// within 2⁻¹⁰·|w·x| + 2⁻²⁵·(|w| + |x|) (zero for decode).
 fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
-    let max = match r.0 {
+    let max = match r {
+        Rounding::None => return 0.0,
+        Rounding::F16Gemm if m <= 4 => return 0.0,
+        Rounding::F16Gemm => {
+            let terms: f32 = w
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a.abs() * b.abs() / 1024.0 + (a.abs() + b.abs()) / 33_554_432.0)
+                .sum();
+            return terms * 1.01;
+        }
         _ if !act::supports(dtype) || m > 4 || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
-        None => return 0.0,
-        Some(max) => max,
+        Rounding::Steps(max) => max,
     };
     w.chunks(ACT_BLOCK)
         .zip(x.chunks(ACT_BLOCK))
@@ -303,7 +328,7 @@ fn matmul_long_reductions_match_reference() {
     // (partial sums added into y); odd float lengths leave a ragged last
     // chunk. Same tolerance as above: 1e-5 of Σ|w·x| (m = 13 is prefill,
     // f32 in every CPU mode).
-    for (name, mut b, _) in matmul_backends() {
+    for (name, mut b, acts) in matmul_backends() {
         for (dtype, cols) in [
             (DType::F32, 1601),
             (DType::F16, 2048),
@@ -331,8 +356,11 @@ fn matmul_long_reductions_match_reference() {
                         .sum::<f32>()
                         + bias[r].abs();
                     let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                    let xr = &x[i * cols..(i + 1) * cols];
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    let bound = activation_bound(acts, dtype, wr, xr, m);
                     assert!(
-                        (g - e).abs() <= 1e-5 * mag,
+                        (g - e).abs() <= 1e-5 * mag + bound,
                         "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e}"
                     );
                 }

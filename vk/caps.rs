@@ -181,12 +181,20 @@ impl MatmulKernel {
         }
     }
 
-    /// The shader stem.
-    pub fn shader(self) -> &'static str {
-        match self {
-            MatmulKernel::Tiles => "mul_mat",
-            MatmulKernel::CoopmatKhr => "mul_mat_coopmat_khr",
-            MatmulKernel::CoopmatNv => "mul_mat_coopmat_nv",
+    /// The shader stem and output tile (n, m) for a `m x n` output: the
+    /// cooperative-matrix kernel's 128 x 128 tile where that gives the GPU
+    /// enough workgroups, its 64 x 64 tile below (see mul_mat_coopmat.comp).
+    pub fn shader(self, n: usize, m: usize) -> (&'static str, usize, usize) {
+        /// Fewest 128 x 128 tiles worth taking: on an H200 (132 SMs) 128
+        /// of them beat 512 small ones by 1.7x, 64 lost to 256 by 1.2x.
+        const BIG_MIN_TILES: usize = 96;
+        let big = n.div_ceil(128) * m.div_ceil(128) >= BIG_MIN_TILES;
+        match (self, big) {
+            (MatmulKernel::Tiles, _) => ("mul_mat", 64, 64),
+            (MatmulKernel::CoopmatKhr, true) => ("mul_mat_coopmat_khr", 128, 128),
+            (MatmulKernel::CoopmatKhr, false) => ("mul_mat_coopmat_small_khr", 64, 64),
+            (MatmulKernel::CoopmatNv, true) => ("mul_mat_coopmat_nv", 128, 128),
+            (MatmulKernel::CoopmatNv, false) => ("mul_mat_coopmat_small_nv", 64, 64),
         }
     }
 }
@@ -244,7 +252,8 @@ pub struct Kernels {
 
 impl Kernels {
     /// The kernels for `caps`, with the environment's overrides:
-    /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (tiles by default; a forced
+    /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (cooperative matrices
+    /// where the device has them, KHR first, else tiles; a forced
     /// cooperative-matrix kernel the device cannot run is an error) and
     /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup`,
     /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
@@ -255,10 +264,9 @@ impl Kernels {
             .into_iter()
             .find(|k| k.available(caps));
         let matmul = match std::env::var("VKLLM_MATMUL").as_deref() {
-            // Measured on the H200: the cooperative-matrix kernel is still
-            // slower than the f32 tiles (pp512 8B 897 vs 1,237 tok/s), so it
-            // is opt-in until it wins.
-            Err(_) | Ok("") => Tiles,
+            // Measured on the H200: the cooperative-matrix kernel reaches
+            // 40-90 TFLOP/s at m = 512 where the f32 tiles reach 17-20.
+            Err(_) | Ok("") => best_coopmat.unwrap_or(Tiles),
             Ok("tiles") => Tiles,
             Ok(want @ ("coopmat" | "coopmat-khr" | "coopmat-nv")) => {
                 let pick = match want {

@@ -254,6 +254,23 @@ impl VulkanBackend {
         self.kernels
     }
 
+    /// The GEMM kernel for matmuls of more than a few rows: the f32 tiles,
+    /// or the cooperative-matrix kernel the backend opened with (its device
+    /// feature is enabled only then). Tests use it to check both on one
+    /// device; `VKLLM_MATMUL` chooses at open.
+    pub fn set_matmul(&mut self, kernel: MatmulKernel) -> Result<()> {
+        if kernel != MatmulKernel::Tiles && kernel != self.dev.kernels.matmul {
+            return Err(Error::Unsupported(format!(
+                "{} was opened with {:?} matmuls, not {kernel:?}",
+                self.dev.info.name, self.dev.kernels.matmul
+            )));
+        }
+        self.kernels.matmul = kernel;
+        // Kept passes were recorded with the other kernel.
+        self.rec.invalidate_pass();
+        Ok(())
+    }
+
     /// The integer-dot GEMV (see [`Kernels::gemv_q8`]) off (`None`) or on
     /// for weights of at least `min_bytes` (the default is
     /// [`GEMV_Q8_MIN_BYTES`]); on needs the device's integer dot products,

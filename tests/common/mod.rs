@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
 use vkllm::backend::ComputeBackend;
-use vkllm::vk::{Options, VulkanBackend};
+use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
 
 /// The checkout: cargo's run-time `CARGO_MANIFEST_DIR` (so test binaries
 /// copied to another machine can be pointed at a copy), else the build's.
@@ -96,10 +96,22 @@ pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
     vulkan_backend().map(|b| Box::new(b) as Box<dyn ComputeBackend>)
 }
 
-/// Every backend available here: the CPU always, Vulkan when a device exists.
+/// [`vulkan_backend`] with its exact f32 GEMM tiles: by default a device
+/// with cooperative matrices rounds prefill matmul inputs to f16, and the
+/// parity tests against transformers use this one (tests of the default
+/// use [`vulkan`]).
+pub fn vulkan_exact() -> Option<Box<dyn ComputeBackend>> {
+    vulkan_backend().map(|mut b| {
+        b.set_matmul(MatmulKernel::Tiles).unwrap();
+        Box::new(b) as Box<dyn ComputeBackend>
+    })
+}
+
+/// Every backend available here: the CPU always, Vulkan (exact, see
+/// [`vulkan_exact`]) when a device exists.
 pub fn backends() -> Vec<(&'static str, Box<dyn ComputeBackend>)> {
     let mut v: Vec<(&'static str, Box<dyn ComputeBackend>)> = vec![("cpu", cpu())];
-    if let Some(vk) = vulkan() {
+    if let Some(vk) = vulkan_exact() {
         v.push(("vulkan", vk));
     }
     v

@@ -9,19 +9,12 @@ use super::{plain, read, typed, u32_of, write};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vk::caps::MatmulKernel;
 use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// Output rows per GEMV workgroup or subgroup (NR in mul_mat_vec.comp).
 const GEMV_ROWS: u32 = 4;
-/// Output tile edge of mul_mat.comp.
-const TILE: usize = 64;
-/// Output tile of mul_mat_coopmat.comp: BN columns (n) by BM rows (m).
-const COOPMAT_BN: usize = 128;
-const COOPMAT_BM: usize = 64;
-
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -377,11 +370,7 @@ impl VulkanBackend {
         };
         // Without a bias, x stands in at binding 3 (never read).
         let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
-        let kernel = self.kernels.matmul;
-        let (tn, tm) = match kernel {
-            MatmulKernel::Tiles => (TILE, TILE),
-            MatmulKernel::CoopmatKhr | MatmulKernel::CoopmatNv => (COOPMAT_BN, COOPMAT_BM),
-        };
+        let (shader, tn, tm) = self.kernels.matmul.shader(n, m);
         let groups = [
             u32_of(OP, "n tiles", n.div_ceil(tn))?,
             u32_of(OP, "m tiles", m.div_ceil(tm))?,
@@ -396,7 +385,7 @@ impl VulkanBackend {
         }
         self.dispatch(
             OP,
-            typed(kernel.shader(), w.dtype),
+            typed(shader, w.dtype),
             &binds,
             bytemuck::bytes_of(&push),
             groups,
