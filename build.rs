@@ -42,8 +42,8 @@ const VARIANTS: &[(&str, &str, &str, &[&str])] = &[(
     &["q4_0", "q4_1", "q8_0", "q4_k"],
 )];
 
-/// Cooperative-matrix shaders are built once per output tile: (name
-/// infix, defines); the backend picks the small tile where the large one
+/// Cooperative-matrix shaders that name `TILE_SMALL` are built once per
+/// output tile: (name infix, defines); the backend picks the small tile where the large one
 /// leaves the GPU short of workgroups.
 const COOPMAT_TILES: &[(&str, &[&str])] = &[("", &[]), ("_small", &["-DTILE_SMALL"])];
 
@@ -91,7 +91,12 @@ fn main() {
             ] {
                 match compiler {
                     Some(c) => {
-                        for (tile, tile_define) in COOPMAT_TILES {
+                        let tiles = if src.contains("TILE_SMALL") {
+                            COOPMAT_TILES
+                        } else {
+                            &COOPMAT_TILES[..1]
+                        };
+                        for (tile, tile_define) in tiles {
                             let name = format!("{stem}{tile}_{suffix}");
                             let defines: Vec<&str> = [define]
                                 .into_iter()

@@ -1,11 +1,9 @@
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for many rows m on cooperative
 // matrices (tensor cores): f16 inputs, f32 accumulation.
 //
-// Compiled per weight dtype and output tile by build.rs, in two branches: -DCOOPMAT_KHR
-// (GL_KHR_cooperative_matrix, needs a glslang that knows it) and
-// -DCOOPMAT_NV (GL_NV_cooperative_matrix, which Debian's glslc compiles); the
-// macros below are the only difference. The backend picks one from the
-// device's extensions and its f16 x f16 -> f32 16x16x16 support.
+// Compiled per weight dtype, output tile and extension (coopmat.glsl) by
+// build.rs; the backend picks the extension from the device's and its
+// f16 x f16 -> f32 16x16x16 support.
 //
 // The output tile is a grid of WARPS_M x WARPS_N subgroups of 32 (the
 // backend only picks this kernel where the subgroup size is 32), each
@@ -24,27 +22,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
-#if defined(COOPMAT_KHR)
-#extension GL_KHR_cooperative_matrix : require
-#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
-#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
-#define MAT_C coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#define LOAD_ROWS(mat, arr, off, stride) coopMatLoad(mat, arr, off, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define LOAD_COLS(mat, arr, off, stride) coopMatLoad(mat, arr, off, stride, gl_CooperativeMatrixLayoutColumnMajor)
-#define STORE_ROWS(mat, arr, off, stride) coopMatStore(mat, arr, off, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define MUL_ADD(a, b, c) coopMatMulAdd(a, b, c)
-#elif defined(COOPMAT_NV)
-#extension GL_NV_cooperative_matrix : require
-#define MAT_A fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define MAT_B fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define MAT_C fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-#define LOAD_ROWS(mat, arr, off, stride) coopMatLoadNV(mat, arr, off, stride, false)
-#define LOAD_COLS(mat, arr, off, stride) coopMatLoadNV(mat, arr, off, stride, true)
-#define STORE_ROWS(mat, arr, off, stride) coopMatStoreNV(mat, arr, off, stride, false)
-#define MUL_ADD(a, b, c) coopMatMulAddNV(a, b, c)
-#else
-#error "compile with -DCOOPMAT_KHR or -DCOOPMAT_NV"
-#endif
+#include "coopmat.glsl"
 #include "common.glsl"
 
 layout(binding = 0) readonly buffer W { uint wdata[]; };

@@ -74,7 +74,7 @@ fn matmul_backends() -> Vec<(String, Box<dyn ComputeBackend>, Rounding)> {
             _ => continue,
         };
         b.set_gemv_q8((kind == "vulkan-q8").then_some(0)).unwrap();
-        if kind == "vulkan" {
+        if kind != "vulkan-coopmat" {
             b.set_matmul(MatmulKernel::Tiles).unwrap();
         }
         v.push((kind.to_string(), Box::new(b), rounding));

@@ -16,7 +16,7 @@ use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
 };
 use vkllm::quants::quantize_row;
-use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
+use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
 /// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
@@ -611,6 +611,103 @@ fn attention_prefill_many_rows_long_cache() {
             &want,
             &scale,
             TOL,
+        );
+        for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
+    }
+}
+
+/// GPU-only: prefill attention on cooperative matrices
+/// (attention_prefill_coopmat.comp) over an f16 cache, where the device
+/// gets it (skipped, with a note, elsewhere). The kernel rounds q·scale and
+/// the probabilities to f16; the reference takes the same rounded q (with
+/// scale 1) and the f16 cache, so what is left is the probabilities'
+/// rounding (2⁻¹¹ of each weight; outputs within 1 in magnitude): 2e-3
+/// absolute. Cases cross the 64-vector query tile and the 32-key tile, with
+/// GQA groups of 1-4, head_dim 64 and 128, windows, rows deep into the
+/// cache, and more query vectors than rows (keys past each row masked per
+/// row).
+#[test]
+fn attention_prefill_coopmat_f16_cache() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if b.kernels().attention != PrefillAttention::Coopmat {
+        eprintln!(
+            "skipped: {} gets {}, not cooperative-matrix attention",
+            b.device_info().name,
+            b.kernels()
+        );
+        return;
+    }
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (7, 0, 9, 3, 64, 0),
+        (64, 0, 8, 2, 128, 0),
+        (130, 0, 6, 2, 64, 0),
+        (130, 0, 4, 1, 128, 40),
+        (7, 650, 4, 4, 128, 0),
+        (64, 620, 9, 3, 64, 0),
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (300, 4000, 32, 8, 128, 0),
+    ];
+    let f16 = |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
+    for (ci, (rows, depth, n_heads, n_kv_heads, head_dim, window)) in cases.into_iter().enumerate()
+    {
+        let p = AttentionParams {
+            rows,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            capacity: depth + rows + 5,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            kv_dtype: DType::F16,
+        };
+        let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
+        let seed = 2000 + 10 * ci as u64;
+        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, seed)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect();
+        let k = f16(&rand_f32(p.capacity * n_kv_heads * head_dim, seed + 1)
+            .iter()
+            .map(|v| v * 2.0)
+            .collect::<Vec<_>>());
+        let v = f16(&rand_f32(p.capacity * n_kv_heads * head_dim, seed + 2));
+        let (kb, vb) = (b.alloc(k.len() * 2).unwrap(), b.alloc(v.len() * 2).unwrap());
+        b.upload(&kb, 0, bytemuck::cast_slice(&k)).unwrap();
+        b.upload(&vb, 0, bytemuck::cast_slice(&v)).unwrap();
+        let qb = upload_f32(&mut b, &q);
+        let pb = upload_u32(&mut b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(&mut b, &ob, q.len());
+        let q16: Vec<f32> = f16(&q.iter().map(|x| x * p.scale).collect::<Vec<_>>())
+            .iter()
+            .map(|h| h.to_f32())
+            .collect();
+        let widen = |h: &[half::f16]| -> Vec<f32> { h.iter().map(|x| x.to_f32()).collect() };
+        let p32 = AttentionParams {
+            scale: 1.0,
+            kv_dtype: DType::F32,
+            ..p
+        };
+        let want = reference::attention(&q16, &widen(&k), &widen(&v), &positions, &p32).unwrap();
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!(
+                "coopmat attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+                 hd {head_dim} window {window}"
+            ),
+            &got,
+            &want,
+            &scale,
+            2e-3,
         );
         for buf in [qb, kb, vb, pb, ob] {
             b.free(buf);

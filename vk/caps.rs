@@ -208,6 +208,11 @@ pub enum PrefillAttention {
     /// glsl/attention.comp: one workgroup per (row, head), each reading the
     /// whole cache it sees.
     Rows,
+    /// glsl/attention_prefill_coopmat.comp: Q·Kᵀ and P·V on the matmul
+    /// kernel's cooperative matrices, for an f16 KV cache and head_dim a
+    /// multiple of 16 up to 128 (`Flash` elsewhere, and where the matmuls
+    /// take the exact f32 tiles).
+    Coopmat,
 }
 
 /// How glsl/mul_mat_vec.comp (decode matmuls) splits its work.
@@ -235,8 +240,8 @@ impl GemvKernel {
 }
 
 /// The kernels a device gets, chosen once when the backend opens (and shown
-/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows` forces the prefill
-/// attention kernel for A/B runs.
+/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows|coopmat` forces the
+/// prefill attention kernel for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernels {
     pub matmul: MatmulKernel,
@@ -291,11 +296,14 @@ impl Kernels {
             }
         };
         let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
+            Err(_) | Ok("") if matmul != Tiles => PrefillAttention::Coopmat,
             Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
             Ok("rows") => PrefillAttention::Rows,
+            Ok("coopmat") if matmul != Tiles => PrefillAttention::Coopmat,
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
-                    "VKLLM_ATTENTION={other} is not one of flash, rows"
+                    "VKLLM_ATTENTION={other} is not one of flash, rows, coopmat (which \
+                     needs the cooperative-matrix matmuls)"
                 )))
             }
         };
@@ -332,6 +340,9 @@ impl std::fmt::Display for Kernels {
         let attention = match self.attention {
             PrefillAttention::Flash => "flash tiles (attention_prefill, head_dim <= 128)",
             PrefillAttention::Rows => "one workgroup per row and head (attention)",
+            PrefillAttention::Coopmat => {
+                "cooperative matrices for an f16 cache (attention_prefill_coopmat), else flash tiles"
+            }
         };
         let matmul = match self.matmul {
             MatmulKernel::Tiles => "f32 FMA tiles (mul_mat)",

@@ -12,7 +12,7 @@ use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vk::caps::PrefillAttention;
+use crate::vk::caps::{MatmulKernel, PrefillAttention};
 use bytemuck::{Pod, Zeroable};
 
 /// The shader keeps 8 output dims per invocation of a 64-wide workgroup.
@@ -35,6 +35,10 @@ const MAX_SPLITS: usize = 64;
 const FLASH_WG: usize = 128;
 const FLASH_BC: usize = 32;
 const FLASH_MAX_HEAD_DIM: usize = 128;
+/// attention_prefill_coopmat.comp: query vectors per workgroup (BR), and the
+/// largest head_dim its fragments and shared memory (32 KiB at 128) cover.
+const COOPMAT_BR: usize = 64;
+const COOPMAT_MAX_HEAD_DIM: usize = 128;
 
 /// Shared memory attention_prefill.comp declares for `br` query vectors per
 /// tile (mirrors its declarations).
@@ -209,7 +213,42 @@ impl VulkanBackend {
                 return self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, t);
             }
         }
-        if p.rows > SPLIT_MAX_ROWS && self.kernels.attention == PrefillAttention::Flash {
+        if p.rows > SPLIT_MAX_ROWS && f16 == 1 && p.head_dim.is_multiple_of(16) {
+            let shader = match (self.kernels.attention, self.kernels.matmul) {
+                (PrefillAttention::Coopmat, MatmulKernel::CoopmatKhr) => {
+                    Some("attention_prefill_coopmat_khr")
+                }
+                (PrefillAttention::Coopmat, MatmulKernel::CoopmatNv) => {
+                    Some("attention_prefill_coopmat_nv")
+                }
+                _ => None,
+            };
+            if let Some(shader) = shader.filter(|_| p.head_dim <= COOPMAT_MAX_HEAD_DIM) {
+                let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?;
+                let q_tiles = u32_of(OP, "query tiles", q_tiles.div_ceil(COOPMAT_BR))?;
+                if q_tiles > max[0] || push.n_kv_heads > max[1] {
+                    return Err(Error::op(
+                        OP,
+                        "rows or heads exceed the device's workgroup limits",
+                    ));
+                }
+                return self.dispatch(
+                    OP,
+                    plain(shader).spec(push.head_dim),
+                    &[
+                        read(q),
+                        read(k_cache),
+                        read(v_cache),
+                        read(positions),
+                        write(out),
+                        atomic(&status),
+                    ],
+                    bytemuck::bytes_of(&push),
+                    [q_tiles, push.n_kv_heads, 1],
+                );
+            }
+        }
+        if p.rows > SPLIT_MAX_ROWS && self.kernels.attention != PrefillAttention::Rows {
             if let Some(br) = flash_tile(p.head_dim, self.caps().max_shared_memory) {
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
                 let q_tiles = u32_of(OP, "query tiles", q_tiles)?;

@@ -1,0 +1,242 @@
+// Causal attention for many query rows (prefill) on cooperative matrices,
+// for an f16 KV cache: the work split of attention_prefill.comp (one
+// workgroup per BR = 64 query vectors of one kv head's GQA group; keys
+// outside the union of the rows' ranges never loaded), with S = Q·Kᵀ and
+// O = P·V as 16 x 16 f16 products accumulated in f32.
+//
+// Two passes over the keys instead of an online softmax: the first takes
+// each row's maximum score, the second its exp(s - max) and P·V. Rescaling
+// O by a per-row factor would need the accumulators' element-to-row
+// mapping, which cooperative matrices hide; the second Q·Kᵀ is cheaper than
+// moving O through shared memory every tile.
+//
+// 4 subgroups of 32, subgroup w owning query vectors 16w..16w+15: its
+// scores and probabilities stay in its own rows of shared memory, so only
+// the K/V tiles, shared by all four, need workgroup barriers. Q is rounded
+// to f16 (pre-scaled), P too.
+//
+// Specialization constant 0: head_dim, a multiple of 16, at most 128.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#include "coopmat.glsl"
+#include "common.glsl"
+
+layout(local_size_x = 128) in;
+
+layout(constant_id = 0) const uint D = 64u;
+// 16 x 16 fragments across a head (at most 8), and 4-half words per row.
+const uint DF = D / 16u;
+const uint DW = D / 4u;
+const uint BR = 64u;
+const uint BC = 32u;
+// Row strides (in 4-half words, then floats): padded against bank
+// conflicts, multiples of 16 bytes as fragment loads want.
+const uint RS = DW + 2u;
+const uint SS = BC + 4u;
+const uint PW = BC / 4u + 2u;
+
+layout(binding = 0) readonly buffer Q { vec4 q4[]; };
+layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
+layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
+layout(binding = 3) readonly buffer Pos { uint pos[]; };
+layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
+// Status words (see attention.comp): a position past the cache is recorded
+// as position + 1 and the row attends to the cache it has.
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint n_heads;
+    uint n_kv_heads;
+    uint head_dim;
+    uint capacity;
+    float scale;
+    uint window;
+} pc;
+
+// Q (BR rows) at first; then the K tile (BC rows) and the V tile after it.
+shared uvec2 tiles[BR * RS];
+// Scores, per subgroup its 16 rows; at the end, O fragments on their way out.
+shared float ss[BR * SS];
+// Probabilities as f16.
+shared uvec2 ps[BR * PW];
+shared uint k_lo[BR];
+shared uint k_hi[BR];
+
+const float NEG_INF = -1.0 / 0.0;
+
+// This subgroup's 16 query vectors, as A fragments across the head.
+MAT_A qf[8];
+
+uvec2 half4(vec4 v) {
+    return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+}
+
+// K (and V) rows j0.. into the tiles; keys at or past `hi` read as zeros.
+void load_tile(uint j0, uint hi, uint kvh, bool with_v) {
+    uint kv_stride = pc.n_kv_heads * DW;
+    for (uint i = gl_LocalInvocationID.x; i < BC * DW; i += 128u) {
+        uint k = i / DW;
+        uint dw = i % DW;
+        uint j = j0 + k;
+        uint at = j * kv_stride + kvh * DW + dw;
+        tiles[k * RS + dw] = j < hi ? k16[at] : uvec2(0u);
+        if (with_v) {
+            tiles[(BC + k) * RS + dw] = j < hi ? v16[at] : uvec2(0u);
+        }
+    }
+}
+
+// This subgroup's scores of the K tile: S = Q·Kᵀ into its rows of ss.
+void scores(uint w) {
+    [[unroll]] for (uint c = 0u; c < BC / 16u; c++) {
+        MAT_C s = MAT_C(0.0);
+        [[unroll]] for (uint f = 0u; f < 8u; f++) {
+            if (f < DF) {
+                MAT_B kf;
+                LOAD_COLS(kf, tiles, 16u * c * RS + 4u * f, RS);
+                s = MUL_ADD(qf[f], kf, s);
+            }
+        }
+        STORE_ROWS(s, ss, 16u * w * SS + 16u * c, SS);
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+}
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    uint w = gl_SubgroupID;
+    uint lane = gl_SubgroupInvocationID;
+    uint kvh = gl_WorkGroupID.y;
+    uint group = pc.n_heads / pc.n_kv_heads;
+    uint n_q = pc.rows * group;
+    uint q0 = gl_WorkGroupID.x * BR;
+
+    // Query vectors as f16, pre-scaled so scores need no multiply.
+    for (uint i = t; i < BR * DW; i += 128u) {
+        uint q = i / DW;
+        uint qi = q0 + q;
+        vec4 val = vec4(0.0);
+        if (qi < n_q) {
+            uint h = kvh * group + qi % group;
+            val = q4[((qi / group) * pc.n_heads + h) * DW + i % DW] * pc.scale;
+        }
+        tiles[q * RS + i % DW] = half4(val);
+    }
+    if (t < BR) {
+        uint qi = q0 + t;
+        uint lo = 0u;
+        uint hi = 0u;
+        if (qi < n_q) {
+            uint p = pos[qi / group];
+            if (p >= pc.capacity) {
+                atomicMax(st.bad_pos_plus_one, p + 1u);
+            }
+            hi = min(p + 1u, pc.capacity);
+            lo = (pc.window > 0u && p + 1u > pc.window) ? p + 1u - pc.window : 0u;
+            lo = min(lo, hi);
+        }
+        k_lo[t] = lo;
+        k_hi[t] = hi;
+    }
+    barrier();
+    [[unroll]] for (uint f = 0u; f < 8u; f++) {
+        if (f < DF) {
+            LOAD_ROWS(qf[f], tiles, 16u * w * RS + 4u * f, RS);
+        }
+    }
+    // The union of the rows' key ranges (empty rows do not widen it).
+    uint tile_lo = 0xFFFFFFFFu;
+    uint tile_hi = 0u;
+    for (uint q = 0u; q < BR; q++) {
+        if (k_hi[q] > k_lo[q]) {
+            tile_lo = min(tile_lo, k_lo[q]);
+            tile_hi = max(tile_hi, k_hi[q]);
+        }
+    }
+    // Lane pairs share a row: lane l takes keys 16 (l % 2).. of row l / 2.
+    uint row = 16u * w + lane / 2u;
+    uint half_k = 16u * (lane % 2u);
+    uint lo = k_lo[row];
+    uint hi = k_hi[row];
+    barrier();
+
+    // Pass 1: each row's largest score.
+    float mx = NEG_INF;
+    for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
+        load_tile(j0, tile_hi, kvh, false);
+        barrier();
+        scores(w);
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            uint j = j0 + half_k + i;
+            if (j >= lo && j < hi) {
+                mx = max(mx, ss[row * SS + half_k + i]);
+            }
+        }
+        barrier();
+    }
+    mx = max(mx, subgroupShuffleXor(mx, 1u));
+
+    // Pass 2: P = exp(S - max) (zero where masked), l = Σ P, O = P·V.
+    MAT_C o[8];
+    [[unroll]] for (uint f = 0u; f < 8u; f++) {
+        o[f] = MAT_C(0.0);
+    }
+    float l = 0.0;
+    for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
+        load_tile(j0, tile_hi, kvh, true);
+        barrier();
+        scores(w);
+        [[unroll]] for (uint i = 0u; i < 16u; i += 4u) {
+            vec4 p = vec4(0.0);
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                uint j = j0 + half_k + i + e;
+                if (j >= lo && j < hi) {
+                    p[e] = exp(ss[row * SS + half_k + i + e] - mx);
+                }
+            }
+            l += p.x + p.y + p.z + p.w;
+            ps[row * PW + (half_k + i) / 4u] = half4(p);
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        [[unroll]] for (uint c = 0u; c < BC / 16u; c++) {
+            MAT_A pf;
+            LOAD_ROWS(pf, ps, 16u * w * PW + 4u * c, PW);
+            [[unroll]] for (uint f = 0u; f < 8u; f++) {
+                if (f < DF) {
+                    MAT_B vf;
+                    LOAD_ROWS(vf, tiles, (BC + 16u * c) * RS + 4u * f, RS);
+                    o[f] = MUL_ADD(pf, vf, o[f]);
+                }
+            }
+        }
+        barrier();
+    }
+    l += subgroupShuffleXor(l, 1u);
+
+    // O / l, a fragment at a time through this subgroup's rows of ss: lane
+    // l writes 8 values of row l / 2.
+    uint qi = q0 + row;
+    [[unroll]] for (uint f = 0u; f < 8u; f++) {
+        if (f < DF) {
+            STORE_ROWS(o[f], ss, 16u * w * SS, SS);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            if (qi < n_q) {
+                uint h = kvh * group + qi % group;
+                uint at = ((qi / group) * pc.n_heads + h) * DW + 4u * f + (lane % 2u) * 2u;
+                uint from = row * SS + (lane % 2u) * 8u;
+                float inv = l > 0.0 ? 1.0 / l : 0.0;
+                o4[at] = vec4(ss[from], ss[from + 1u], ss[from + 2u], ss[from + 3u]) * inv;
+                o4[at + 1u] = vec4(ss[from + 4u], ss[from + 5u], ss[from + 6u], ss[from + 7u]) * inv;
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+        }
+    }
+}
