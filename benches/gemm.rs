@@ -7,8 +7,9 @@
 //! `cargo bench --bench gemm` prints one table; `VKLLM_GEMM_M=64,512` picks
 //! the row counts.
 
+mod common;
+
 use vkllm::backend::{Buffer, ComputeBackend, Weight};
-use vkllm::profile::Track;
 use vkllm::quants::quantize_row;
 use vkllm::DType;
 
@@ -16,37 +17,16 @@ use vkllm::DType;
 const PER_PASS: usize = 8;
 const PASSES: usize = 4;
 
-fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// Best TFLOP/s over the passes: 2·m·n·k per matmul over the GPU time of
 /// its dispatches (the GEMM's own, without norm or add).
 fn gemm_tflops(b: &mut dyn ComputeBackend, w: &Weight, x: &Buffer, y: &Buffer, m: usize) -> f64 {
     let mut best = f64::INFINITY;
     for pass in 0..PASSES {
-        b.set_profiling(true).unwrap();
-        b.begin_pass().unwrap();
-        for _ in 0..PER_PASS {
-            b.matmul(w, None, x, y, m).unwrap();
-        }
-        b.end_pass().unwrap();
-        let secs = b
-            .take_profile()
-            .iter()
-            .filter(|e| e.track == Track::Gpu)
-            .map(|e| e.dur_us)
-            .sum::<f64>()
-            * 1e-6;
-        b.set_profiling(false).unwrap();
+        let secs = common::gpu_pass_seconds(b, |b| {
+            for _ in 0..PER_PASS {
+                b.matmul(w, None, x, y, m).unwrap();
+            }
+        });
         if pass > 0 {
             best = best.min(secs);
         }
@@ -99,14 +79,14 @@ fn main() {
     for dtype in dtypes {
         for &(rows, cols) in &shapes {
             let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
-            quantize_row(dtype, &rand(cols, 1), &mut row).unwrap();
+            quantize_row(dtype, &common::rand(cols, 1), &mut row).unwrap();
             let w = b
                 .upload_weight(dtype, rows, cols, &row.repeat(rows))
                 .unwrap();
             print!("{:<8} {:>12}", dtype.name(), format!("{rows}x{cols}"));
             for &m in &ms {
                 let x = b.alloc(m * cols * 4).unwrap();
-                b.upload(&x, 0, bytemuck::cast_slice(&rand(m * cols, 99)))
+                b.upload(&x, 0, bytemuck::cast_slice(&common::rand(m * cols, 99)))
                     .unwrap();
                 let y = b.alloc(m * rows * 4).unwrap();
                 print!(" {:>9.1}", gemm_tflops(b.as_mut(), &w, &x, &y, m));

@@ -10,10 +10,11 @@
 //! `VKLLM_BALLAST_MIB`) to show whether a large resident footprint slows
 //! streaming.
 
+mod common;
+
 use std::time::Instant;
 use vkllm::backend::{Buffer, ComputeBackend, Weight};
 use vkllm::bench::bandwidth::backend_copy_gbs;
-use vkllm::profile::Track;
 use vkllm::quants::quantize_row;
 use vkllm::DType;
 
@@ -22,18 +23,6 @@ const ROTATE_BYTES: usize = 256 << 20;
 /// Matmuls per timed pass.
 const PER_PASS: usize = 64;
 const PASSES: usize = 5;
-
-fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// How a timed pass reaches the GPU.
 #[derive(Clone, Copy, Debug)]
@@ -58,26 +47,16 @@ fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, m
     let mut best = f64::INFINITY;
     match mode {
         Mode::Fresh | Mode::Gpu => {
-            let gpu = matches!(mode, Mode::Gpu);
             for pass in 0..=PASSES {
-                if gpu {
-                    b.set_profiling(true).unwrap();
-                }
-                let t = Instant::now();
-                b.begin_pass().unwrap();
-                record(b);
-                b.end_pass().unwrap();
-                let mut secs = t.elapsed().as_secs_f64();
-                if gpu {
-                    secs = b
-                        .take_profile()
-                        .iter()
-                        .filter(|e| e.track == Track::Gpu)
-                        .map(|e| e.dur_us)
-                        .sum::<f64>()
-                        * 1e-6;
-                    b.set_profiling(false).unwrap();
-                }
+                let secs = if matches!(mode, Mode::Gpu) {
+                    common::gpu_pass_seconds(b, record)
+                } else {
+                    let t = Instant::now();
+                    b.begin_pass().unwrap();
+                    record(b);
+                    b.end_pass().unwrap();
+                    t.elapsed().as_secs_f64()
+                };
                 if pass > 0 {
                     best = best.min(secs);
                 }
@@ -170,14 +149,14 @@ fn main() {
             let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);
             let mut ws = Vec::new();
             for c in 0..copies {
-                quantize_row(dtype, &rand(cols, 1 + c as u64), &mut row).unwrap();
+                quantize_row(dtype, &common::rand(cols, 1 + c as u64), &mut row).unwrap();
                 ws.push(
                     b.upload_weight(dtype, rows, cols, &row.repeat(rows))
                         .unwrap(),
                 );
             }
             let x = b.alloc(cols * 4).unwrap();
-            b.upload(&x, 0, bytemuck::cast_slice(&rand(cols, 99)))
+            b.upload(&x, 0, bytemuck::cast_slice(&common::rand(cols, 99)))
                 .unwrap();
             let y = b.alloc(rows * 4).unwrap();
             let [fresh, replay, gpu] = [Mode::Fresh, Mode::Replay, Mode::Gpu]

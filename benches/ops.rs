@@ -10,6 +10,8 @@
 //! `VKLLM_BENCH_ALL=1` runs every weight dtype at every shape; the default
 //! keeps the run short (SmolLM2's dtypes at its shapes, every dtype at 2048²).
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
 use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
@@ -29,18 +31,6 @@ fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {
     v
 }
 
-fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 fn upload(b: &mut dyn ComputeBackend, data: &[f32]) -> Buffer {
     let buf = b.alloc(data.len() * 4).unwrap();
     b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();
@@ -51,7 +41,7 @@ fn upload(b: &mut dyn ComputeBackend, data: &[f32]) -> Buffer {
 /// 4096² values with the reference k-quantizers would dominate the run).
 fn weight_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
-    quantize_row(dtype, &rand(cols, 1), &mut row).unwrap();
+    quantize_row(dtype, &common::rand(cols, 1), &mut row).unwrap();
     row.repeat(rows)
 }
 
@@ -124,7 +114,7 @@ fn bench_matmul(c: &mut Criterion) {
                     if m > 1 && rows > 8192 && cols < 1024 {
                         continue;
                     }
-                    let x = upload(b.as_mut(), &rand(m * cols, 2));
+                    let x = upload(b.as_mut(), &common::rand(m * cols, 2));
                     let y = b.alloc(m * rows * 4).unwrap();
                     let mut g = c.benchmark_group(format!("matmul_m{m}/{bname}"));
                     if m == 1 {
@@ -152,8 +142,8 @@ fn bench_small_ops(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("ops/{bname}"));
         for rows in [1usize, 512] {
             let dim = 576;
-            let x = upload(b.as_mut(), &rand(rows * dim, 3));
-            let w = upload(b.as_mut(), &rand(dim, 4));
+            let x = upload(b.as_mut(), &common::rand(rows * dim, 3));
+            let w = upload(b.as_mut(), &common::rand(dim, 4));
             let out = b.alloc(rows * dim * 4).unwrap();
             g.throughput(Throughput::Bytes((rows * dim * 8) as u64));
             g.bench_function(BenchmarkId::new("rms_norm_576", rows), |it| {
@@ -182,8 +172,8 @@ fn bench_small_ops(c: &mut Criterion) {
             // last position, or a 512-row causal prefill ending there.
             for capacity in [512usize, 4096] {
                 let kv = 3 * 64;
-                let k = upload(b.as_mut(), &rand(capacity * kv, 5));
-                let v = upload(b.as_mut(), &rand(capacity * kv, 6));
+                let k = upload(b.as_mut(), &common::rand(capacity * kv, 5));
+                let v = upload(b.as_mut(), &common::rand(capacity * kv, 6));
                 let last = capacity as u32 - 1;
                 let pos: Vec<u32> = (last + 1 - rows as u32..=last).collect();
                 b.upload(&pb, 0, bytemuck::cast_slice(&pos)).unwrap();

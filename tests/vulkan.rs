@@ -533,6 +533,38 @@ fn attention_gqa_causal_and_window() {
     }
 }
 
+/// (rows, depth, n_heads, n_kv_heads, head_dim, window) of a prefill
+/// attention case.
+type AttentionShape = (usize, usize, usize, usize, usize, usize);
+
+/// A prefill attention case: `rows` query rows at positions `depth`.. of a
+/// cache of depth + rows + 5, with random q and k in [-2, 2] (large scores
+/// make the softmax peaky, so a wrong running max or a masked key leaking in
+/// shows) and v in [-1, 1]. Returns (params, positions, q, k, v).
+fn attention_case(
+    (rows, depth, n_heads, n_kv_heads, head_dim, window): AttentionShape,
+    kv_dtype: DType,
+    seed: u64,
+) -> (AttentionParams, Vec<u32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let p = AttentionParams {
+        rows,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        capacity: depth + rows + 5,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window,
+        kv_dtype,
+    };
+    let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
+    let doubled = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|x| x * 2.0).collect() };
+    let kv = p.capacity * n_kv_heads * head_dim;
+    let q = doubled(rand_f32(rows * n_heads * head_dim, seed));
+    let k = doubled(rand_f32(kv, seed + 1));
+    let v = rand_f32(kv, seed + 2);
+    (p, positions, q, k, v)
+}
+
 /// Prefill attention (attention_prefill.comp for more than 4 rows, the split
 /// decode kernel for 1): many rows of consecutive positions at depth 0 and
 /// after a long prior cache, GQA ratios 1/3/4, head_dim 64 and 128, with and
@@ -564,31 +596,9 @@ fn attention_prefill_many_rows_long_cache() {
         (130, 640, 6, 2, 64, 37),
         (33, 700, 3, 3, 80, 0),
     ];
-    for (ci, (rows, depth, n_heads, n_kv_heads, head_dim, window)) in cases.into_iter().enumerate()
-    {
-        let p = AttentionParams {
-            rows,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            capacity: depth + rows + 5,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window,
-            kv_dtype: DType::F32,
-        };
-        let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
-        let seed = 1000 + 10 * ci as u64;
-        // Large scores (q, k in [-2, 2]) make the softmax peaky, so a wrong
-        // running max or a masked key leaking in shows.
-        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, seed)
-            .iter()
-            .map(|v| v * 2.0)
-            .collect();
-        let k: Vec<f32> = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 1)
-            .iter()
-            .map(|v| v * 2.0)
-            .collect();
-        let v = rand_f32(p.capacity * n_kv_heads * head_dim, seed + 2);
+    for (ci, case) in cases.into_iter().enumerate() {
+        let (p, positions, q, k, v) = attention_case(case, DType::F32, 1000 + 10 * ci as u64);
+        let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
         let (qb, kb, vb) = (
             upload_f32(&mut b, &q),
             upload_f32(&mut b, &k),
@@ -654,29 +664,10 @@ fn attention_prefill_coopmat_f16_cache() {
         (300, 4000, 32, 8, 128, 0),
     ];
     let f16 = |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
-    for (ci, (rows, depth, n_heads, n_kv_heads, head_dim, window)) in cases.into_iter().enumerate()
-    {
-        let p = AttentionParams {
-            rows,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            capacity: depth + rows + 5,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window,
-            kv_dtype: DType::F16,
-        };
-        let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
-        let seed = 2000 + 10 * ci as u64;
-        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, seed)
-            .iter()
-            .map(|v| v * 2.0)
-            .collect();
-        let k = f16(&rand_f32(p.capacity * n_kv_heads * head_dim, seed + 1)
-            .iter()
-            .map(|v| v * 2.0)
-            .collect::<Vec<_>>());
-        let v = f16(&rand_f32(p.capacity * n_kv_heads * head_dim, seed + 2));
+    for (ci, case) in cases.into_iter().enumerate() {
+        let (p, positions, q, k, v) = attention_case(case, DType::F16, 2000 + 10 * ci as u64);
+        let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
+        let (k, v) = (f16(&k), f16(&v));
         let (kb, vb) = (b.alloc(k.len() * 2).unwrap(), b.alloc(v.len() * 2).unwrap());
         b.upload(&kb, 0, bytemuck::cast_slice(&k)).unwrap();
         b.upload(&vb, 0, bytemuck::cast_slice(&v)).unwrap();

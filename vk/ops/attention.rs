@@ -213,43 +213,8 @@ impl VulkanBackend {
                 return self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, t);
             }
         }
-        if p.rows > SPLIT_MAX_ROWS && f16 == 1 && p.head_dim.is_multiple_of(16) {
-            let shader = match (self.kernels.attention, self.kernels.matmul) {
-                (PrefillAttention::Coopmat, MatmulKernel::CoopmatKhr) => {
-                    Some("attention_prefill_coopmat_khr")
-                }
-                (PrefillAttention::Coopmat, MatmulKernel::CoopmatNv) => {
-                    Some("attention_prefill_coopmat_nv")
-                }
-                _ => None,
-            };
-            if let Some(shader) = shader.filter(|_| p.head_dim <= COOPMAT_MAX_HEAD_DIM) {
-                let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?;
-                let q_tiles = u32_of(OP, "query tiles", q_tiles.div_ceil(COOPMAT_BR))?;
-                if q_tiles > max[0] || push.n_kv_heads > max[1] {
-                    return Err(Error::op(
-                        OP,
-                        "rows or heads exceed the device's workgroup limits",
-                    ));
-                }
-                return self.dispatch(
-                    OP,
-                    plain(shader).spec(push.head_dim),
-                    &[
-                        read(q),
-                        read(k_cache),
-                        read(v_cache),
-                        read(positions),
-                        write(out),
-                        atomic(&status),
-                    ],
-                    bytemuck::bytes_of(&push),
-                    [q_tiles, push.n_kv_heads, 1],
-                );
-            }
-        }
-        if p.rows > SPLIT_MAX_ROWS && self.kernels.attention != PrefillAttention::Rows {
-            if let Some(br) = flash_tile(p.head_dim, self.caps().max_shared_memory) {
+        if p.rows > SPLIT_MAX_ROWS {
+            if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16) {
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
                 let q_tiles = u32_of(OP, "query tiles", q_tiles)?;
                 if q_tiles > max[0] || push.n_kv_heads > max[1] {
@@ -258,12 +223,9 @@ impl VulkanBackend {
                         "rows or heads exceed the device's workgroup limits",
                     ));
                 }
-                // Specialization constant 0: head_dim | BR << 16 | f16 << 24
-                // (see the shader).
-                let spec = push.head_dim | ((br as u32) << 16) | (f16 << 24);
                 return self.dispatch(
                     OP,
-                    plain("attention_prefill").spec(spec),
+                    plain(shader).spec(spec),
                     &[
                         read(q),
                         read(k_cache),
@@ -295,6 +257,43 @@ impl VulkanBackend {
             bytemuck::bytes_of(&push),
             [push.n_heads, push.rows, 1],
         )
+    }
+
+    /// The query-tiled prefill kernel for `p` (`f16`: the cache holds f16)
+    /// as (shader, specialization constant, query vectors per workgroup), or
+    /// None where attention.comp's rows take it: the cooperative-matrix
+    /// kernel where chosen and able, else the f32 flash tiles.
+    fn prefill_kernel(
+        &self,
+        p: &AttentionParams,
+        head_dim: u32,
+        f16: u32,
+    ) -> Option<(&'static str, u32, usize)> {
+        let coopmat = match (self.kernels.attention, self.kernels.matmul) {
+            (PrefillAttention::Coopmat, MatmulKernel::CoopmatKhr) => {
+                Some("attention_prefill_coopmat_khr")
+            }
+            (PrefillAttention::Coopmat, MatmulKernel::CoopmatNv) => {
+                Some("attention_prefill_coopmat_nv")
+            }
+            _ => None,
+        };
+        let coopmat_fits =
+            f16 == 1 && p.head_dim.is_multiple_of(16) && p.head_dim <= COOPMAT_MAX_HEAD_DIM;
+        if let Some(shader) = coopmat.filter(|_| coopmat_fits) {
+            return Some((shader, head_dim, COOPMAT_BR));
+        }
+        if self.kernels.attention == PrefillAttention::Rows {
+            return None;
+        }
+        let br = flash_tile(p.head_dim, self.caps().max_shared_memory)?;
+        // Specialization constant 0: head_dim | BR << 16 | f16 << 24 (see
+        // the shader).
+        Some((
+            "attention_prefill",
+            head_dim | ((br as u32) << 16) | (f16 << 24),
+            br,
+        ))
     }
 
     /// attention_decode.comp tiled as `t`, then attention_combine.comp.
