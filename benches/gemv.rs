@@ -5,10 +5,8 @@
 //! L2 cache, as a model's layers do, and many matmuls share one pass, so the
 //! figure is what a decode step can reach.
 //!
-//! `cargo bench --bench gemv` prints one table. `VKLLM_BALLAST_GIB=N` first
-//! fills N GiB of device memory (a model's worth; in buffers of
-//! `VKLLM_BALLAST_MIB`) to show whether a large resident footprint slows
-//! streaming.
+//! `cargo bench --bench gemv` prints one table; `benches/memory.rs` shows
+//! how the copy ceiling moves with the memory a process holds.
 
 mod common;
 
@@ -84,46 +82,8 @@ fn main() {
             return;
         }
     };
-    let ballast_gib: usize = std::env::var("VKLLM_BALLAST_GIB")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let copy0 = backend_copy_gbs(b.as_mut(), 256 << 20, 8).unwrap();
-    // A buffer allocated before the ballast, streamed after it.
-    let early = b.alloc(256 << 20).unwrap();
-    let early2 = b.alloc(256 << 20).unwrap();
-    // In buffers of VKLLM_BALLAST_MIB (1024 by default).
-    let chunk: usize = std::env::var("VKLLM_BALLAST_MIB")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1024)
-        << 20;
-    let mut ballast = Vec::new();
-    for _ in 0..(ballast_gib << 30) / chunk.max(1) {
-        let buf = b.alloc(chunk).unwrap();
-        b.upload(&buf, 0, &vec![1u8; chunk]).unwrap();
-        ballast.push(buf);
-    }
     let copy = backend_copy_gbs(b.as_mut(), 256 << 20, 8).unwrap();
-    let t = Instant::now();
-    b.begin_pass().unwrap();
-    for i in 0..8 {
-        let (s, d) = if i % 2 == 0 {
-            (&early, &early2)
-        } else {
-            (&early2, &early)
-        };
-        b.copy(s, 0, d, 0, 256 << 20).unwrap();
-    }
-    b.end_pass().unwrap();
-    let early_gbs = 2.0 * 8.0 * (256u64 << 20) as f64 / t.elapsed().as_secs_f64() / 1e9;
-    b.free(early);
-    b.free(early2);
-    println!(
-        "{}: copy {copy0:.0} GB/s; with {ballast_gib} GiB resident {copy:.0} GB/s \
-         (buffers from before the ballast: {early_gbs:.0})",
-        b.name()
-    );
+    println!("{}: copy {copy:.0} GB/s", b.name());
     let shapes = [
         (4096usize, 4096usize),
         (14336, 4096),
@@ -172,8 +132,5 @@ fn main() {
             b.free(x);
             b.free(y);
         }
-    }
-    for buf in ballast {
-        b.free(buf);
     }
 }
