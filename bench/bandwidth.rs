@@ -44,6 +44,13 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
     Ok(2.0 * bytes as f64 / best.max(1e-9) / 1e9)
 }
 
+/// Copies per pass of a device probe: long enough that per-pass costs are
+/// small next to the transfer. Measured on the H200 machine
+/// (benches/memory.rs): right after a process writes gigabytes of fresh host
+/// memory (loading a model), a pass of 8 x 256 MiB read a third of the
+/// bandwidth that timestamps and long passes show.
+pub const DEVICE_COPIES: usize = 64;
+
 /// A device's streaming bandwidth: `copies` back-to-back transfers of `bytes`
 /// between two device buffers in one pass, timed wall-clock around
 /// `begin_pass`/`end_pass`, in GB/s of bytes read + written. Both the `copy`

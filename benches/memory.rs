@@ -23,7 +23,7 @@
 //! bandwidth; long passes and timestamps never move, and the next rows
 //! recover within a second. So the slowdown follows fresh host memory, not
 //! the device footprint, and passes away: a copy probe timed just after a
-//! model loads must be long (cli/bench.rs DEVICE_COPIES).
+//! model loads must be long (bench/bandwidth.rs DEVICE_COPIES).
 
 mod common;
 

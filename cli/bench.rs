@@ -6,7 +6,7 @@ use clap::Args;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs};
+use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs, DEVICE_COPIES};
 use vkllm::bench::protocol::{markdown_table, ModelInfo, RunContext};
 use vkllm::bench::{run_test, Protocol, Record};
 use vkllm::model::Model;
@@ -89,12 +89,6 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
 }
-
-/// Copies per pass of the device probe: long enough that per-pass costs are
-/// small next to the transfer. Measured on the H200 machine
-/// (benches/memory.rs): with a model of 8 GiB loaded, a pass of 8 x 256 MiB
-/// read a third of the bandwidth that timestamps and long passes show.
-const DEVICE_COPIES: usize = 64;
 
 pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(trace) = &a.profile {

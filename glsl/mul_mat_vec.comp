@@ -110,10 +110,16 @@ int dot8(uint w, uint xv, int acc) {
 #define SUMS vec2
 #endif
 
-// Rows of x handled by one dispatch (vk/ops/matmul.rs GEMV_MAX_ROWS).
-const uint MAX_M = 4u;
-// Output rows per workgroup (vk/ops/matmul.rs GEMV_ROWS_PER_WG).
-const uint NR = 4u;
+// Weight rows per group (workgroup, or subgroup with SUBGROUP_ROWS), and
+// rows of x one dispatch takes at most (vk/ops/matmul.rs GemvShape): the
+// host specializes them, so one-row decode keeps only NR sums per invocation.
+// Arrays take the largest sizes (spec-constant sizes break glslc's
+// optimizer); after specialization every index is a constant, so the driver
+// keeps only the used elements in registers.
+layout(constant_id = 1) const uint NR = 4u;
+layout(constant_id = 2) const uint MAX_M = 4u;
+const uint NR_CAP = 8u;
+const uint M_CAP = 4u;
 
 // x[r, col..col+3] with the norm weights applied; its squares go to ss.
 vec4 xv(uint r, uint col, inout float ss) {
@@ -183,8 +189,9 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
-    vec2 dm = unpackHalf2x16(wdata[base]);
-    uvec3 s = uvec3(wdata[base + 1u], wdata[base + 2u], wdata[base + 3u]);
+    uvec4 head = wdata4[base >> 2];
+    vec2 dm = unpackHalf2x16(head.x);
+    uvec3 s = head.yzw;
     vec2 sm0 = k_sm(s, 2u * sub);
     vec2 sm1 = k_sm(s, 2u * sub + 1u);
     uint q0 = (base + 4u + 8u * sub) >> 2;
@@ -276,8 +283,9 @@ void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout f
 
 float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     uint c = sub >> 1;
-    vec2 dm = unpackHalf2x16(wdata[base]);
-    uvec3 s = uvec3(wdata[base + 1u], wdata[base + 2u], wdata[base + 3u]);
+    uvec4 head = wdata4[base >> 2];
+    vec2 dm = unpackHalf2x16(head.x);
+    uvec3 s = head.yzw;
     vec2 sm0 = k_sm(s, 2u * c);
     vec2 sm1 = k_sm(s, 2u * c + 1u);
     uvec4 q = wdata4[(base + 4u + 8u * c + 4u * (sub & 1u)) >> 2];
@@ -411,9 +419,9 @@ float act(float v) {
 // stored). `m` is a literal at every call site, so after inlining the row
 // loops have no branches.
 #if defined(BLOCKWISE)
-void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
+void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP * M_CAP], inout float ss[M_CAP]) {
     uint nb = pc.k / QK;
-    uint rowbase[NR];
+    uint rowbase[NR_CAP];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
         rowbase[j] = weight_row(row0, j) * nb * BWORDS;
     }
@@ -433,8 +441,8 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX
     }
 }
 #else
-void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX_M], inout float ss[MAX_M]) {
-    uint wbase[NR];
+void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP * M_CAP], inout float ss[M_CAP]) {
+    uint wbase[NR_CAP];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
         wbase[j] = weight_row(row0, j) * pc.k;
     }
@@ -469,8 +477,8 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR * MAX
 // Subgroup partial sums on their way to the workgroup's total: NR * MAX_M
 // dot products and MAX_M sums of squares per subgroup.
 const uint MAX_SUBGROUPS = 32u;
-shared float part_acc[MAX_SUBGROUPS][NR * MAX_M];
-shared float part_ss[MAX_SUBGROUPS][MAX_M];
+shared float part_acc[MAX_SUBGROUPS][NR_CAP * M_CAP];
+shared float part_ss[MAX_SUBGROUPS][M_CAP];
 
 // Output (row, x row r) from its dot product (and with GLU the up row's,
 // `up`) and Σx².
@@ -498,7 +506,7 @@ void store(uint row, uint r, float total, float up, float sq) {
 
 // The NR × MAX_M dot products and MAX_M sums of squares of rows row0.., this
 // subgroup's share summed.
-void rows(uint row0, uint lane, uint width, uint m, out float acc[NR * MAX_M], out float ss[MAX_M]) {
+void rows(uint row0, uint lane, uint width, uint m, out float acc[NR_CAP * M_CAP], out float ss[M_CAP]) {
     [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
         acc[i] = 0.0;
     }
@@ -524,8 +532,8 @@ void rows(uint row0, uint lane, uint width, uint m, out float acc[NR * MAX_M], o
 
 void main() {
     uint m = min(pc.m, MAX_M);
-    float acc[NR * MAX_M];
-    float ss[MAX_M];
+    float acc[NR_CAP * M_CAP];
+    float ss[M_CAP];
     if ((pc.flags & SUBGROUP_ROWS) != 0u) {
         // The subgroups take the workgroup's rows NR at a time, so any
         // subgroup size the driver picks covers them.

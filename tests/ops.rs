@@ -1313,6 +1313,75 @@ fn linear_folds_norm_bias_and_residual_add() {
 }
 
 #[test]
+fn matmuls_of_one_input_share_it_until_it_changes() {
+    // A pass of decode matmuls that read one input (as Q, K and V do) may
+    // share work derived from it (Vulkan quantizes it once), but must see
+    // every change: other norm weights, other rows, or a write to the input.
+    // Each product must equal, bit for bit, the same product in a pass of
+    // its own.
+    let (cols, rows, eps) = (512, 40, 1e-5);
+    for (name, mut b, _) in matmul_backends() {
+        for dtype in [DType::Q4K, DType::Q4_0, DType::F16] {
+            let w: Vec<_> = (0..2)
+                .map(|i| {
+                    let wb = weight_bytes(dtype, rows, cols, 90 + i);
+                    b.upload_weight(dtype, rows, cols, &wb).unwrap()
+                })
+                .collect();
+            let x0 = rand_f32(2 * cols, 91);
+            let (xb, x0b, zb) = (
+                upload_f32(b.as_mut(), &x0),
+                upload_f32(b.as_mut(), &x0),
+                upload_f32(b.as_mut(), &rand_f32(2 * cols, 92)),
+            );
+            let nw = [93, 94].map(|s| upload_f32(b.as_mut(), &rand_f32(cols, s)));
+            let opts = |i: usize| LinearOpts {
+                norm: Some((&nw[i], eps)),
+                ..LinearOpts::default()
+            };
+            // (weight, norm weights, rows of x, after x += z)
+            let steps = [
+                (0, Some(0), 1, false),
+                (1, Some(0), 1, false),
+                (1, Some(1), 1, false),
+                (0, None, 1, false),
+                (1, None, 2, false),
+                (0, None, 2, true),
+                (1, Some(0), 1, true),
+                (0, Some(0), 1, true),
+            ];
+            let ys: Vec<_> = steps
+                .iter()
+                .map(|_| b.alloc(2 * rows * 4).unwrap())
+                .collect();
+            let run = |b: &mut dyn ComputeBackend, i: usize, x: &vkllm::backend::Buffer| {
+                let (wi, norm, m, _) = steps[i];
+                let o = norm.map_or(LinearOpts::default(), opts);
+                b.linear(&w[wi], x, &ys[i], m, &o).unwrap();
+            };
+            pass(b.as_mut(), |b| {
+                for i in 0..steps.len() {
+                    if i == 5 {
+                        b.add(&xb, &zb, &xb, 2 * cols).unwrap();
+                    }
+                    run(b, i, &xb);
+                }
+            });
+            let shared: Vec<_> = ys
+                .iter()
+                .map(|y| download_f32(b.as_mut(), y, 2 * rows))
+                .collect();
+            for (i, step) in steps.iter().enumerate() {
+                let x = if step.3 { &xb } else { &x0b };
+                pass(b.as_mut(), |b| run(b, i, x));
+                let alone = download_f32(b.as_mut(), &ys[i], 2 * rows);
+                assert_eq!(shared[i], alone, "{name} {dtype} step {i} {step:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn linear_glu_matches_separate_projections() {
     // out = act(x̂·Gᵀ) ⊙ (x̂·Uᵀ). Each product may be off by its matmul bound
     // e = 1e-5·Σ|w·x̂| (+ the activation rounding of CPU modes); the result

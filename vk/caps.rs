@@ -220,21 +220,22 @@ pub enum PrefillAttention {
 pub enum GemvKernel {
     /// A workgroup per 4 output rows, k split over all its invocations.
     Workgroup,
-    /// Each subgroup on 4 rows of its own, k split over its lanes.
+    /// Each subgroup on 2 rows of its own, k split over its lanes.
     Subgroup,
-    /// Subgroup rows for Q6_K (4-6x the workgroup kernel's GB/s on an
-    /// H200, whose 8-lane Q6_K slots leave a workgroup mostly idle),
-    /// workgroup rows for the rest.
+    /// Subgroup rows for the integer-dot kernel, workgroup rows for the f32
+    /// one: each the faster on an H200 for every weight type and decode
+    /// shape of the anchor models (benches/gemv.rs and tg128, session 5 of
+    /// issue 9).
     Auto,
 }
 
 impl GemvKernel {
-    /// Whether weights of `dtype` take subgroup rows.
-    pub fn subgroup_rows(self, dtype: crate::DType) -> bool {
+    /// Whether the integer-dot (`q8`) or f32 kernel takes subgroup rows.
+    pub fn subgroup_rows(self, q8: bool) -> bool {
         match self {
             GemvKernel::Workgroup => false,
             GemvKernel::Subgroup => true,
-            GemvKernel::Auto => dtype == crate::DType::Q6K,
+            GemvKernel::Auto => q8,
         }
     }
 }
@@ -251,7 +252,8 @@ pub struct Kernels {
     /// int8 digits per value (quantize_q8.comp, as precise as 16-bit
     /// activations) and use packed integer dot products: the f32 kernel
     /// spends ~5 instructions per 4-bit weight and is bound by them, not by
-    /// memory. Small weights stay f32, where the extra dispatch costs more.
+    /// memory. Small weights stay f32, where the extra dispatch costs more,
+    /// unless their input is quantized already (K and V after Q).
     pub gemv_q8: bool,
 }
 
@@ -351,8 +353,8 @@ impl std::fmt::Display for Kernels {
         };
         let gemv = match self.gemv {
             GemvKernel::Workgroup => "4 rows per workgroup",
-            GemvKernel::Subgroup => "4 rows per subgroup",
-            GemvKernel::Auto => "4 rows per subgroup for q6_k, per workgroup otherwise",
+            GemvKernel::Subgroup => "2 rows per subgroup",
+            GemvKernel::Auto => "2 rows per subgroup with integer dots, 4 per workgroup in f32",
         };
         let gemv_x = if self.gemv_q8 {
             ", integer dot products for q4_0/q4_1/q8_0/q4_k weights over 4 MiB (mul_mat_vec_q8)"

@@ -175,6 +175,8 @@ pub struct VulkanBackend {
     glu_scratch: Option<Buffer>,
     /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
     xq_scratch: Option<Buffer>,
+    /// What xq_scratch holds, so matmuls of one input (Q, K and V) share it.
+    xq_of: Option<ops::QuantizedX>,
     /// Smallest weight the integer-dot GEMV takes.
     gemv_q8_min_bytes: usize,
     /// Weights stored in several buffers (see split.rs), by their first part's id.
@@ -221,6 +223,7 @@ impl VulkanBackend {
             product_scratch: None,
             glu_scratch: None,
             xq_scratch: None,
+            xq_of: None,
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
             split_weights: HashMap::new(),
             part_limit: split::part_limit_from_env(),

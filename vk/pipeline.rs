@@ -18,6 +18,9 @@ mod shaders {
 }
 pub use shaders::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 
+/// Specialization constants 0, 1, 2 of a pipeline.
+pub type Spec = [u32; 3];
+
 /// Push-constant block size shared by all kernels (the largest block used).
 pub const PUSH_BYTES: u32 = 48;
 
@@ -101,7 +104,7 @@ pub struct Pipelines {
     dirty: bool,
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
-    kernels: HashMap<(&'static str, Option<DType>, u32), Kernel>,
+    kernels: HashMap<(&'static str, Option<DType>, Spec), Kernel>,
 }
 
 fn spirv(name: &str) -> Result<Vec<u32>> {
@@ -172,16 +175,16 @@ impl Pipelines {
     }
 
     /// The pipeline of shader `stem` (compiled for `dtype` when the shader
-    /// reads weights) with `bindings` storage buffers; `spec` is
-    /// specialization constant 0 (the workgroup size of shaders that declare
-    /// `local_size_x_id = 0`), 0 if none. The key allocates nothing, so
+    /// reads weights) with `bindings` storage buffers; `spec` holds
+    /// specialization constants 0.. (0: the workgroup size of shaders that
+    /// declare `local_size_x_id = 0`), all 0 if none. The key allocates nothing, so
     /// lookups cost no heap traffic per dispatch.
     pub fn get(
         &mut self,
         stem: &'static str,
         dtype: Option<DType>,
         bindings: u32,
-        spec: u32,
+        spec: Spec,
     ) -> Result<&Kernel> {
         let key = (stem, dtype, spec);
         if !self.kernels.contains_key(&key) {
@@ -198,18 +201,20 @@ impl Pipelines {
             .ok_or_else(|| Error::Vulkan(format!("pipeline {stem} missing")))
     }
 
-    fn create(&mut self, name: &str, bindings: u32, spec: u32) -> Result<Kernel> {
+    fn create(&mut self, name: &str, bindings: u32, spec: Spec) -> Result<Kernel> {
         let (set_layout, layout) = self.layout(bindings)?;
         let code = spirv(name)?;
         let info = vk::ShaderModuleCreateInfo::default().code(&code);
         // SAFETY: valid device; `code` is SPIR-V from glslc.
         let module = unsafe { self.device.create_shader_module(&info, None) }
             .map_err(vk_err(&format!("creating shader module {name}")))?;
-        let spec_data = spec.to_ne_bytes();
-        let spec_entries = [vk::SpecializationMapEntry::default()
-            .constant_id(0)
-            .offset(0)
-            .size(4)];
+        let spec_data: [u8; 12] = bytemuck::cast(spec);
+        let spec_entries = [0u32, 1, 2].map(|i| {
+            vk::SpecializationMapEntry::default()
+                .constant_id(i)
+                .offset(4 * i)
+                .size(4)
+        });
         let spec_info = vk::SpecializationInfo::default()
             .map_entries(&spec_entries)
             .data(&spec_data);
@@ -217,7 +222,7 @@ impl Pipelines {
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(c"main");
-        if spec != 0 {
+        if spec != [0; 3] {
             stage = stage.specialization_info(&spec_info);
         }
         let info = [vk::ComputePipelineCreateInfo::default()

@@ -128,6 +128,11 @@ pub struct Recorder {
     fence: vk::Fence,
     /// Accesses since the last barrier, by buffer id.
     pending: HashMap<u32, Pending>,
+    /// Writes declared so far (never reset), and by buffer id the number of
+    /// the last one in this recording: lets an encoder tell whether a buffer
+    /// changed since it derived something from it.
+    writes: u64,
+    last_write: HashMap<u32, u64>,
     recording: bool,
     pub stats: PassStats,
     /// Nanoseconds spent in vkWaitForFences since creation.
@@ -159,6 +164,8 @@ impl Recorder {
             slot: Slot::Pass,
             fence: vk::Fence::null(),
             pending: HashMap::new(),
+            writes: 0,
+            last_write: HashMap::new(),
             recording: false,
             stats: PassStats::default(),
             wait_ns: 0,
@@ -227,6 +234,7 @@ impl Recorder {
         self.cmd = cmd.buf;
         self.slot = slot;
         self.pending.clear();
+        self.last_write.clear();
         self.stats = PassStats::default();
         if let Some(ts) = &mut self.timestamps {
             if slot != Slot::Transfer {
@@ -369,7 +377,15 @@ impl Recorder {
         }
         for id in writes {
             self.pending.entry(*id).or_default().written = true;
+            self.writes += 1;
+            self.last_write.insert(*id, self.writes);
         }
+    }
+
+    /// The number of the last write to buffer `id` in this recording
+    /// (numbers only grow, across recordings too), None if not written.
+    pub fn last_write(&self, id: u32) -> Option<u64> {
+        self.last_write.get(&id).copied()
     }
 
     /// A global barrier from every compute/transfer write to later

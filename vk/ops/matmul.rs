@@ -13,8 +13,11 @@ use bytemuck::{Pod, Zeroable};
 
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
-/// Output rows per GEMV workgroup or subgroup (NR in mul_mat_vec.comp).
-const GEMV_ROWS: u32 = 4;
+/// Weight rows per GEMV group (NR in mul_mat_vec.comp): a workgroup shares
+/// 4, a subgroup takes 2 of its own (both measured best on an H200 against
+/// 1, 2, 4 and 8; with 1 the GLU kernel could not pair gate and up rows).
+const GEMV_ROWS_WORKGROUP: u32 = 4;
+const GEMV_ROWS_SUBGROUP: u32 = 2;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -45,6 +48,18 @@ struct GemvPush {
     /// As in [`Push`].
     row0: u32,
     ldy: u32,
+}
+
+/// The input quantize_q8 last wrote into the backend's xq scratch: valid
+/// while neither that input nor the scratch has been written since.
+#[derive(Clone, Copy)]
+pub(in crate::vk) struct QuantizedX {
+    x: u32,
+    nw: Option<u32>,
+    m: usize,
+    k: usize,
+    /// The recorder's number of the quantize's write.
+    at: u64,
 }
 
 /// quantize_q8.comp's push constants.
@@ -214,17 +229,23 @@ impl VulkanBackend {
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
-        let own_rows = self.kernels.gemv.subgroup_rows(w.dtype);
+        // Small weights take the f32 kernel unless x is quantized already
+        // (K and V after Q): quantizing is a dispatch of its own.
         let q8 = self.kernels.gemv_q8
             && q8_dtype(w.dtype)
             && w.cols.is_multiple_of(32)
-            && w.buf.bytes >= self.gemv_q8_min_bytes;
-        // Outputs per group of GEMV_ROWS weight rows: GLU pairs them.
-        let outs = if glu.is_some() {
-            GEMV_ROWS / 2
+            && (w.buf.bytes >= self.gemv_q8_min_bytes
+                || self
+                    .quantized(x, o.norm.map(|(nw, _)| nw), m, w.cols)
+                    .is_some());
+        let own_rows = self.kernels.gemv.subgroup_rows(q8);
+        let nr = if own_rows {
+            GEMV_ROWS_SUBGROUP
         } else {
-            GEMV_ROWS
+            GEMV_ROWS_WORKGROUP
         };
+        // Outputs per group of nr weight rows: GLU pairs them.
+        let outs = if glu.is_some() { nr / 2 } else { nr };
         let (wg, rows_per_wg) = if own_rows {
             let wg = self.caps().gemv_workgroup(128);
             (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
@@ -234,6 +255,8 @@ impl VulkanBackend {
                 outs,
             )
         };
+        // One-row decode keeps only its own sums in registers.
+        let max_m = if m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
         let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
         let push = GemvPush {
             n: u32_of(OP, "n", n_out)?,
@@ -269,7 +292,7 @@ impl VulkanBackend {
         ];
         self.dispatch(
             OP,
-            typed(kernel, w.dtype).spec(wg),
+            typed(kernel, w.dtype).specs([wg, nr, max_m]),
             &binds,
             bytemuck::bytes_of(&push),
             groups,
@@ -291,6 +314,9 @@ impl VulkanBackend {
             .checked_mul(stride)
             .and_then(|v| v.checked_mul(4))
             .ok_or_else(|| Error::op(OP, "quantized x size overflows"))?;
+        if let Some(t) = self.quantized(x, nw, m, k) {
+            return Ok(t);
+        }
         let t = self.scratch(|b| &mut b.xq_scratch, bytes)?;
         let push = QuantizePush {
             k: u32_of(OP, "k", k)?,
@@ -306,7 +332,28 @@ impl VulkanBackend {
             bytemuck::bytes_of(&push),
             [push.m, 1, 1],
         )?;
+        self.xq_of = self.rec.last_write(t.id).map(|at| QuantizedX {
+            x: x.id,
+            nw: nw.map(|b| b.id),
+            m,
+            k,
+            at,
+        });
         Ok(t)
+    }
+
+    /// The xq scratch when it holds `m` rows of `x` (times `nw`) quantized
+    /// in this recording and neither was written since.
+    fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
+        let t = self.xq_scratch?;
+        let c = self.xq_of?;
+        let unchanged = |id: u32| self.rec.last_write(id).is_none_or(|w| w < c.at);
+        let same = (c.x, c.nw, c.m, c.k) == (x.id, nw.map(|b| b.id), m, k);
+        (same
+            && self.rec.last_write(t.id) == Some(c.at)
+            && unchanged(x.id)
+            && c.nw.is_none_or(unchanged))
+        .then_some(t)
     }
 
     /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values

@@ -14,12 +14,14 @@ mod rope;
 mod rope_store;
 mod store_rows;
 
-use super::pipeline::PUSH_BYTES;
+use super::pipeline::{Spec, PUSH_BYTES};
 use super::VulkanBackend;
 use crate::backend::Buffer;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
+
+pub(super) use matmul::QuantizedX;
 
 /// Most storage buffers any kernel binds (attention: 6).
 const MAX_BINDINGS: usize = 7;
@@ -75,15 +77,16 @@ pub(super) struct KernelRef {
     name: &'static str,
     /// The weight dtype variant, for shaders compiled per dtype.
     dtype: Option<DType>,
-    /// Specialization constant 0 (workgroup size), 0 when the shader has none.
-    spec: u32,
+    /// Specialization constants 0.. (0: the workgroup size), all 0 when the
+    /// shader has none.
+    spec: Spec,
 }
 
 pub(super) fn plain(name: &'static str) -> KernelRef {
     KernelRef {
         name,
         dtype: None,
-        spec: 0,
+        spec: [0; 3],
     }
 }
 
@@ -91,12 +94,17 @@ pub(super) fn typed(name: &'static str, dtype: DType) -> KernelRef {
     KernelRef {
         name,
         dtype: Some(dtype),
-        spec: 0,
+        spec: [0; 3],
     }
 }
 
 impl KernelRef {
-    pub(super) fn spec(self, spec: u32) -> KernelRef {
+    /// Specialization constant 0.
+    pub(super) fn spec(self, c0: u32) -> KernelRef {
+        self.specs([c0, 0, 0])
+    }
+
+    pub(super) fn specs(self, spec: Spec) -> KernelRef {
         KernelRef { spec, ..self }
     }
 }
