@@ -111,8 +111,9 @@ int dot8(uint w, uint xv, int acc) {
 #endif
 
 // Weight rows per group (workgroup, or subgroup with SUBGROUP_ROWS), and
-// rows of x one dispatch takes at most (vk/ops/matmul.rs GemvShape): the
-// host specializes them, so one-row decode keeps only NR sums per invocation.
+// rows of x one dispatch takes at most (vk/ops/matmul.rs GEMV_ROWS_*,
+// GEMV_MAX_ROWS): the host specializes them, so one-row decode keeps only
+// NR sums per invocation.
 // Arrays take the largest sizes (spec-constant sizes break glslc's
 // optimizer); after specialization every index is a constant, so the driver
 // keeps only the used elements in registers.
