@@ -35,12 +35,8 @@ fn gemm_tflops(b: &mut dyn ComputeBackend, w: &Weight, x: &Buffer, y: &Buffer, m
 }
 
 fn main() {
-    let mut b = match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("gemm bench: no Vulkan device ({e})");
-            return;
-        }
+    let Some(mut b) = common::vulkan("gemm") else {
+        return;
     };
     let ms: Vec<usize> = std::env::var("VKLLM_GEMM_M")
         .unwrap_or_else(|_| "512".into())

@@ -6,9 +6,9 @@
 //! figure is what a decode step can reach.
 //!
 //! `cargo bench --bench gemv [-- DTYPE...]` prints one table (of the named
-//! weight types only, if any); `benches/memory.rs` shows
-//! why the copy ceiling is timed over long passes (short ones read low right
-//! after a process writes gigabytes of fresh host memory).
+//! weight types only, if any); `benches/memory.rs` shows why the copy
+//! ceiling is timed over long passes (short ones read low right after a
+//! process writes gigabytes of fresh host memory).
 
 mod common;
 
@@ -89,12 +89,8 @@ fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, m
 }
 
 fn main() {
-    let mut b = match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("gemv bench: no Vulkan device ({e})");
-            return;
-        }
+    let Some(mut b) = common::vulkan("gemv") else {
+        return;
     };
     let copy = backend_copy_gbs(b.as_mut(), 256 << 20, DEVICE_COPIES).unwrap();
     println!("{}: copy {copy:.0} GB/s", b.name());

@@ -87,12 +87,8 @@ fn row(b: &mut dyn ComputeBackend, label: &str, tiny: &Buffer, x: &Buffer, y: &B
 }
 
 fn main() {
-    let mut b = match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("memory bench: no Vulkan device ({e})");
-            return;
-        }
+    let Some(mut b) = common::vulkan("memory") else {
+        return;
     };
     let env = |k: &str| std::env::var(k).ok();
     let steps: Vec<usize> = env("VKLLM_BALLAST_STEPS")

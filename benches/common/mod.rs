@@ -4,6 +4,18 @@
 use vkllm::backend::ComputeBackend;
 use vkllm::profile::Track;
 
+/// The Vulkan backend the environment selects, or None after saying why
+/// `bench` has nothing to time.
+pub fn vulkan(bench: &str) -> Option<Box<dyn ComputeBackend>> {
+    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("{bench} bench: no Vulkan device ({e})");
+            None
+        }
+    }
+}
+
 /// Deterministic pseudo-random f32s in [-1, 1) (xorshift).
 pub fn rand(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
