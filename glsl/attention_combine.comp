@@ -3,15 +3,20 @@
 // output a_s; the result is sum_s w_s a_s / sum_s w_s l_s with
 // w_s = e^(m_s - M), M = max m_s. Only the splits that hold keys are read
 // (the same split as the main kernel, from positions). The weights are
-// computed once, one split per invocation, with workgroup reductions (the
-// old combine looped over all 64 splits three times per invocation, with an
-// exp() per split and dim); then each invocation sums its output dims, reads
-// coalesced across dims.
+// computed once, a split per invocation, with workgroup reductions; then
+// the invocations sum the outputs, reads coalesced across dims. Where
+// head_dim is below the workgroup size the splits are dealt out to
+// WG / head_dim invocation groups whose sums meet in shared memory, and each
+// invocation keeps four reads in flight: the sums are a chain of dependent
+// loads otherwise (one invocation per dim walking 49 splits took longer than
+// the attention it merged).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
-layout(local_size_x = 64) in; // at least the most splits (vk/ops/attention.rs)
+layout(local_size_x = 128) in;
+const uint WG = 128u;
+const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
 
 layout(binding = 0) readonly buffer Part { float part[]; };
 layout(binding = 1) writeonly buffer Out { float o[]; };
@@ -29,7 +34,8 @@ layout(push_constant) uniform Push {
 #include "reduce.glsl"
 #include "attention_split.glsl"
 
-shared float ws[64];
+shared float ws[MAX_SPLITS];
+shared float sums[WG];
 
 void main() {
     uint h = gl_WorkGroupID.x;
@@ -39,19 +45,44 @@ void main() {
     uint stride = hd + 2u;
     uint base = (r * pc.n_heads + h) * pc.n_split * stride;
     uint na = decode_span(pos[r], pc.capacity, pc.window, pc.n_split).n_active;
-    bool mine = t < na;
-    float ms = mine ? part[base + t * stride] : -1.0 / 0.0;
-    float big = wg_max(ms);
-    float w = mine ? exp(ms - big) : 0.0;
-    ws[t] = w;
-    float l = wg_sum(mine ? w * part[base + t * stride + 1u] : 0.0);
+    float mx = -1.0 / 0.0;
+    for (uint s = t; s < na; s += WG) {
+        mx = max(mx, part[base + s * stride]);
+    }
+    float big = wg_max(mx);
+    float ls = 0.0;
+    for (uint s = t; s < na; s += WG) {
+        float w = exp(part[base + s * stride] - big);
+        ws[s] = w;
+        ls += w * part[base + s * stride + 1u];
+    }
+    float l = wg_sum(ls);
     barrier(); // ws visible (wg_sum's barriers precede its read only)
     float inv = l > 0.0 ? 1.0 / l : 0.0;
-    for (uint d = t; d < hd; d += gl_WorkGroupSize.x) {
+    uint groups = max(WG / hd, 1u);
+    uint g = t / hd;
+    for (uint d0 = 0u; d0 < hd; d0 += WG) {
+        uint d = d0 + t - g * hd;
         float a = 0.0;
-        for (uint s = 0u; s < na; s++) {
-            a += ws[s] * part[base + s * stride + 2u + d];
+        if (g < groups && d < hd) {
+            for (uint s = g; s < na; s += 4u * groups) {
+                float v[4];
+                [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                    uint sj = s + j * groups;
+                    v[j] = sj < na ? ws[sj] * part[base + sj * stride + 2u + d] : 0.0;
+                }
+                a += (v[0] + v[1]) + (v[2] + v[3]);
+            }
         }
-        o[(r * pc.n_heads + h) * hd + d] = a * inv;
+        barrier(); // the previous chunk's sums are read
+        sums[t] = a;
+        barrier();
+        if (t < hd - d0 && t < WG / groups) {
+            float total = 0.0;
+            for (uint k = 0u; k < groups; k++) {
+                total += sums[k * hd + t];
+            }
+            o[(r * pc.n_heads + h) * hd + d0 + t] = total * inv;
+        }
     }
 }

@@ -1,22 +1,28 @@
 // Decode attention (a few query rows against a long cache), with online
 // softmax. One workgroup per (kv head, tile of up to 8 of its query heads,
 // row, key split): the query heads of one GQA group share every K and V read.
-// Keys go in tiles of TK = 32 (16 where shared memory is short): the tile's K rows are loaded into shared memory
-// by consecutive invocations reading consecutive 16-byte words (coalesced;
-// the old kernel had each invocation walk a whole key row, stride kv_stride
-// apart), then invocation (head, key) scores one key from shared memory, then
-// invocation (head, 4 output dims) folds the tile's softmax weights and V rows
-// into its accumulator, V read as 16-byte words coalesced across dims. No
-// cross-invocation reduction is needed, so any subgroup size works.
+// Keys go in tiles of TK = 32 (16 or 8 where shared memory is short). Every
+// invocation first issues its V loads for the tile into registers, then the
+// tile's K rows are loaded into shared memory by consecutive invocations
+// reading consecutive words (coalesced). Invocation (head, key) scores one
+// key from shared memory; then invocation (key lane, 4 dims) folds its keys'
+// V rows, already in registers, into one accumulator per head, and the key
+// lanes' partial sums meet once, at the end. The old kernel read V inside
+// the softmax loop, one dependent load after another: on an H100,
+// Llama-3.1-8B's layer at 4.6K positions took 53 us with the combine, now 31
+// (benches/attention.rs). Prefetching the next tile into registers as well
+// was slower (44 us), and so were 64-key tiles (49 us).
+// No subgroup operation is used, so any subgroup size works.
 //
 // The split (attention_split.glsl) follows the row's span read from
 // positions: splits past it exit at once. With n_split > 1 each split writes
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
 // merges them; with n_split == 1 the result goes straight to `o`.
 //
-// Specialization constant 0: head_dim | heads per tile << 16 | (16-key
-// tiles) << 24 | (f16 KV cache) << 25. head_dim is a multiple of 4, at most 256 (vk/ops/attention.rs
-// checks, and sizes the tiles to the device's shared memory).
+// Specialization constant 0: head_dim | heads per tile << 16 | key tile
+// code << 24 (0: 32 keys, 1: 16, 2: 8) | (f16 KV cache) << 26. head_dim is a
+// multiple of 4, at most 256 (vk/ops/attention.rs checks, and sizes the
+// tiles to the device's shared memory).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -28,10 +34,14 @@ const uint GT = (SPEC >> 16) & 0xFFu; // at most 8
 const uint HD4 = HD / 4u;
 const uint KS = HD4 + 1u; // padded K row in shared memory: conflict-free column reads
 const uint WG = 128u;
-const uint TK = ((SPEC >> 24) & 1u) != 0u ? 16u : 32u; // divides SPLIT_MIN
-const bool KV_F16 = ((SPEC >> 25) & 1u) != 0u;
+const uint TK = 32u >> ((SPEC >> 24) & 3u); // divides SPLIT_MIN
+const bool KV_F16 = ((SPEC >> 26) & 1u) != 0u;
 const uint SC_PER = (GT * TK + WG - 1u) / WG; // scores per invocation per tile
-const uint V_PER = (GT * HD4 + WG - 1u) / WG; // 4-dim output units per invocation
+const uint K_PER = (TK * HD4 + WG - 1u) / WG; // K words per invocation per tile
+// V: invocation t folds dims 4 (t % HD4) onwards of keys t / HD4,
+// t / HD4 + KL, ... of each tile (KL key lanes; invocations past KL * HD4 idle).
+const uint KL = WG / HD4;
+const uint VK = (TK + KL - 1u) / KL; // keys per invocation per tile
 
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
 layout(binding = 1) readonly buffer K { vec4 k4[]; };
@@ -58,7 +68,10 @@ layout(push_constant) uniform Push {
 
 shared vec4 qs[GT * HD4];
 shared vec4 ks[TK * KS];
-shared float ss[GT * TK];
+shared vec4 ss4[GT * TK / 4u]; // the tile's scores, head-major
+// The key lanes' partial sums of one head, on their way to the first lane.
+shared vec4 red[WG];
+shared float red_l[WG];
 
 // An f16 cache binds the same buffers as 4 halves per 8-byte word.
 layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
@@ -66,6 +79,52 @@ layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
 vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
+
+float score(uint hh, uint kk) {
+    return ss4[(hh * TK + kk) / 4u][(hh * TK + kk) % 4u];
+}
+
+// The tile of keys [j0, min(j0 + TK, j_end)) into registers: this
+// invocation's V words (keys lane, lane + KL, ...) and its share of K.
+void fetch(uint j0, uint j_end, uint lane, uint d4, uint stride4, uint koff4,
+           out vec4 vr[VK], out vec4 kr[K_PER]) {
+    uint nk = min(TK, j_end - j0);
+    [[unroll]] for (uint i = 0u; i < VK; i++) {
+        uint kk = lane + KL * i;
+        vr[i] = lane < KL && kk < nk ? load_v((j0 + kk) * stride4 + koff4 + d4) : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0u; i < K_PER; i++) {
+        uint u = gl_LocalInvocationID.x + i * WG;
+        uint kk = u / HD4;
+        kr[i] = u < TK * HD4 && kk < nk
+            ? load_k((j0 + kk) * stride4 + koff4 + (u - kk * HD4))
+            : vec4(0.0);
+    }
+}
+
+// Key lane 0 of dims 4 d4 onwards sums every key lane's partials of one
+// head (query head `hg`, running max mh) from red / red_l and writes them out.
+void write_head(float mh, uint d4, uint hg, uint r, uint split) {
+    vec4 a = vec4(0.0);
+    float ls = 0.0;
+    for (uint k = 0u; k < KL; k++) {
+        a += red[k * HD4 + d4];
+        ls += red_l[k * HD4 + d4];
+    }
+    if (pc.n_split == 1u) {
+        float inv = ls > 0.0 ? 1.0 / ls : 0.0;
+        o4[(r * pc.n_heads + hg) * HD4 + d4] = a * inv;
+    } else {
+        uint pb = ((r * pc.n_heads + hg) * pc.n_split + split) * (HD + 2u);
+        if (d4 == 0u) {
+            part[pb] = mh;
+            part[pb + 1u] = ls;
+        }
+        for (uint c = 0u; c < 4u; c++) {
+            part[pb + 2u + 4u * d4 + c] = a[c];
+        }
+    }
+}
 
 void main() {
     uint t = gl_LocalInvocationID.x;
@@ -95,87 +154,90 @@ void main() {
     }
     uint stride4 = pc.n_kv_heads * HD4;
     uint koff4 = kvh * HD4;
+    uint lane = t / HD4; // key lane
+    uint d4 = t - lane * HD4;
 
-    float m[V_PER];
-    float l[V_PER];
-    vec4 acc[V_PER];
-    for (uint i = 0u; i < V_PER; i++) {
-        m[i] = -1.0 / 0.0;
-        l[i] = 0.0;
-        acc[i] = vec4(0.0);
+    // The running max is the same in every invocation (each reads every
+    // score); sums and accumulators cover the invocation's own keys.
+    float m[GT];
+    float l[GT];
+    vec4 acc[GT];
+    [[unroll]] for (uint h = 0u; h < GT; h++) {
+        m[h] = -1.0 / 0.0;
+        l[h] = 0.0;
+        acc[h] = vec4(0.0);
     }
     for (uint j0 = j_begin; j0 < j_end; j0 += TK) {
         uint nk = min(TK, j_end - j0);
+        vec4 vc[VK];
+        vec4 kr[K_PER];
+        fetch(j0, j_end, lane, d4, stride4, koff4, vc, kr);
         barrier(); // the previous tile's readers are done (and qs is visible)
-        for (uint u = t; u < TK * HD4; u += WG) {
+        [[unroll]] for (uint i = 0u; i < K_PER; i++) {
+            uint u = t + i * WG;
             uint kk = u / HD4;
-            if (kk < nk) {
-                ks[kk * KS + (u - kk * HD4)] = load_k((j0 + kk) * stride4 + koff4 + (u - kk * HD4));
+            if (u < TK * HD4 && kk < nk) {
+                ks[kk * KS + (u - kk * HD4)] = kr[i];
             }
         }
         barrier();
-        for (uint i = 0u; i < SC_PER; i++) {
+        [[unroll]] for (uint i = 0u; i < SC_PER; i++) {
             uint u = t + i * WG;
             if (u < GT * TK) {
                 uint hh = u / TK;
                 uint kk = u - hh * TK;
                 float s = -1.0 / 0.0;
                 if (kk < nk) {
+                    // Two chains: a dependent FMA per element
+                    // was most of a tile's time.
                     vec4 a = vec4(0.0);
-                    for (uint d = 0u; d < HD4; d++) {
+                    vec4 b = vec4(0.0);
+                    [[unroll]] for (uint d = 0u; d + 1u < HD4; d += 2u) {
                         a += qs[hh * HD4 + d] * ks[kk * KS + d];
+                        b += qs[hh * HD4 + d + 1u] * ks[kk * KS + d + 1u];
                     }
+                    if ((HD4 & 1u) != 0u) {
+                        a += qs[hh * HD4 + HD4 - 1u] * ks[kk * KS + HD4 - 1u];
+                    }
+                    a += b;
                     s = (a.x + a.y) + (a.z + a.w);
                 }
-                ss[u] = s;
+                ss4[u / 4u][u % 4u] = s;
             }
         }
         barrier();
-        for (uint i = 0u; i < V_PER; i++) {
-            uint u = t + i * WG;
-            if (u < GT * HD4) {
-                uint hh = u / HD4;
-                uint d4 = u - hh * HD4;
-                float tmax = -1.0 / 0.0;
-                for (uint kk = 0u; kk < nk; kk++) {
-                    tmax = max(tmax, ss[hh * TK + kk]);
-                }
-                float nm = max(m[i], tmax);
-                float corr = exp(m[i] - nm);
-                vec4 a = acc[i] * corr;
-                float ls = l[i] * corr;
-                for (uint kk = 0u; kk < nk; kk++) {
-                    float pk = exp(ss[hh * TK + kk] - nm);
-                    ls += pk;
-                    a += pk * load_v((j0 + kk) * stride4 + koff4 + d4);
-                }
-                acc[i] = a;
-                l[i] = ls;
-                m[i] = nm;
+        [[unroll]] for (uint h = 0u; h < GT; h++) {
+            vec4 tm = ss4[h * TK / 4u];
+            [[unroll]] for (uint c = 1u; c < TK / 4u; c++) {
+                tm = max(tm, ss4[h * TK / 4u + c]);
             }
+            float nm = max(m[h], max(max(tm.x, tm.y), max(tm.z, tm.w)));
+            float corr = exp(m[h] - nm);
+            vec4 a = acc[h] * corr;
+            float ls = l[h] * corr;
+            [[unroll]] for (uint i = 0u; i < VK; i++) {
+                uint kk = lane + KL * i;
+                if (kk < nk) {
+                    float pk = exp(score(h, kk) - nm);
+                    ls += pk;
+                    a += pk * vc[i];
+                }
+            }
+            acc[h] = a;
+            l[h] = ls;
+            m[h] = nm;
         }
     }
 
-    for (uint i = 0u; i < V_PER; i++) {
-        uint u = t + i * WG;
-        uint hh = u / HD4;
-        if (u >= GT * HD4 || h0 + hh >= group) {
-            continue;
-        }
-        uint d4 = u - hh * HD4;
-        uint hg = kvh * group + h0 + hh;
-        if (pc.n_split == 1u) {
-            float inv = l[i] > 0.0 ? 1.0 / l[i] : 0.0;
-            o4[(r * pc.n_heads + hg) * HD4 + d4] = acc[i] * inv;
-        } else {
-            uint pb = ((r * pc.n_heads + hg) * pc.n_split + split) * (HD + 2u);
-            if (d4 == 0u) {
-                part[pb] = m[i];
-                part[pb + 1u] = l[i];
-            }
-            for (uint c = 0u; c < 4u; c++) {
-                part[pb + 2u + 4u * d4 + c] = acc[i][c];
-            }
+    // The key lanes meet: lane 0 of each dim group sums the others', one
+    // head at a time.
+    [[unroll]] for (uint h = 0u; h < GT; h++) {
+        barrier();
+        red[t] = acc[h];
+        red_l[t] = l[h];
+        barrier();
+        if (t < HD4 && h0 + h < group) {
+            write_head(m[h], t, kvh * group + h0 + h, r, split);
         }
     }
 }

@@ -5,7 +5,7 @@
 // span, read from the positions buffer, so a short context uses one or a few
 // splits instead of paying for the whole capacity, and a recorded pass stays
 // valid for every position.
-const uint SPLIT_MIN = 32u; // keys per split at least (one key tile)
+const uint SPLIT_MIN = 32u; // keys per split at least (one key tile; vk/ops/attention.rs)
 
 struct Span {
     uint start;    // first key attended

@@ -25,6 +25,9 @@ pub struct Caps {
     pub coopmat_nv_f16: bool,
     /// The Vulkan memory model (the cooperative-matrix SPIR-V declares it).
     pub vulkan_memory_model: bool,
+    /// Device-scope atomics under that model (`atomicMax` on the status
+    /// words): required wherever the model is enabled and a shader uses them.
+    pub vulkan_memory_model_device_scope: bool,
     /// VK_KHR_shader_integer_dot_product listed with its feature on: the
     /// int8-activation GEMV (mul_mat_vec_q8) can run.
     pub integer_dot: bool,
@@ -76,6 +79,7 @@ impl Caps {
             coopmat_khr_f16,
             coopmat_nv_f16,
             vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
+            vulkan_memory_model_device_scope: f12.vulkan_memory_model_device_scope == vk::TRUE,
             integer_dot: has_ext(ash::khr::shader_integer_dot_product::NAME)
                 && idp.shader_integer_dot_product == vk::TRUE,
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
@@ -169,7 +173,10 @@ impl MatmulKernel {
     /// kernel also assumes subgroups of 32 (4 per 128-invocation workgroup)
     /// and needs f16 arithmetic and the Vulkan memory model.
     pub fn available(self, caps: &Caps) -> bool {
-        let base = caps.fp16 && caps.vulkan_memory_model && caps.subgroup_size == 32;
+        let base = caps.fp16
+            && caps.vulkan_memory_model
+            && caps.vulkan_memory_model_device_scope
+            && caps.subgroup_size == 32;
         match self {
             MatmulKernel::Tiles => true,
             MatmulKernel::CoopmatKhr => {

@@ -63,12 +63,15 @@ impl Device {
             .queue_family_index(queue_family)
             .queue_priorities(&priorities)];
         // The cooperative-matrix GEMM needs its extension, the feature, f16
-        // arithmetic and the Vulkan memory model (its SPIR-V declares it);
-        // the int8-activation GEMV needs integer dot products; nothing else
-        // enables optional features.
+        // arithmetic and the Vulkan memory model (its SPIR-V declares it),
+        // with device scope: under that model the status words' atomicMax is
+        // a device-scope atomic, which the validation layer rejects without
+        // it. The int8-activation GEMV needs integer dot products; nothing
+        // else enables optional features.
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(true)
-            .vulkan_memory_model(true);
+            .vulkan_memory_model(true)
+            .vulkan_memory_model_device_scope(true);
         let mut cm_khr =
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut cm_nv =

@@ -311,9 +311,14 @@ impl Recorder {
         Ok(())
     }
 
-    /// Before a dispatch or copy of the pass (after its barrier).
+    /// Before a dispatch or copy of the pass (after its barrier). At the
+    /// bottom of the pipe: the start is when the work before it has ended. A
+    /// top-of-pipe timestamp is not held by the barrier, so it fired while
+    /// the previous dispatch still ran and dependent dispatches read up to
+    /// twice their length (an 8B decode token's matmuls summed to 2x its
+    /// wall time).
     pub fn time_begin(&mut self) -> Result<()> {
-        self.write_timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)
+        self.write_timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)
     }
 
     /// After the dispatch or copy that [`Recorder::time_begin`] opened.

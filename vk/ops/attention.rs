@@ -19,17 +19,25 @@ use bytemuck::{Pod, Zeroable};
 const MAX_HEAD_DIM: usize = 512;
 /// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
-/// attention_decode.comp: keys per tile (32, or 16 where 32 would not fit the
-/// device's shared memory; splits hold at least 32 keys, SPLIT_MIN in
-/// attention_split.glsl), invocations, most query heads per workgroup, most
-/// head_dim.
-const DECODE_TK: [usize; 2] = [32, 16];
+/// attention_decode.comp: keys per tile (32, else 16 or 8 where the larger
+/// would not fit the device's shared memory), invocations, most query heads
+/// per workgroup, most head_dim. (64-key tiles ran slower on an H100.)
+const DECODE_TK: [usize; 3] = [32, 16, 8];
+const DECODE_WG: usize = 128;
 const DECODE_MAX_HEADS: usize = 8;
 const DECODE_MAX_HEAD_DIM: usize = 256;
-/// The most splits (attention_combine.comp folds one per invocation of 64).
-/// A split has at least DECODE_TK keys, so caches shorter than
-/// 64 * DECODE_TK get fewer.
-const MAX_SPLITS: usize = 64;
+/// Keys per split at least (SPLIT_MIN in attention_split.glsl).
+const SPLIT_MIN: usize = 32;
+/// The most splits (attention_combine.comp's MAX_SPLITS).
+const MAX_SPLITS: usize = 256;
+/// Workgroups x head_dim a decode attention aims for (kv heads x head tiles
+/// x rows x splits): 256 workgroups at head_dim 128, 512 at 64, about two
+/// or four per SM of a 132-SM H100/H200. Measured on an H100 at 4.6K
+/// positions (benches/attention.rs): Llama-3.1-8B (8 kv heads of 128) ran
+/// best with 32 splits (31 us, against 36 with 64 and 38 with 128),
+/// TinyLlama (4 of 64) with 128 (21 us, against 27 with 32), Llama-3.2-1B
+/// (8 of 64) with 64.
+const DECODE_TARGET_WORK: usize = 256 * 128;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
 const FLASH_WG: usize = 128;
@@ -48,9 +56,9 @@ fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
 }
 
 /// Shared memory attention_decode.comp declares for `gt` heads per tile and
-/// `tk` keys per tile (mirrors its declarations: qs, ks, ss).
+/// `tk` keys per tile (mirrors its declarations: qs, ks, ss4, red, red_l).
 fn decode_shared_bytes(gt: usize, tk: usize, head_dim: usize) -> usize {
-    (gt * head_dim + tk * (head_dim + 4) + gt * tk) * 4
+    (gt * head_dim + tk * (head_dim + 4) + gt * tk + DECODE_WG * 5) * 4
 }
 
 /// How attention_decode.comp runs one shape.
@@ -65,9 +73,9 @@ pub(in crate::vk) struct DecodeTiles {
 
 /// attention_decode.comp's tiling for a GQA group of `group` heads, or None
 /// where the kernel cannot take `head_dim`: tiles of at most 8 heads, as
-/// even as possible, 32 keys (else 16) per key tile, the most heads per
-/// tile that fit the device's shared memory (NVIDIA: 48 KiB fits 8 heads of
-/// 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
+/// even as possible, 32 keys (else 16, else 8) per key tile, the most heads
+/// per tile that fit the device's shared memory (NVIDIA: 48 KiB fits 8 heads
+/// of 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
 pub(in crate::vk) fn decode_tiles(
     group: usize,
     head_dim: usize,
@@ -305,10 +313,14 @@ impl VulkanBackend {
         t: DecodeTiles,
     ) -> Result<()> {
         const OP: &str = "attention";
-        // The split count depends on the capacity only, never on positions,
-        // so a recorded pass stays valid for any position; the split length
-        // follows the span on the device (attention_split.glsl).
-        let n_split = p.capacity.div_ceil(DECODE_TK[0]).clamp(1, MAX_SPLITS);
+        // The split count depends on the shape and capacity only, never on
+        // positions, so a recorded pass stays valid for any position; the
+        // split length follows the span on the device (attention_split.glsl).
+        let groups = (p.n_kv_heads * t.tiles * p.rows).max(1);
+        let n_split = (DECODE_TARGET_WORK / p.head_dim)
+            .div_ceil(groups)
+            .min(p.capacity.div_ceil(SPLIT_MIN))
+            .clamp(1, MAX_SPLITS);
         let push = DecodePush {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -334,11 +346,11 @@ impl VulkanBackend {
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
         // Specialization constant 0: head_dim | heads per tile << 16 |
-        // (16-key tiles) << 24 | (f16 cache) << 25.
+        // log2(32 / keys per tile) << 24 | (f16 cache) << 26.
         let spec = p.head_dim as u32
             | ((t.heads as u32) << 16)
-            | (u32::from(t.keys == 16) << 24)
-            | (u32::from(p.kv_dtype == DType::F16) << 25);
+            | ((DECODE_TK[0] / t.keys).trailing_zeros() << 24)
+            | (u32::from(p.kv_dtype == DType::F16) << 26);
         let status = self.status;
         self.dispatch(
             OP,
@@ -393,6 +405,7 @@ mod tests {
         assert_eq!(decode_tiles(2, 256, LVP), t(1, 2, 16));
         assert_eq!(decode_tiles(1, 6, NV), None);
         assert_eq!(decode_tiles(1, 260, NV), None);
+        assert_eq!(decode_tiles(1, 256, 16 << 10), t(1, 1, 8));
         assert_eq!(decode_tiles(1, 256, 8 << 10), None);
     }
 }
