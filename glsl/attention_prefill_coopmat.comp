@@ -75,17 +75,39 @@ uvec2 half4(vec4 v) {
     return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
 }
 
-// K (and V) rows j0.. into the tiles; keys at or past `hi` read as zeros.
-void load_tile(uint j0, uint hi, uint kvh, bool with_v) {
+// The next K (and V) tile in registers while the current one is multiplied:
+// a tile's load waited in full before each multiply, 288 of them per
+// workgroup at 4.6K positions (~1 ms per Llama-3.1-8B layer on an H100).
+const uint TILE_WORDS = (BC * DW + 127u) / 128u; // per invocation
+uvec2 k_next[TILE_WORDS];
+uvec2 v_next[TILE_WORDS];
+
+// K (and V) rows j0.. into k_next / v_next; keys at or past `hi` read as zeros.
+void fetch_tile(uint j0, uint hi, uint kvh, bool with_v) {
     uint kv_stride = pc.n_kv_heads * DW;
-    for (uint i = gl_LocalInvocationID.x; i < BC * DW; i += 128u) {
+    [[unroll]] for (uint n = 0u; n < TILE_WORDS; n++) {
+        uint i = gl_LocalInvocationID.x + 128u * n;
         uint k = i / DW;
-        uint dw = i % DW;
         uint j = j0 + k;
-        uint at = j * kv_stride + kvh * DW + dw;
-        tiles[k * RS + dw] = j < hi ? k16[at] : uvec2(0u);
+        bool live = i < BC * DW && j < hi;
+        uint at = j * kv_stride + kvh * DW + i % DW;
+        k_next[n] = live ? k16[at] : uvec2(0u);
         if (with_v) {
-            tiles[(BC + k) * RS + dw] = j < hi ? v16[at] : uvec2(0u);
+            v_next[n] = live ? v16[at] : uvec2(0u);
+        }
+    }
+}
+
+// The fetched tile into shared memory: K rows at 0, V rows at BC.
+void put_tile(bool with_v) {
+    [[unroll]] for (uint n = 0u; n < TILE_WORDS; n++) {
+        uint i = gl_LocalInvocationID.x + 128u * n;
+        if (i < BC * DW) {
+            uint k = i / DW;
+            tiles[k * RS + i % DW] = k_next[n];
+            if (with_v) {
+                tiles[(BC + k) * RS + i % DW] = v_next[n];
+            }
         }
     }
 }
@@ -167,9 +189,15 @@ void main() {
 
     // Pass 1: each row's largest score.
     float mx = NEG_INF;
+    if (tile_lo < tile_hi) {
+        fetch_tile(tile_lo, tile_hi, kvh, false);
+    }
     for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
-        load_tile(j0, tile_hi, kvh, false);
+        put_tile(false);
         barrier();
+        if (j0 + BC < tile_hi) {
+            fetch_tile(j0 + BC, tile_hi, kvh, false);
+        }
         scores(w);
         [[unroll]] for (uint i = 0u; i < 16u; i++) {
             uint j = j0 + half_k + i;
@@ -187,9 +215,15 @@ void main() {
         o[f] = MAT_C(0.0);
     }
     float l = 0.0;
+    if (tile_lo < tile_hi) {
+        fetch_tile(tile_lo, tile_hi, kvh, true);
+    }
     for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
-        load_tile(j0, tile_hi, kvh, true);
+        put_tile(true);
         barrier();
+        if (j0 + BC < tile_hi) {
+            fetch_tile(j0 + BC, tile_hi, kvh, true);
+        }
         scores(w);
         [[unroll]] for (uint i = 0u; i < 16u; i += 4u) {
             vec4 p = vec4(0.0);

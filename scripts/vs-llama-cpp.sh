@@ -12,7 +12,9 @@
 #
 # usage: scripts/vs-llama-cpp.sh [SHAPE:QUANT ...]
 #   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
-# env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp)
+# env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp),
+#      KEEP (0; 1 keeps the model files in WORK and reuses them: a second
+#      depth on the same machine skips the minutes the 8B takes to write)
 #
 # Each model is written by `vkllm synth`; llama.cpp loading it is the check
 # that our files are real GGUF models. Both engines are timed on the same
@@ -27,6 +29,7 @@ DEPTH=${DEPTH:-0}
 REPS=${REPS:-3}
 BACKEND=${BACKEND:-vulkan}
 WORK=${WORK:-/tmp/vs-llama-cpp}
+KEEP=${KEEP:-0}
 VKLLM=${VKLLM:-.dev/vkllm}
 [ -x "$VKLLM" ] || VKLLM=target/release/vkllm
 DONOR=.dev/donor_tokenizer.gguf
@@ -64,7 +67,11 @@ for spec in "${models[@]}"; do
     file="$WORK/$shape-$quant.gguf"
     writer="vkllm synth"
     echo "== $shape $quant" >&2
-    "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
+    if [ "$KEEP" = 1 ] && [ -f "$file" ]; then
+        echo "reusing $file" >&2
+    else
+        "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
+    fi
     lc=$(llamacpp "$file")
     if [ -z "$lc" ]; then
         echo "llama.cpp cannot load the file vkllm synth wrote ($shape $quant):" >&2
@@ -78,7 +85,7 @@ for spec in "${models[@]}"; do
     python3 -c 'import json,sys; print(json.dumps({"shape": sys.argv[1], "quant": sys.argv[2], "writer": sys.argv[3],
         "llamacpp": json.loads(sys.argv[4] or "null"), "vkllm": json.loads(sys.argv[5])}))' \
         "$shape" "$quant" "$writer" "$lc" "$vk" >> "$results"
-    rm -f "$file"
+    [ "$KEEP" = 1 ] || rm -f "$file"
 done
 
 python3 - "$results" "$PP" "$TG" "$DEPTH" <<'EOF'
