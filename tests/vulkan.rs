@@ -272,7 +272,8 @@ fn matmul_gemv_model_sized_rows_every_m() {
 /// of 32 (F16 with k = 80 ends on half a step), and for F32 a reduction
 /// length that is not a multiple of 4; even m without a bias stores whole
 /// fragments straight to y where its row length is a multiple of 4 (300,
-/// 200), through shared memory where not (130).
+/// 200), through shared memory where not (130); a 2048 x 2048 weight
+/// takes x converted to f16 by a dispatch of its own.
 #[test]
 fn matmul_coopmat_every_dtype() {
     let Some(mut b) = common::vulkan_backend() else {
@@ -292,6 +293,8 @@ fn matmul_coopmat_every_dtype() {
     shapes.push((DType::F32, 130, 102));
     shapes.push((DType::F16, 200, 80));
     shapes.push((DType::Q4K, 4096, 256));
+    // 2048 x 2048 and up: x goes to the GEMM as f16 (half_rows.comp).
+    shapes.push((DType::Q4_0, 2048, 2048));
     for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
         let wb = weight_bytes(dtype, rows, cols, 600 + si as u64);
         let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();

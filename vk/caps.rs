@@ -169,6 +169,11 @@ pub enum MatmulKernel {
 }
 
 impl MatmulKernel {
+    /// Whether it runs on cooperative matrices (f16 inputs).
+    pub fn is_coopmat(self) -> bool {
+        self != MatmulKernel::Tiles
+    }
+
     /// Whether this binary and `caps` can run it. The cooperative-matrix
     /// kernel also assumes subgroups of 32 (4 per 128-invocation workgroup)
     /// and needs f16 arithmetic and the Vulkan memory model.

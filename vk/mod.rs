@@ -173,6 +173,8 @@ pub struct VulkanBackend {
     product_scratch: Option<Buffer>,
     /// `linear_glu`'s gate_up product for many rows.
     glu_scratch: Option<Buffer>,
+    /// The cooperative-matrix GEMM's input as f16 (half_rows.comp).
+    half_scratch: Option<Buffer>,
     /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
     xq_scratch: Option<Buffer>,
     /// What xq_scratch holds, so matmuls of one input (Q, K and V) share it.
@@ -222,6 +224,7 @@ impl VulkanBackend {
             norm_scratch: None,
             product_scratch: None,
             glu_scratch: None,
+            half_scratch: None,
             xq_scratch: None,
             xq_of: None,
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,

@@ -11,6 +11,12 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
+/// Weights (rows x cols) from which the cooperative-matrix GEMM reads x
+/// converted to f16 by one dispatch of its own (half_rows.comp) rather
+/// than converting it in every workgroup: at Llama-3.2-1B's 2048 x 2048 and
+/// above the conversion pays (H100, m = 512: +10-30% TFLOP/s); below it
+/// the extra dispatch would cost the small models more than it saves.
+const HALF_X_MIN_WEIGHTS: usize = 4 << 20;
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// Weight rows per GEMV group (NR in mul_mat_vec.comp): a workgroup shares
@@ -380,10 +386,18 @@ impl VulkanBackend {
         } else {
             *y
         };
+        let half = self.kernels.matmul.is_coopmat()
+            && k.is_multiple_of(16)
+            && n.saturating_mul(k) >= HALF_X_MIN_WEIGHTS;
+        let x = if half {
+            self.encode_half_rows(&x, m * k)?
+        } else {
+            x
+        };
         // One dispatch per part of a split weight, each writing its columns.
         for i in 0..self.weight_parts(w) {
             let (part, row0) = self.weight_part(w, i)?;
-            self.encode_gemm(&part, o.bias, &x, &out, m, row0, n)?;
+            self.encode_gemm(&part, o.bias, &x, half, &out, m, row0, n)?;
         }
         if o.add {
             self.encode_add(y, &out, y, m * n)?;
@@ -391,14 +405,35 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// `n` values of x as f16 in the half scratch (n % 4 == 0).
+    fn encode_half_rows(&mut self, x: &Buffer, n: usize) -> Result<Buffer> {
+        const OP: &str = "matmul";
+        let bytes = n
+            .checked_mul(2)
+            .ok_or_else(|| Error::op(OP, "f16 x size overflows"))?;
+        let t = self.scratch(|b| &mut b.half_scratch, bytes)?;
+        let n4 = u32_of(OP, "x values / 4", n / 4)?;
+        let groups = self.stride_groups(n / 4, 256);
+        self.dispatch(
+            OP,
+            plain("half_rows"),
+            &[read(x), write(&t)],
+            bytemuck::bytes_of(&n4),
+            groups,
+        )?;
+        Ok(t)
+    }
+
     /// The tiled GEMM (m > GEMV_MAX_ROWS) for a (part of a) weight, its
     /// output columns from `row0` of y's `ldy`; shapes already checked.
+    /// `x_half`: x holds f16 values (the cooperative-matrix kernels only).
     #[allow(clippy::too_many_arguments)]
     fn encode_gemm(
         &mut self,
         w: &Weight,
         bias: Option<&Buffer>,
         x: &Buffer,
+        x_half: bool,
         y: &Buffer,
         m: usize,
         row0: usize,
@@ -432,7 +467,7 @@ impl VulkanBackend {
         }
         self.dispatch(
             OP,
-            typed(shader, w.dtype),
+            typed(shader, w.dtype).spec(u32::from(x_half)),
             &binds,
             bytemuck::bytes_of(&push),
             groups,
