@@ -1314,68 +1314,81 @@ fn linear_folds_norm_bias_and_residual_add() {
 
 #[test]
 fn matmuls_of_one_input_share_it_until_it_changes() {
-    // A pass of decode matmuls that read one input (as Q, K and V do) may
-    // share work derived from it (Vulkan quantizes it once), but must see
-    // every change: other norm weights, other rows, or a write to the input.
-    // Each product must equal, bit for bit, the same product in a pass of
-    // its own.
-    let (cols, rows, eps) = (512, 40, 1e-5);
+    // A pass of matmuls that read one input (as Q, K and V do) may share
+    // work derived from it (Vulkan quantizes it once for decode, norms it and
+    // converts it to f16 once for the tiled GEMM), but must see every change:
+    // other norm weights, other rows, or a write to the input. Each product
+    // must equal, bit for bit, the same product in a pass of its own. Cases:
+    // decode rows (1, 2), tiled rows (8, 16), and a 2048 x 2048 weight
+    // (the cooperative-matrix GEMM takes x as f16 there).
+    let eps = 1e-5;
+    let cases = [
+        (512, 40, [1, 2], &[DType::Q4K, DType::Q4_0, DType::F16][..]),
+        (512, 40, [8, 16], &[DType::Q4K, DType::Q4_0, DType::F16][..]),
+        (2048, 2048, [8, 16], &[DType::Q4_0][..]),
+    ];
     for (name, mut b, _) in matmul_backends() {
-        for dtype in [DType::Q4K, DType::Q4_0, DType::F16] {
-            let w: Vec<_> = (0..2)
-                .map(|i| {
-                    let wb = weight_bytes(dtype, rows, cols, 90 + i);
-                    b.upload_weight(dtype, rows, cols, &wb).unwrap()
-                })
-                .collect();
-            let x0 = rand_f32(2 * cols, 91);
-            let (xb, x0b, zb) = (
-                upload_f32(b.as_mut(), &x0),
-                upload_f32(b.as_mut(), &x0),
-                upload_f32(b.as_mut(), &rand_f32(2 * cols, 92)),
-            );
-            let nw = [93, 94].map(|s| upload_f32(b.as_mut(), &rand_f32(cols, s)));
-            let opts = |i: usize| LinearOpts {
-                norm: Some((&nw[i], eps)),
-                ..LinearOpts::default()
-            };
-            // (weight, norm weights, rows of x, after x += z)
-            let steps = [
-                (0, Some(0), 1, false),
-                (1, Some(0), 1, false),
-                (1, Some(1), 1, false),
-                (0, None, 1, false),
-                (1, None, 2, false),
-                (0, None, 2, true),
-                (1, Some(0), 1, true),
-                (0, Some(0), 1, true),
-            ];
-            let ys: Vec<_> = steps
-                .iter()
-                .map(|_| b.alloc(2 * rows * 4).unwrap())
-                .collect();
-            let run = |b: &mut dyn ComputeBackend, i: usize, x: &vkllm::backend::Buffer| {
-                let (wi, norm, m, _) = steps[i];
-                let o = norm.map_or(LinearOpts::default(), opts);
-                b.linear(&w[wi], x, &ys[i], m, &o).unwrap();
-            };
-            pass(b.as_mut(), |b| {
-                for i in 0..steps.len() {
-                    if i == 5 {
-                        b.add(&xb, &zb, &xb, 2 * cols).unwrap();
+        for (cols, rows, [m1, m2], dtypes) in cases {
+            for &dtype in dtypes {
+                let w: Vec<_> = (0..2)
+                    .map(|i| {
+                        let wb = weight_bytes(dtype, rows, cols, 90 + i);
+                        b.upload_weight(dtype, rows, cols, &wb).unwrap()
+                    })
+                    .collect();
+                let x0 = rand_f32(m2 * cols, 91);
+                let (xb, x0b, zb) = (
+                    upload_f32(b.as_mut(), &x0),
+                    upload_f32(b.as_mut(), &x0),
+                    upload_f32(b.as_mut(), &rand_f32(m2 * cols, 92)),
+                );
+                let nw = [93, 94].map(|s| upload_f32(b.as_mut(), &rand_f32(cols, s)));
+                let opts = |i: usize| LinearOpts {
+                    norm: Some((&nw[i], eps)),
+                    ..LinearOpts::default()
+                };
+                // (weight, norm weights, rows of x, after x += z)
+                let steps = [
+                    (0, Some(0), m1, false),
+                    (1, Some(0), m1, false),
+                    (1, Some(1), m1, false),
+                    (0, None, m1, false),
+                    (1, None, m2, false),
+                    (0, Some(0), m1, false),
+                    (0, None, m2, true),
+                    (1, Some(0), m1, true),
+                    (0, Some(0), m1, true),
+                ];
+                let ys: Vec<_> = steps
+                    .iter()
+                    .map(|_| b.alloc(m2 * rows * 4).unwrap())
+                    .collect();
+                let run = |b: &mut dyn ComputeBackend, i: usize, x: &vkllm::backend::Buffer| {
+                    let (wi, norm, m, _) = steps[i];
+                    let o = norm.map_or(LinearOpts::default(), opts);
+                    b.linear(&w[wi], x, &ys[i], m, &o).unwrap();
+                };
+                pass(b.as_mut(), |b| {
+                    for i in 0..steps.len() {
+                        if i == 6 {
+                            b.add(&xb, &zb, &xb, m2 * cols).unwrap();
+                        }
+                        run(b, i, &xb);
                     }
-                    run(b, i, &xb);
+                });
+                let shared: Vec<_> = ys
+                    .iter()
+                    .map(|y| download_f32(b.as_mut(), y, m2 * rows))
+                    .collect();
+                for (i, step) in steps.iter().enumerate() {
+                    let x = if step.3 { &xb } else { &x0b };
+                    pass(b.as_mut(), |b| run(b, i, x));
+                    let alone = download_f32(b.as_mut(), &ys[i], m2 * rows);
+                    assert_eq!(
+                        shared[i], alone,
+                        "{name} {dtype} {rows}x{cols} step {i} {step:?}"
+                    );
                 }
-            });
-            let shared: Vec<_> = ys
-                .iter()
-                .map(|y| download_f32(b.as_mut(), y, 2 * rows))
-                .collect();
-            for (i, step) in steps.iter().enumerate() {
-                let x = if step.3 { &xb } else { &x0b };
-                pass(b.as_mut(), |b| run(b, i, x));
-                let alone = download_f32(b.as_mut(), &ys[i], 2 * rows);
-                assert_eq!(shared[i], alone, "{name} {dtype} step {i} {step:?}");
             }
         }
     }

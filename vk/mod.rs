@@ -175,6 +175,8 @@ pub struct VulkanBackend {
     glu_scratch: Option<Buffer>,
     /// The cooperative-matrix GEMM's input as f16 (half_rows.comp).
     half_scratch: Option<Buffer>,
+    /// What norm_scratch / half_scratch hold for the tiled GEMM.
+    prepared_x: Option<ops::PreparedX>,
     /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
     xq_scratch: Option<Buffer>,
     /// What xq_scratch holds, so matmuls of one input (Q, K and V) share it.
@@ -225,6 +227,7 @@ impl VulkanBackend {
             product_scratch: None,
             glu_scratch: None,
             half_scratch: None,
+            prepared_x: None,
             xq_scratch: None,
             xq_of: None,
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,

@@ -68,6 +68,20 @@ pub(in crate::vk) struct QuantizedX {
     at: u64,
 }
 
+/// What the tiled GEMM's prepared input (norm and/or f16 scratch) holds:
+/// valid while neither x, the norm weights nor that scratch has been written
+/// since the recorder's write number `at`.
+#[derive(Clone, Copy)]
+pub(in crate::vk) struct PreparedX {
+    x: u32,
+    /// Norm weights' id and eps bits.
+    norm: Option<(u32, u32)>,
+    half: bool,
+    m: usize,
+    k: usize,
+    at: u64,
+}
+
 /// quantize_q8.comp's push constants.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -373,14 +387,6 @@ impl VulkanBackend {
         o: &LinearOpts,
     ) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
-        let x = match o.norm {
-            Some((nw, eps)) => {
-                let t = self.scratch(|b| &mut b.norm_scratch, floats(m, k)?)?;
-                self.encode_rms_norm(x, nw, &t, m, k, eps)?;
-                t
-            }
-            None => *x,
-        };
         let out = if o.add {
             self.scratch(|b| &mut b.product_scratch, floats(m, n)?)?
         } else {
@@ -389,11 +395,7 @@ impl VulkanBackend {
         let half = self.kernels.matmul.is_coopmat()
             && k.is_multiple_of(16)
             && n.saturating_mul(k) >= HALF_X_MIN_WEIGHTS;
-        let x = if half {
-            self.encode_half_rows(&x, m * k)?
-        } else {
-            x
-        };
+        let x = self.gemm_input(x, o.norm, m, k, half)?;
         // One dispatch per part of a split weight, each writing its columns.
         for i in 0..self.weight_parts(w) {
             let (part, row0) = self.weight_part(w, i)?;
@@ -403,6 +405,64 @@ impl VulkanBackend {
             self.encode_add(y, &out, y, m * n)?;
         }
         Ok(())
+    }
+
+    /// x as the tiled GEMM reads it: RMS-normed (`norm`) and/or f16 (`half`)
+    /// in scratch buffers, or x itself. Q, K and V of one input share it:
+    /// the second and third find it prepared, skip a norm and a conversion
+    /// each, and, reading the same scratch, need no barrier between their
+    /// GEMMs.
+    fn gemm_input(
+        &mut self,
+        x: &Buffer,
+        norm: Option<(&Buffer, f32)>,
+        m: usize,
+        k: usize,
+        half: bool,
+    ) -> Result<Buffer> {
+        if norm.is_none() && !half {
+            return Ok(*x);
+        }
+        let key = PreparedX {
+            x: x.id,
+            norm: norm.map(|(nw, eps)| (nw.id, eps.to_bits())),
+            half,
+            m,
+            k,
+            at: 0,
+        };
+        if let Some(t) = self.prepared(&key) {
+            return Ok(t);
+        }
+        let mut t = *x;
+        if let Some((nw, eps)) = norm {
+            let normed = self.scratch(|b| &mut b.norm_scratch, floats(m, k)?)?;
+            self.encode_rms_norm(x, nw, &normed, m, k, eps)?;
+            t = normed;
+        }
+        if half {
+            t = self.encode_half_rows(&t, m * k)?;
+        }
+        self.prepared_x = self.rec.last_write(t.id).map(|at| PreparedX { at, ..key });
+        Ok(t)
+    }
+
+    /// The scratch holding `key`'s input prepared in this recording, while
+    /// neither it, x nor the norm weights were written since.
+    fn prepared(&self, key: &PreparedX) -> Option<Buffer> {
+        let c = self.prepared_x?;
+        let t = if c.half {
+            self.half_scratch?
+        } else {
+            self.norm_scratch?
+        };
+        let unchanged = |id: u32| self.rec.last_write(id).is_none_or(|w| w < c.at);
+        let same = (c.x, c.norm, c.half, c.m, c.k) == (key.x, key.norm, key.half, key.m, key.k);
+        (same
+            && self.rec.last_write(t.id) == Some(c.at)
+            && unchanged(c.x)
+            && c.norm.is_none_or(|(nw, _)| unchanged(nw)))
+        .then_some(t)
     }
 
     /// `n` values of x as f16 in the half scratch (n % 4 == 0).

@@ -21,7 +21,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 
-pub(super) use matmul::QuantizedX;
+pub(super) use matmul::{PreparedX, QuantizedX};
 
 /// Most storage buffers any kernel binds (attention: 6).
 const MAX_BINDINGS: usize = 7;
