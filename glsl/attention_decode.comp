@@ -188,8 +188,7 @@ void main() {
                 uint kk = u - hh * TK;
                 float s = -1.0 / 0.0;
                 if (kk < nk) {
-                    // Two chains: a dependent FMA per element
-                    // was most of a tile's time.
+                    // Two accumulators: half the dependent FMA chain.
                     vec4 a = vec4(0.0);
                     vec4 b = vec4(0.0);
                     [[unroll]] for (uint d = 0u; d + 1u < HD4; d += 2u) {
