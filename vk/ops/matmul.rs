@@ -367,13 +367,19 @@ impl VulkanBackend {
     fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
         let t = self.xq_scratch?;
         let c = self.xq_of?;
-        let unchanged = |id: u32| self.rec.last_write(id).is_none_or(|w| w < c.at);
         let same = (c.x, c.nw, c.m, c.k) == (x.id, nw.map(|b| b.id), m, k);
-        (same
-            && self.rec.last_write(t.id) == Some(c.at)
-            && unchanged(x.id)
-            && c.nw.is_none_or(unchanged))
-        .then_some(t)
+        (same && self.still_derived(&t, c.at, [Some(c.x), c.nw])).then_some(t)
+    }
+
+    /// Whether `scratch` still holds what the recorder's write number `at`
+    /// derived from the buffers `inputs`: neither it nor they were written
+    /// since.
+    fn still_derived(&self, scratch: &Buffer, at: u64, inputs: [Option<u32>; 2]) -> bool {
+        self.rec.last_write(scratch.id) == Some(at)
+            && inputs
+                .into_iter()
+                .flatten()
+                .all(|id| self.rec.last_write(id).is_none_or(|w| w < at))
     }
 
     /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
@@ -456,13 +462,9 @@ impl VulkanBackend {
         } else {
             self.norm_scratch?
         };
-        let unchanged = |id: u32| self.rec.last_write(id).is_none_or(|w| w < c.at);
         let same = (c.x, c.norm, c.half, c.m, c.k) == (key.x, key.norm, key.half, key.m, key.k);
-        (same
-            && self.rec.last_write(t.id) == Some(c.at)
-            && unchanged(c.x)
-            && c.norm.is_none_or(|(nw, _)| unchanged(nw)))
-        .then_some(t)
+        let inputs = [Some(c.x), c.norm.map(|(nw, _)| nw)];
+        (same && self.still_derived(&t, c.at, inputs)).then_some(t)
     }
 
     /// `n` values of x as f16 in the half scratch (n % 4 == 0).
