@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::time::Instant;
 use vkllm::backend::{Buffer, ComputeBackend, Weight};
 use vkllm::quants::quantize_row;
 use vkllm::DType;
@@ -17,23 +16,15 @@ use vkllm::DType;
 /// Matmuls per timed pass, and passes (the first is a warm-up).
 const PER_PASS: usize = 8;
 const PASSES: usize = 4;
-/// Seconds of untimed passes before a shape's first measurement: right
-/// after an upload (fresh host memory) dispatches run slow for up to a
-/// second (benches/memory.rs). Without it one H100 run read q4_0 at 48-56
-/// TFLOP/s on the 8B's shapes, the next at 78-90.
-const SETTLE_SECS: f64 = 1.5;
 
 /// Best TFLOP/s over the passes: 2·m·n·k per matmul over the GPU time of
 /// its dispatches (the GEMM's own, without norm or add).
 fn gemm_tflops(b: &mut dyn ComputeBackend, w: &Weight, x: &Buffer, y: &Buffer, m: usize) -> f64 {
-    let settle = Instant::now();
-    while settle.elapsed().as_secs_f64() < SETTLE_SECS {
-        b.begin_pass().unwrap();
+    common::settle(b, |b| {
         for _ in 0..PER_PASS {
             b.matmul(w, None, x, y, m).unwrap();
         }
-        b.end_pass().unwrap();
-    }
+    });
     let mut best = f64::INFINITY;
     for pass in 0..PASSES {
         let secs = common::gpu_pass_seconds(b, |b| {

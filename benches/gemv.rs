@@ -23,8 +23,6 @@ const ROTATE_BYTES: usize = 256 << 20;
 /// Matmuls per timed pass.
 const PER_PASS: usize = 64;
 const PASSES: usize = 5;
-/// Seconds of untimed passes before a shape's first measurement.
-const SETTLE_SECS: f64 = 1.5;
 
 /// How a timed pass reaches the GPU.
 #[derive(Clone, Copy, Debug)]
@@ -47,14 +45,7 @@ fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, m
         }
     };
     if matches!(mode, Mode::Fresh) {
-        // Untimed passes first: right after the weights' upload (fresh host
-        // memory) short passes run slow for up to a second (benches/memory.rs).
-        let settle = Instant::now();
-        while settle.elapsed().as_secs_f64() < SETTLE_SECS {
-            b.begin_pass().unwrap();
-            record(b);
-            b.end_pass().unwrap();
-        }
+        common::settle(b, record);
     }
     let mut best = f64::INFINITY;
     match mode {

@@ -29,6 +29,22 @@ pub fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Seconds of untimed passes before a shape's first measurement: right
+/// after an upload (fresh host memory) short passes run slow for up to a
+/// second (benches/memory.rs). Without them one H100 run of gemm.rs read
+/// q4_0 at 48-56 TFLOP/s on the 8B's shapes, the next at 78-90.
+pub const SETTLE_SECS: f64 = 1.5;
+
+/// Runs passes of `record`, untimed, for [`SETTLE_SECS`].
+pub fn settle(b: &mut dyn ComputeBackend, record: impl Fn(&mut dyn ComputeBackend)) {
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs_f64() < SETTLE_SECS {
+        b.begin_pass().unwrap();
+        record(b);
+        b.end_pass().unwrap();
+    }
+}
+
 /// Seconds the GPU spent in the dispatches and copies of one pass of
 /// `record`, by the backend's timestamp queries.
 pub fn gpu_pass_seconds(

@@ -73,13 +73,19 @@ pub(in crate::vk) struct QuantizedX {
 /// since the recorder's write number `at`.
 #[derive(Clone, Copy)]
 pub(in crate::vk) struct PreparedX {
+    key: PreparedKey,
+    at: u64,
+}
+
+/// The input a [`PreparedX`] was made from, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PreparedKey {
     x: u32,
     /// Norm weights' id and eps bits.
     norm: Option<(u32, u32)>,
     half: bool,
     m: usize,
     k: usize,
-    at: u64,
 }
 
 /// quantize_q8.comp's push constants.
@@ -429,13 +435,12 @@ impl VulkanBackend {
         if norm.is_none() && !half {
             return Ok(*x);
         }
-        let key = PreparedX {
+        let key = PreparedKey {
             x: x.id,
             norm: norm.map(|(nw, eps)| (nw.id, eps.to_bits())),
             half,
             m,
             k,
-            at: 0,
         };
         if let Some(t) = self.prepared(&key) {
             return Ok(t);
@@ -449,22 +454,21 @@ impl VulkanBackend {
         if half {
             t = self.encode_half_rows(&t, m * k)?;
         }
-        self.prepared_x = self.rec.last_write(t.id).map(|at| PreparedX { at, ..key });
+        self.prepared_x = self.rec.last_write(t.id).map(|at| PreparedX { key, at });
         Ok(t)
     }
 
     /// The scratch holding `key`'s input prepared in this recording, while
     /// neither it, x nor the norm weights were written since.
-    fn prepared(&self, key: &PreparedX) -> Option<Buffer> {
-        let c = self.prepared_x?;
-        let t = if c.half {
+    fn prepared(&self, key: &PreparedKey) -> Option<Buffer> {
+        let c = self.prepared_x.filter(|c| c.key == *key)?;
+        let t = if key.half {
             self.half_scratch?
         } else {
             self.norm_scratch?
         };
-        let same = (c.x, c.norm, c.half, c.m, c.k) == (key.x, key.norm, key.half, key.m, key.k);
-        let inputs = [Some(c.x), c.norm.map(|(nw, _)| nw)];
-        (same && self.still_derived(&t, c.at, inputs)).then_some(t)
+        let inputs = [Some(key.x), key.norm.map(|(nw, _)| nw)];
+        self.still_derived(&t, c.at, inputs).then_some(t)
     }
 
     /// `n` values of x as f16 in the half scratch (n % 4 == 0).
