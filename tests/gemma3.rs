@@ -14,7 +14,9 @@
 //! move by 0.20 on average and up to 4.21 (a confident digit: 32.4 where the
 //! math gives 29.4), and its argmax differs at 27 of 407 positions. Ours
 //! (16-bit CPU activations, f32 on Vulkan) stay within 0.002 of the math, so
-//! the bounds against llama.cpp are llama.cpp's own error, with margin.
+//! the bounds against llama.cpp are llama.cpp's own error, with margin. A GPU
+//! with cooperative matrices also runs its default f16 prefill kernels
+//! (within 0.044 of the math on an H100).
 
 mod common;
 
@@ -30,6 +32,10 @@ use vkllm::DType;
 /// largest |Δlogit| (logits reach 32; measured 0.0006 on the CPU, 0.0013 on
 /// lavapipe) ...
 const EXACT_TOL: f32 = 0.01;
+/// ... and for a device whose default prefill kernels round matmul inputs,
+/// Q and the probabilities to f16 on cooperative matrices (measured 0.0437
+/// on an H100, top-1 407/407).
+const F16_TOL: f32 = 0.1;
 /// ... and the share of positions with the same argmax (a near-tie may swap).
 const EXACT_MIN_TOP1: f64 = 0.99;
 /// Against llama.cpp: largest |Δlogit| (its own error is up to 4.21), mean
@@ -154,8 +160,9 @@ impl Agreement {
     }
 }
 
-/// Teacher forcing on `be`: agreement with llama.cpp and with the exact math.
-fn check_teacher(name: &str, be: Box<dyn vkllm::ComputeBackend>) {
+/// Teacher forcing on `be`: agreement with llama.cpp and with the exact math
+/// (largest |Δlogit| `exact_tol`).
+fn check_teacher(name: &str, be: Box<dyn vkllm::ComputeBackend>, exact_tol: f32) {
     let path = common::gemma3().unwrap();
     let (f, x) = (fixture(), exact());
     let t = &f["teacher"];
@@ -197,7 +204,7 @@ fn check_teacher(name: &str, be: Box<dyn vkllm::ComputeBackend>) {
         vs_exact.report(name, "float64", n),
     ];
     println!("{}", lines.join("\n"));
-    assert!(vs_exact.max_diff <= EXACT_TOL, "{}", lines[1]);
+    assert!(vs_exact.max_diff <= exact_tol, "{}", lines[1]);
     assert!(vs_exact.rate(n) >= EXACT_MIN_TOP1, "{}", lines[1]);
     assert!(vs_llama.max_diff <= LLAMACPP_TOL, "{}", lines[0]);
     assert!(vs_llama.mean() <= LLAMACPP_MEAN_TOL, "{}", lines[0]);
@@ -209,7 +216,7 @@ fn teacher_forced_agreement_cpu() {
     if common::gemma3().is_none() {
         return;
     }
-    check_teacher("cpu", common::cpu());
+    check_teacher("cpu", common::cpu(), EXACT_TOL);
 }
 
 #[test]
@@ -217,10 +224,14 @@ fn teacher_forced_agreement_vulkan() {
     if common::gemma3().is_none() {
         return;
     }
-    let Some(be) = common::vulkan() else {
+    let Some(be) = common::vulkan_exact() else {
         return;
     };
-    check_teacher("vulkan", be);
+    check_teacher("vulkan", be, EXACT_TOL);
+    // The default kernels, where they differ from the exact ones.
+    if let Some(be) = common::vulkan_backend().filter(|b| b.kernels().matmul.is_coopmat()) {
+        check_teacher("vulkan (f16 cooperative matrices)", Box::new(be), F16_TOL);
+    }
 }
 
 /// Greedy ids after `prompt` on `be`.
