@@ -9,7 +9,9 @@
 // WG / head_dim invocation groups whose sums meet in shared memory, and each
 // invocation keeps four reads in flight: the sums are a chain of dependent
 // loads otherwise (one invocation per dim walking 49 splits took longer than
-// the attention it merged).
+// the attention it merged). With min_chunk > 0 the splits are the prefill
+// kernel's chunks (attention_split.glsl), those the row's range meets; a
+// row within one chunk was written by the prefill kernel itself.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -29,6 +31,7 @@ layout(push_constant) uniform Push {
     uint n_split;
     uint capacity;
     uint window;
+    uint min_chunk;
 } pc;
 
 #include "reduce.glsl"
@@ -44,7 +47,20 @@ void main() {
     uint hd = pc.head_dim;
     uint stride = hd + 2u;
     uint base = (r * pc.n_heads + h) * pc.n_split * stride;
-    uint na = decode_span(pos[r], pc.capacity, pc.window, pc.n_split).n_active;
+    uint na;
+    if (pc.min_chunk > 0u) {
+        Span sp = decode_span(pos[r], pc.capacity, pc.window, 1u);
+        uint len = prefill_chunk_len(pos[pc.rows - 1u], pc.capacity, pc.n_split, pc.min_chunk);
+        uint first = prefill_chunk_of(sp.start, len, pc.n_split);
+        uint last = sp.end > sp.start ? prefill_chunk_of(sp.end - 1u, len, pc.n_split) : first;
+        if (first == last) {
+            return; // uniform per workgroup: the prefill kernel wrote this row
+        }
+        base += first * stride;
+        na = last + 1u - first;
+    } else {
+        na = decode_span(pos[r], pc.capacity, pc.window, pc.n_split).n_active;
+    }
     float mx = -1.0 / 0.0;
     for (uint s = t; s < na; s += WG) {
         mx = max(mx, part[base + s * stride]);

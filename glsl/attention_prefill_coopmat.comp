@@ -15,6 +15,13 @@
 // the K/V tiles, shared by all four, need workgroup barriers. Q is rounded
 // to f16 (pre-scaled), P too.
 //
+// With n_split > 1 the keys are cut into chunks (attention_split.glsl) and
+// workgroup z takes chunk z: SmolLM2's 512 rows are only 72 workgroups,
+// each walking 288 dependent tile steps at depth 4096. A row whose keys lie
+// in one chunk is written as usual by that chunk's workgroup; any other
+// gets a (max, sum, unscaled O) per chunk it meets, which
+// attention_combine.comp merges.
+//
 // Specialization constant 0: head_dim, a multiple of 16, at most 128.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -23,6 +30,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "coopmat.glsl"
 #include "common.glsl"
+#include "attention_split.glsl"
 
 layout(local_size_x = 128) in;
 
@@ -46,6 +54,8 @@ layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
 // Status words (see attention.comp): a position past the cache is recorded
 // as position + 1 and the row attends to the cache it has.
 layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+// Per (row, head, split): max, sum, then head_dim unscaled outputs.
+layout(binding = 6) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -55,6 +65,8 @@ layout(push_constant) uniform Push {
     uint capacity;
     float scale;
     uint window;
+    uint n_split;
+    uint min_chunk; // keys per chunk at least
 } pc;
 
 // Q (BR rows) at first; then the K tile (BC rows) and the V tile after it.
@@ -185,6 +197,27 @@ void main() {
     uint half_k = 16u * (lane % 2u);
     uint lo = k_lo[row];
     uint hi = k_hi[row];
+    uint split = gl_WorkGroupID.z;
+    bool single = true; // this row's keys lie in one chunk
+    bool mine = true;   // ... and it is this workgroup's
+    if (pc.n_split > 1u) {
+        uint len = prefill_chunk_len(pos[pc.rows - 1u], pc.capacity, pc.n_split, pc.min_chunk);
+        uint c0 = split * len;
+        uint c1 = split + 1u == pc.n_split ? 0xFFFFFFFFu : c0 + len;
+        if (hi > lo) {
+            uint first = prefill_chunk_of(lo, len, pc.n_split);
+            uint last = prefill_chunk_of(hi - 1u, len, pc.n_split);
+            single = first == last;
+            mine = split >= first && split <= last;
+        }
+        tile_lo = max(tile_lo, c0);
+        tile_hi = min(tile_hi, c1);
+        lo = max(lo, c0);
+        hi = max(min(hi, c1), lo);
+        if (tile_lo >= tile_hi) {
+            return; // uniform: every invocation read the same k_lo / k_hi
+        }
+    }
     barrier();
 
     // Pass 1: each row's largest score.
@@ -253,16 +286,29 @@ void main() {
     }
     l += subgroupShuffleXor(l, 1u);
 
-    // O / l, a fragment at a time through this subgroup's rows of ss: lane
-    // l writes 8 values of row l / 2.
+    // O / l (a split: O, max and sum), a fragment at a time through this
+    // subgroup's rows of ss: lane l writes 8 values of row l / 2.
     uint qi = q0 + row;
+    bool parts = !single;
+    bool write = mine && qi < n_q;
+    uint h = kvh * group + qi % group;
+    uint pbase = (((qi / group) * pc.n_heads + h) * pc.n_split + split) * (D + 2u);
+    if (parts && write && lane % 2u == 0u) {
+        part[pbase] = mx;
+        part[pbase + 1u] = l;
+    }
     [[unroll]] for (uint f = 0u; f < 8u; f++) {
         if (f < DF) {
             STORE_ROWS(o[f], ss, 16u * w * SS, SS);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            if (qi < n_q) {
-                uint h = kvh * group + qi % group;
+            if (parts && write) {
+                uint from = row * SS + (lane % 2u) * 8u;
+                uint at = pbase + 2u + 16u * f + (lane % 2u) * 8u;
+                [[unroll]] for (uint e = 0u; e < 8u; e++) {
+                    part[at + e] = ss[from + e];
+                }
+            } else if (write) {
                 uint at = ((qi / group) * pc.n_heads + h) * DW + 4u * f + (lane % 2u) * 2u;
                 uint from = row * SS + (lane % 2u) * 8u;
                 float inv = l > 0.0 ? 1.0 / l : 0.0;

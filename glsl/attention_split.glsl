@@ -25,3 +25,19 @@ Span decode_span(uint p, uint capacity, uint window, uint n_split) {
     s.n_active = (span + s.len - 1u) / s.len;
     return s;
 }
+
+// A split prefill pass (attention_prefill_coopmat.comp with n_split > 1)
+// cuts the keys into n_split chunks of the length this returns: the span of
+// the last row (prefill rows ascend) shared out, at least min_keys, a
+// multiple of 32 (the kernel's key tile). The last chunk also takes any key
+// past the others, so every key belongs to exactly one chunk whatever the
+// positions.
+uint prefill_chunk_len(uint last_pos, uint capacity, uint n_split, uint min_keys) {
+    uint end = min(last_pos + 1u, capacity);
+    uint len = max((end + n_split - 1u) / n_split, min_keys);
+    return (len + 31u) / 32u * 32u;
+}
+
+uint prefill_chunk_of(uint key, uint len, uint n_split) {
+    return min(key / len, n_split - 1u);
+}

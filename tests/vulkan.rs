@@ -665,6 +665,9 @@ fn attention_prefill_coopmat_f16_cache() {
         (130, 600, 8, 2, 64, 0),
         (64, 610, 4, 1, 128, 100),
         (300, 4000, 32, 8, 128, 0),
+        // Key splits (from capacities of 1024 up), with a window.
+        (130, 1500, 8, 2, 64, 300),
+        (200, 2100, 9, 3, 64, 0),
     ];
     let f16 = |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
     for (ci, case) in cases.into_iter().enumerate() {

@@ -47,6 +47,15 @@ const FLASH_MAX_HEAD_DIM: usize = 128;
 /// largest head_dim its fragments and shared memory (32 KiB at 128) cover.
 const COOPMAT_BR: usize = 64;
 const COOPMAT_MAX_HEAD_DIM: usize = 128;
+/// The coopmat kernel splits its keys where its (query tile, kv head)
+/// workgroups are fewer than this (SmolLM2's 512 rows: 72), into chunks of
+/// at least PREFILL_SPLIT_MIN keys. Measured on an H100
+/// (benches/attention.rs, pp512 at depth 4096, µs per layer): SmolLM2
+/// 271 -> 140; splitting the 256 workgroups of TinyLlama, Llama-3.2-1B or
+/// Llama-3.1-8B made them slower (308 -> 409, 316 -> 413, 729 -> 803):
+/// their partial results and the merge cost more than the wider grid gains.
+const PREFILL_TARGET_WGS: usize = 256;
+const PREFILL_SPLIT_MIN: usize = 512;
 
 /// Shared memory attention_prefill.comp declares for `br` query vectors per
 /// tile (mirrors its declarations).
@@ -125,6 +134,8 @@ struct Push {
     scale: f32,
     window: u32,
     n_split: u32,
+    /// attention.comp: keys per split; the coopmat prefill kernel: keys per
+    /// chunk at least (attention_split.glsl).
     split_len: u32,
 }
 
@@ -150,6 +161,18 @@ struct CombinePush {
     n_split: u32,
     capacity: u32,
     window: u32,
+    /// 0: decode's splits (attention_split.glsl); else the prefill kernel's
+    /// chunks, of at least this many keys.
+    min_chunk: u32,
+}
+
+/// Key chunks of the coopmat prefill kernel for `base` workgroups over a
+/// cache of `capacity` (their length follows the positions on the device).
+fn prefill_splits(base: usize, capacity: usize) -> usize {
+    PREFILL_TARGET_WGS
+        .div_ceil(base.max(1))
+        .min(capacity / PREFILL_SPLIT_MIN)
+        .clamp(1, MAX_SPLITS)
 }
 
 impl VulkanBackend {
@@ -224,14 +247,31 @@ impl VulkanBackend {
         if p.rows > SPLIT_MAX_ROWS {
             if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16) {
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
+                let n_split = if br == COOPMAT_BR {
+                    prefill_splits(q_tiles.saturating_mul(p.n_kv_heads), p.capacity)
+                } else {
+                    1
+                };
                 let q_tiles = u32_of(OP, "query tiles", q_tiles)?;
-                if q_tiles > max[0] || push.n_kv_heads > max[1] {
+                if q_tiles > max[0] || push.n_kv_heads > max[1] || n_split as u32 > max[2] {
                     return Err(Error::op(
                         OP,
                         "rows or heads exceed the device's workgroup limits",
                     ));
                 }
-                return self.dispatch(
+                let push = Push {
+                    n_split: n_split as u32,
+                    split_len: PREFILL_SPLIT_MIN as u32,
+                    ..push
+                };
+                // The flash kernel and an unsplit pass never touch `part`.
+                let part_floats = if n_split > 1 {
+                    q_elems / p.head_dim * n_split * (p.head_dim + 2)
+                } else {
+                    1
+                };
+                let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
+                self.dispatch(
                     OP,
                     plain(shader).spec(spec),
                     &[
@@ -241,9 +281,29 @@ impl VulkanBackend {
                         read(positions),
                         write(out),
                         atomic(&status),
+                        write(&part),
                     ],
                     bytemuck::bytes_of(&push),
-                    [q_tiles, push.n_kv_heads, 1],
+                    [q_tiles, push.n_kv_heads, push.n_split],
+                )?;
+                if n_split == 1 {
+                    return Ok(());
+                }
+                let combine = CombinePush {
+                    rows: push.rows,
+                    n_heads: push.n_heads,
+                    head_dim: push.head_dim,
+                    n_split: push.n_split,
+                    capacity: push.capacity,
+                    window: push.window,
+                    min_chunk: push.split_len,
+                };
+                return self.dispatch(
+                    OP,
+                    plain("attention_combine"),
+                    &[read(&part), write(out), read(positions)],
+                    bytemuck::bytes_of(&combine),
+                    [push.n_heads, push.rows, 1],
                 );
             }
         }
@@ -316,7 +376,11 @@ impl VulkanBackend {
         // The split count depends on the shape and capacity only, never on
         // positions, so a recorded pass stays valid for any position; the
         // split length follows the span on the device (attention_split.glsl).
-        let groups = (p.n_kv_heads * t.tiles * p.rows).max(1);
+        let groups = p
+            .n_kv_heads
+            .saturating_mul(t.tiles)
+            .saturating_mul(p.rows)
+            .max(1);
         let n_split = (DECODE_TARGET_WORK / p.head_dim)
             .div_ceil(groups)
             .min(p.capacity.div_ceil(SPLIT_MIN))
@@ -377,6 +441,7 @@ impl VulkanBackend {
             n_split: push.n_split,
             capacity: push.capacity,
             window: push.window,
+            min_chunk: 0,
         };
         self.dispatch(
             OP,
