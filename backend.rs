@@ -179,6 +179,11 @@ pub trait ComputeBackend {
         DType::F32
     }
 
+    /// Prompt rows per pass when [`crate::model::LoadOptions`] does not say.
+    fn default_max_batch(&self) -> usize {
+        512
+    }
+
     /// Checks, before allocating, that `bytes` more bytes for `what` (e.g.
     /// "the f32 KV cache of 8192 positions") fit in the memory the backend
     /// allocates from; the error ([`Error::OutOfHostMemory`] or

@@ -122,7 +122,7 @@ impl Protocol {
             .unwrap_or(1);
         LoadOptions {
             context: Some(context),
-            max_batch,
+            max_batch: Some(max_batch),
             ..LoadOptions::default()
         }
     }
@@ -461,7 +461,7 @@ mod tests {
         assert_eq!(names, ["pp512", "pp512 @ d4096", "tg128", "tg128 @ d4096"]);
         let o = p.load_options();
         assert_eq!(o.context, Some(4096 + 512));
-        assert_eq!(o.max_batch, 512);
+        assert_eq!(o.max_batch, Some(512));
         assert!(Protocol::new(&[0], &[0], &[0], 3).is_err());
         assert!(Protocol::new(&[8], &[8], &[0], 0).is_err());
     }

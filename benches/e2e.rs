@@ -36,7 +36,7 @@ fn e2e(c: &mut Criterion) {
     }
     let opts = LoadOptions {
         context: Some(PREFILL + 1),
-        max_batch: PREFILL,
+        max_batch: Some(PREFILL),
         ..LoadOptions::default()
     };
     for (name, be) in backends() {

@@ -72,6 +72,10 @@ pub struct BenchArgs {
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     threads: Option<NonZeroUsize>,
+    /// Rows per prefill pass; a longer prompt takes several passes
+    /// [default: the longest prompt, one pass]
+    #[arg(long, value_name = "N")]
+    ubatch: Option<NonZeroUsize>,
     /// CPU: activations of decode matmuls with Q4_0/Q4_1/Q8_0/Q4_K weights
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
     activations: ActivationsArg,
@@ -124,9 +128,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 quantize: None,
                 kv_cache: a.kv_cache,
             })?;
+            let base = protocol.load_options();
             let opts = vkllm::model::LoadOptions {
                 kv_cache: a.kv_cache.map(KvCacheKind::dtype),
-                ..protocol.load_options()
+                max_batch: base
+                    .max_batch
+                    .map(|b| a.ubatch.map_or(b, |u| u.get().min(b))),
+                ..base
             };
             let mut model = Model::load(be, path, &opts, &mut |_, _| {})?;
             let full = model.backend_name();

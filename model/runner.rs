@@ -14,28 +14,19 @@ use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
 use std::path::Path;
 
 /// How a model is put on a backend.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct LoadOptions {
     /// KV-cache capacity in positions; `None` = the model's context, capped at 8192.
     pub context: Option<usize>,
     /// Most prompt rows per pass; longer prompts run in several passes.
-    pub max_batch: usize,
+    /// `None` = the backend's [`ComputeBackend::default_max_batch`].
+    pub max_batch: Option<usize>,
     pub weights: WeightOptions,
     /// KV-cache element type (`F32` or `F16`); `None` = the backend's
     /// [`ComputeBackend::default_kv_dtype`] (f16 on Vulkan, f32 on the CPU).
     pub kv_cache: Option<DType>,
 }
 
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            context: None,
-            max_batch: 512,
-            weights: WeightOptions::default(),
-            kv_cache: None,
-        }
-    }
-}
 
 /// What a forward pass returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +117,8 @@ impl Model {
         opts: &LoadOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Model> {
-        if opts.max_batch == 0 {
+        let max_batch = opts.max_batch.unwrap_or_else(|| be.default_max_batch());
+        if max_batch == 0 {
             return Err(Error::Invalid("max_batch must be at least 1".into()));
         }
         let capacity = opts.context.unwrap_or(cfg.n_ctx.min(8192)).max(1);
@@ -159,7 +151,7 @@ impl Model {
             k_cache.push(be.alloc(kv_bytes.max(4))?);
             v_cache.push(be.alloc(kv_bytes.max(4))?);
         }
-        let rows = opts.max_batch.min(capacity);
+        let rows = max_batch.min(capacity);
         let b = be.as_mut();
         // Per-token values and the chosen token are written and read by the
         // host in place: a decode step is one submit with no copies.

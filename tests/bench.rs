@@ -29,7 +29,7 @@ fn tensor_map(g: &GgufFile) -> HashMap<String, (Vec<u64>, DType)> {
 fn forward_on_cpu(path: &Path) -> ModelConfig {
     let opts = LoadOptions {
         context: Some(32),
-        max_batch: 8,
+        max_batch: Some(8),
         ..LoadOptions::default()
     };
     let mut m = Model::load(common::cpu(), path, &opts, &mut |_, _| {}).unwrap();

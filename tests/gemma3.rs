@@ -181,7 +181,7 @@ fn check_teacher(name: &str, be: Box<dyn vkllm::ComputeBackend>, exact_tol: f32)
     // every token.
     let opts = LoadOptions {
         context: Some(n + 8),
-        max_batch: CHUNK,
+        max_batch: Some(CHUNK),
         kv_cache: Some(DType::F32),
         ..Default::default()
     };
