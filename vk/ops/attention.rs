@@ -286,24 +286,19 @@ impl VulkanBackend {
                     bytemuck::bytes_of(&push),
                     [q_tiles, push.n_kv_heads, push.n_split],
                 )?;
-                if n_split == 1 {
-                    return Ok(());
-                }
-                let combine = CombinePush {
-                    rows: push.rows,
-                    n_heads: push.n_heads,
-                    head_dim: push.head_dim,
-                    n_split: push.n_split,
-                    capacity: push.capacity,
-                    window: push.window,
-                    min_chunk: push.split_len,
-                };
-                return self.dispatch(
-                    OP,
-                    plain("attention_combine"),
-                    &[read(&part), write(out), read(positions)],
-                    bytemuck::bytes_of(&combine),
-                    [push.n_heads, push.rows, 1],
+                return self.encode_combine(
+                    &part,
+                    out,
+                    positions,
+                    CombinePush {
+                        rows: push.rows,
+                        n_heads: push.n_heads,
+                        head_dim: push.head_dim,
+                        n_split: push.n_split,
+                        capacity: push.capacity,
+                        window: push.window,
+                        min_chunk: push.split_len,
+                    },
                 );
             }
         }
@@ -431,24 +426,40 @@ impl VulkanBackend {
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
         )?;
-        if n_split == 1 {
+        self.encode_combine(
+            &part,
+            out,
+            positions,
+            CombinePush {
+                rows: push.rows,
+                n_heads: push.n_heads,
+                head_dim: p.head_dim as u32,
+                n_split: push.n_split,
+                capacity: push.capacity,
+                window: push.window,
+                min_chunk: 0,
+            },
+        )
+    }
+
+    /// attention_combine.comp: merges the `c.n_split` partial results of
+    /// each (row, head) in `part` into `out` (nothing to merge for one).
+    fn encode_combine(
+        &mut self,
+        part: &Buffer,
+        out: &Buffer,
+        positions: &Buffer,
+        c: CombinePush,
+    ) -> Result<()> {
+        if c.n_split == 1 {
             return Ok(());
         }
-        let combine = CombinePush {
-            rows: push.rows,
-            n_heads: push.n_heads,
-            head_dim: p.head_dim as u32,
-            n_split: push.n_split,
-            capacity: push.capacity,
-            window: push.window,
-            min_chunk: 0,
-        };
         self.dispatch(
-            OP,
+            "attention",
             plain("attention_combine"),
-            &[read(&part), write(out), read(positions)],
-            bytemuck::bytes_of(&combine),
-            [push.n_heads, push.rows, 1],
+            &[read(part), write(out), read(positions)],
+            bytemuck::bytes_of(&c),
+            [c.n_heads, c.rows, 1],
         )
     }
 }
