@@ -25,7 +25,9 @@ pub(crate) use kquants::scale_min_k4;
 // Block pieces the CPU's SIMD decoders share with the scalar codecs.
 #[cfg(target_arch = "x86_64")]
 pub(crate) use {
+    iq23::{iq2_scale, iq3_pair, iq3_s_scale, ksigns as iq_ksigns, xxs_scale as iq_xxs_scale},
     iq4::{xs_scale as iq4_xs_scale, KVALUES as IQ4_VALUES},
+    iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID},
     kquants_low::q3_k_scales,
     mxfp4::{e8m0_half, KVALUES as MXFP4_VALUES},
 };
