@@ -29,6 +29,11 @@ pub enum DType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    IQ2XXS,
+    IQ2XS,
+    IQ2S,
+    IQ3XXS,
+    IQ3S,
 }
 
 impl DType {

@@ -3,8 +3,9 @@
 // The including shader declares `wdata`, the weight as 32-bit words in the
 // layout `vk/layout.rs` repacks GGUF blocks into (each type's `gpu` row in
 // quants/mod.rs): every block padded to whole words, with the 2-byte scale
-// of q8_0/q4_0/q5_0/iq4_nl followed by 2 pad bytes so the quants start
-// word-aligned, and e.g. q6_k padded from 210 to 212 bytes.
+// of q8_0/q4_0/q5_0/iq4_nl and the i-quants followed by 2 pad bytes so the
+// quants start word-aligned, e.g. q6_k padded from 210 to 212 bytes, and
+// the i-quants' grid tables before the first block.
 //
 // build.rs compiles the including shaders once for every TYPE_<dtype> this
 // file's #if / #elif lines name.
@@ -420,6 +421,85 @@ vec4 dq4(uint i) {
     uint w = (wdata[base + 1u + ((e & 15u) >> 2)] >> ((e >> 4) * 4u)) & 0x0F0F0F0Fu;
     return vec4(MXFP4_VALUES[w & 0xFu], MXFP4_VALUES[(w >> 8) & 0xFu],
                 MXFP4_VALUES[(w >> 16) & 0xFu], MXFP4_VALUES[(w >> 24) & 0xFu]) * mxfp4_d(base);
+}
+
+#elif defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S)
+// The 2- and 3-bit i-quants (quants/iq23.rs): the type's grid (GW words,
+// quants/iq_grids.rs; read from here, not const arrays, which lavapipe's
+// LLVM took minutes to compile), then blocks of [d f16, pad][the rest of
+// the GGUF block]. Each 32-value sub-block has a scale db; each group of 8
+// values takes its magnitudes from a grid entry (bytes; an IQ2 entry is 8,
+// two words, an IQ3 entry 4, one word) and its signs from 8 bits. dq4 reads
+// half a group: word h = (e / 4) % 2 of the entry, sign bits 4h..4h+3.
+#if defined(TYPE_IQ2_XXS)
+const uint GW = 512u;
+const uint BW = 17u;
+#elif defined(TYPE_IQ2_XS)
+const uint GW = 1024u;
+const uint BW = 19u;
+#elif defined(TYPE_IQ2_S)
+const uint GW = 2048u;
+const uint BW = 21u;
+#elif defined(TYPE_IQ3_XXS)
+const uint GW = 256u;
+const uint BW = 25u;
+#else
+const uint GW = 512u;
+const uint BW = 28u;
+#endif
+// ggml's ksigns_iq2xs: a 7-bit sign index with bit 7 for even parity.
+uint iq_ksigns(uint s) {
+    s &= 0x7Fu;
+    return s | ((bitCount(s) & 1u) << 7);
+}
+vec4 dq4(uint i) {
+    uint base = GW + (i >> 8) * BW;
+    uint e = i & 255u;
+    uint ib = e >> 5;
+    uint l = (e >> 3) & 3u;
+    uint h = (e >> 2) & 1u;
+    float d = unpackHalf2x16(wdata[base]).x;
+    float db;
+    uint grid;
+    uint signs;
+#if defined(TYPE_IQ2_XXS)
+    // Per sub-block: four 8-bit grid indices, then four 7-bit sign indices and the scale.
+    uint aux = wdata[base + 2u + 2u * ib];
+    db = d * (0.5 + float(aux >> 28)) * 0.25;
+    grid = wdata[2u * ((wdata[base + 1u + 2u * ib] >> (8u * l)) & 0xFFu) + h];
+    signs = iq_ksigns(aux >> (7u * l));
+#elif defined(TYPE_IQ2_XS)
+    // u16 per group: 9-bit grid index, 7-bit sign index; 4-bit scales from byte 68.
+    uint q = (wdata[base + 1u + 2u * ib + (l >> 1)] >> (16u * (l & 1u))) & 0xFFFFu;
+    db = d * (0.5 + float((byte_at(base + 17u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
+    grid = wdata[2u * (q & 511u) + h];
+    signs = iq_ksigns(q >> 9);
+#elif defined(TYPE_IQ2_S)
+    // qs at byte 4, signs at 36, qh at 68, scales at 76.
+    uint q = byte_at(base + 1u, 4u * ib + l) | (((byte_at(base + 17u, ib) >> (2u * l)) & 3u) << 8);
+    db = d * (0.5 + float((byte_at(base + 19u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
+    grid = wdata[2u * q + h];
+    signs = byte_at(base + 9u, 4u * ib + l);
+#elif defined(TYPE_IQ3_XXS)
+    // qs (one index per half group) at byte 4, scales and signs as IQ2_XXS at 68.
+    uint aux = wdata[base + 17u + ib];
+    db = d * (0.5 + float(aux >> 28)) * 0.5;
+    grid = wdata[byte_at(base + 1u, 8u * ib + 2u * l + h)];
+    signs = iq_ksigns(aux >> (7u * l));
+#else
+    // qs at byte 4, qh at 68 (bit 2l + h: the index's ninth bit), signs at
+    // 76, 4-bit scales at 108: db = d * (1 + 2 s).
+    uint hi = (byte_at(base + 17u, ib) >> (2u * l + h)) & 1u;
+    grid = wdata[byte_at(base + 1u, 8u * ib + 2u * l + h) | (hi << 8)];
+    db = d * float(1u + 2u * ((byte_at(base + 27u, ib >> 1) >> (4u * (ib & 1u))) & 0xFu));
+    signs = byte_at(base + 19u, 4u * ib + l);
+#endif
+    uint s = signs >> (4u * h);
+    vec4 neg = vec4(s & 1u, (s >> 1) & 1u, (s >> 2) & 1u, (s >> 3) & 1u);
+    return db * bytes4(grid) * (1.0 - 2.0 * neg);
+}
+float dq1(uint i) {
+    return dq4(i & ~3u)[i & 3u];
 }
 
 #else

@@ -12,7 +12,9 @@
 //! file decodes), its tests.
 
 mod float;
+mod iq23;
 mod iq4;
+mod iq_grids;
 mod kquants;
 mod kquants_low;
 mod legacy;
@@ -23,7 +25,9 @@ pub(crate) use kquants::scale_min_k4;
 // Block pieces the CPU's SIMD decoders share with the scalar codecs.
 #[cfg(target_arch = "x86_64")]
 pub(crate) use {
+    iq23::{iq2_scale, iq3_pair, iq3_s_scale, ksigns as iq_ksigns, xxs_scale as iq_xxs_scale},
     iq4::{xs_scale as iq4_xs_scale, KVALUES as IQ4_VALUES},
+    iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID},
     kquants_low::q3_k_scales,
     mxfp4::{e8m0_half, KVALUES as MXFP4_VALUES},
 };
@@ -57,11 +61,14 @@ pub struct Format {
 /// A block's GPU layout (vk/layout.rs, glsl/dequant.glsl): bytes `[0, split)`
 /// stay, the bytes from `split` move `shift` bytes later, and the block grows
 /// to `padded` bytes, so every block and its quants start on a 32-bit word.
+/// `head` (a whole number of words) goes before the first block: the table
+/// the shaders look values up in (the i-quant grids), else empty.
 #[derive(Clone, Copy, Debug)]
 pub struct Repack {
     pub split: usize,
     pub shift: usize,
     pub padded: usize,
+    pub head: &'static [u8],
 }
 
 /// Elements in one k-quant super-block.
@@ -69,13 +76,24 @@ pub const QK_K: usize = 256;
 
 /// Number of formats: [`FORMATS`] has one row per `DType` variant, in
 /// declaration order (checked when [`DType::ALL`] is built).
-pub const COUNT: usize = 18;
+pub const COUNT: usize = 23;
 
 const fn repack(split: usize, shift: usize, padded: usize) -> Option<Repack> {
     Some(Repack {
         split,
         shift,
         padded,
+        head: &[],
+    })
+}
+
+/// The i-quants' layout: the scale padded to a word, the grid first.
+const fn grid_repack(padded: usize, grid: &'static [u8]) -> Option<Repack> {
+    Some(Repack {
+        split: 2,
+        shift: 2,
+        padded,
+        head: grid,
     })
 }
 
@@ -117,6 +135,16 @@ pub static FORMATS: [Format; COUNT] = [
              decode: ternary::dequant_tq2_0, encode: Some(ternary::quant_tq2_0), gpu: repack(66, 0, 68) },
     Format { dtype: DType::MXFP4, name: "mxfp4", ggml_id: 39, block_elems: 32, block_bytes: 17,
              decode: mxfp4::dequant_mxfp4, encode: Some(mxfp4::quant_mxfp4), gpu: repack(1, 3, 20) },
+    Format { dtype: DType::IQ2XXS, name: "iq2_xxs", ggml_id: 16, block_elems: QK_K, block_bytes: 66,
+             decode: iq23::dequant_iq2_xxs, encode: None, gpu: grid_repack(68, &iq_grids::IQ2XXS_BYTES) },
+    Format { dtype: DType::IQ2XS, name: "iq2_xs", ggml_id: 17, block_elems: QK_K, block_bytes: 74,
+             decode: iq23::dequant_iq2_xs, encode: None, gpu: grid_repack(76, &iq_grids::IQ2XS_BYTES) },
+    Format { dtype: DType::IQ2S, name: "iq2_s", ggml_id: 22, block_elems: QK_K, block_bytes: 82,
+             decode: iq23::dequant_iq2_s, encode: None, gpu: grid_repack(84, &iq_grids::IQ2S_BYTES) },
+    Format { dtype: DType::IQ3XXS, name: "iq3_xxs", ggml_id: 18, block_elems: QK_K, block_bytes: 98,
+             decode: iq23::dequant_iq3_xxs, encode: None, gpu: grid_repack(100, &iq_grids::IQ3XXS_BYTES) },
+    Format { dtype: DType::IQ3S, name: "iq3_s", ggml_id: 21, block_elems: QK_K, block_bytes: 110,
+             decode: iq23::dequant_iq3_s, encode: None, gpu: grid_repack(112, &iq_grids::IQ3S_BYTES) },
 ];
 
 /// `dst.len()` values from the `dtype` row `src`; `src` must hold exactly

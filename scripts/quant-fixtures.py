@@ -6,7 +6,9 @@ little-endian f32. tests/quant.rs decodes the same blocks and compares bit
 for bit.
 
 The bytes are uniform random except the block scales, which are set to
-random finite f16 values (random bits could be inf or NaN).
+random finite f16 values (random bits could be inf or NaN), and the grid
+indices of the 2- and 3-bit i-quants, which are set so that the blocks
+together use every entry of the type's grid (a shuffled sweep).
 
     python3 -m venv .venv && .venv/bin/pip install gguf==0.19.0
     .venv/bin/python scripts/quant-fixtures.py
@@ -26,8 +28,49 @@ F16_SCALES = {
     "TQ1_0": [52], "TQ2_0": [64],
     # The e8m0 scale takes every byte value.
     "MXFP4": [],
+    "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0],
 }
 BLOCKS = 6
+
+
+def iq2_xxs_index(b, k, v):
+    # Index k = 4 * sub-block + group: byte k % 4 of the sub-block's first u32.
+    b[2 + 8 * (k // 4) + k % 4] = v
+
+
+def iq2_xs_index(b, k, v):
+    # The low 9 bits of u16 k.
+    q = int(b[2 + 2 * k]) | int(b[3 + 2 * k]) << 8
+    q = (q & ~511) | v
+    b[2 + 2 * k], b[3 + 2 * k] = q & 0xFF, q >> 8
+
+
+def iq2_s_index(b, k, v):
+    # Low 8 bits in qs[k], high 2 in bits 2 (k % 4) of qh[k / 4].
+    b[2 + k] = v & 0xFF
+    sh = 2 * (k % 4)
+    b[66 + k // 4] = (int(b[66 + k // 4]) & ~(3 << sh) & 0xFF) | (v >> 8) << sh
+
+
+def iq3_xxs_index(b, k, v):
+    b[2 + k] = v
+
+
+def iq3_s_index(b, k, v):
+    # Low 8 bits in qs[k], the ninth in bit k % 8 of qh[k / 8].
+    b[2 + k] = v & 0xFF
+    sh = k % 8
+    b[66 + k // 8] = (int(b[66 + k // 8]) & ~(1 << sh) & 0xFF) | (v >> 8) << sh
+
+
+# (grid entries, indices per block, setter) of the grid types.
+GRIDS = {
+    "IQ2_XXS": (256, 32, iq2_xxs_index),
+    "IQ2_XS": (512, 32, iq2_xs_index),
+    "IQ2_S": (1024, 32, iq2_s_index),
+    "IQ3_XXS": (256, 64, iq3_xxs_index),
+    "IQ3_S": (512, 64, iq3_s_index),
+}
 
 
 def main():
@@ -37,10 +80,19 @@ def main():
     for name, offsets in F16_SCALES.items():
         qtype = T[name]
         _, type_size = GGML_QUANT_SIZES[qtype]
-        blocks = rng.integers(0, 256, size=(BLOCKS, type_size), dtype=np.uint8)
+        n_blocks = BLOCKS
+        if name in GRIDS:
+            entries, per_block, set_index = GRIDS[name]
+            n_blocks = max(BLOCKS, entries // per_block)
+        blocks = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+        if name in GRIDS:
+            sweep = rng.permutation(entries)
+            extra = rng.integers(0, entries, size=n_blocks * per_block - entries)
+            for i, v in enumerate(np.concatenate([sweep, extra])):
+                set_index(blocks[i // per_block], i % per_block, int(v))
         for o in offsets:
-            scales = (rng.standard_normal(BLOCKS) * 0.05).astype(np.float16)
-            blocks[:, o:o + 2] = scales.view(np.uint8).reshape(BLOCKS, 2)
+            scales = (rng.standard_normal(n_blocks) * 0.05).astype(np.float16)
+            blocks[:, o:o + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
         raw = blocks.reshape(-1)
         with np.errstate(over="ignore"):
             values = dequantize(raw, qtype).astype("<f4")

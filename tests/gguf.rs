@@ -207,6 +207,37 @@ fn round_trips_every_value_type_v2_and_v3() {
     }
 }
 
+/// A tensor of each type is stored under ggml's type id and read back as
+/// that type; the 2- and 3-bit i-quants' ids as ggml numbers them.
+#[test]
+fn every_type_round_trips_under_its_ggml_id() {
+    let ids = [
+        (DType::IQ2XXS, 16),
+        (DType::IQ2XS, 17),
+        (DType::IQ3XXS, 18),
+        (DType::IQ3S, 21),
+        (DType::IQ2S, 22),
+    ];
+    for (dtype, id) in ids {
+        assert_eq!(dtype.ggml_type_id(), id, "{dtype}");
+    }
+    for dtype in DType::ALL {
+        let cols = 2 * dtype.block_elems() as u64;
+        let data = pattern(3 * dtype.row_bytes(cols as usize).unwrap(), 5);
+        let mut w = GgufWriter::new();
+        w.add_tensor("tensor.t", &[cols, 3], dtype, data.clone())
+            .unwrap();
+        let bytes = w.to_bytes().unwrap();
+        let ty = tensor_fields(&bytes, "tensor.t", 2).2;
+        let stored = u32::from_le_bytes([bytes[ty], bytes[ty + 1], bytes[ty + 2], bytes[ty + 3]]);
+        assert_eq!(stored, dtype.ggml_type_id(), "{dtype}");
+        let f = GgufFile::from_bytes(bytes, "types.gguf").unwrap();
+        let t = f.tensor("tensor.t").unwrap();
+        assert_eq!((t.dtype, t.cols(), t.rows()), (dtype, cols as usize, 3));
+        assert_eq!(f.tensor_data(t), data.as_slice(), "{dtype}");
+    }
+}
+
 #[test]
 fn custom_alignment_64_written_to_disk() {
     let mut w = GgufWriter::new();

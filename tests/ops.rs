@@ -7,13 +7,14 @@
 
 mod common;
 
-use common::{download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32};
+use common::{
+    download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32, weight_bytes,
+};
 use vkllm::backend::{
     Activation, AttentionParams, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
 };
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{Activations, CpuBackend, Isa};
-use vkllm::quants::quantize_row;
 use vkllm::vk::MatmulKernel;
 use vkllm::{reference, DType};
 
@@ -140,17 +141,6 @@ fn pass(b: &mut dyn ComputeBackend, f: impl FnOnce(&mut dyn ComputeBackend)) {
     b.begin_pass().unwrap();
     f(b);
     b.end_pass().unwrap();
-}
-
-/// A `[rows, cols]` weight quantized from deterministic random values.
-fn weight_bytes(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    let rb = dtype.row_bytes(cols).unwrap();
-    let mut out = vec![0u8; rows * rb];
-    let vals = rand_f32(rows * cols, seed);
-    for (r, dst) in out.chunks_exact_mut(rb).enumerate() {
-        quantize_row(dtype, &vals[r * cols..(r + 1) * cols], dst).unwrap();
-    }
-    out
 }
 
 /// Column counts to test for `dtype`: whole blocks, several of them, plus

@@ -11,11 +11,10 @@
 
 mod common;
 
-use common::{download_f32, download_u32, rand_f32, upload_f32, upload_u32};
+use common::{download_f32, download_u32, rand_f32, upload_f32, upload_u32, weight_bytes};
 use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight,
 };
-use vkllm::quants::quantize_row;
 use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
@@ -50,17 +49,6 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], tol: f32) 
 fn assert_ulps(what: &str, got: &[f32], want: &[f32], rel: f32) {
     let scale: Vec<f32> = want.iter().map(|w| w.abs().max(1e-6)).collect();
     assert_close(what, got, want, &scale, rel);
-}
-
-/// `rows x cols` of `dtype` bytes quantized from random values.
-fn weight_bytes(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    let vals = rand_f32(rows * cols, seed);
-    let rb = dtype.row_bytes(cols).unwrap();
-    let mut out = vec![0u8; rows * rb];
-    for (src, dst) in vals.chunks_exact(cols).zip(out.chunks_exact_mut(rb)) {
-        quantize_row(dtype, src, dst).unwrap();
-    }
-    out
 }
 
 /// Σ|w·x| per output, the scale of matmul's rounding error.

@@ -1,7 +1,8 @@
 //! Repacking GGUF weight blocks into the word-aligned layout the shaders read
 //! (see glsl/dequant.glsl), as each type's [`crate::quants::Format::gpu`]
 //! says: e.g. q8_0 / q4_0 / q5_0 have their 2-byte scale followed by 2 pad
-//! bytes so their quants start on a word, and q6_k's 210 bytes grow to 212.
+//! bytes so their quants start on a word, and q6_k's 210 bytes grow to 212;
+//! the i-quants' grids go before the first block.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -13,7 +14,7 @@ pub fn packed_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize> {
         .ok_or_else(|| Error::Shape(format!("{rows} x {cols} {dtype} weight overflows usize")))?;
     let blocks = raw / dtype.block_bytes();
     let bytes = match dtype.format().gpu {
-        Some(r) => blocks * r.padded,
+        Some(r) => r.head.len() + blocks * r.padded,
         None => raw,
     };
     Ok(bytes.div_ceil(4) * 4)
@@ -35,7 +36,9 @@ pub fn repack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Result<Vec
         None => out[..data.len()].copy_from_slice(data),
         Some(r) => {
             let bb = dtype.block_bytes();
-            for (src, dst) in data.chunks_exact(bb).zip(out.chunks_exact_mut(r.padded)) {
+            let (head, blocks) = out.split_at_mut(r.head.len());
+            head.copy_from_slice(r.head);
+            for (src, dst) in data.chunks_exact(bb).zip(blocks.chunks_exact_mut(r.padded)) {
                 dst[..r.split].copy_from_slice(&src[..r.split]);
                 dst[r.split + r.shift..r.shift + bb].copy_from_slice(&src[r.split..]);
             }
@@ -72,6 +75,18 @@ mod tests {
         assert_eq!(out.len(), 20);
         assert_eq!(&out[..4], &[1, 0, 0, 0]);
         assert_eq!(&out[4..], &block[1..]);
+    }
+
+    #[test]
+    fn iq2_xxs_grid_goes_first_then_padded_blocks() {
+        let block: Vec<u8> = (0..66).collect();
+        let out = repack(DType::IQ2XXS, 1, 256, &block).unwrap();
+        assert_eq!(out.len(), 2048 + 68);
+        assert_eq!(out.len(), packed_bytes(DType::IQ2XXS, 1, 256).unwrap());
+        // Entry 1 of ggml's iq2xxs_grid, 0x080808080808082b, low byte first.
+        assert_eq!(&out[8..16], &[0x2b, 8, 8, 8, 8, 8, 8, 8]);
+        assert_eq!(&out[2048..2052], &[0, 1, 0, 0]);
+        assert_eq!(&out[2052..], &block[2..]);
     }
 
     #[test]

@@ -130,6 +130,33 @@ pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A `[rows, cols]` weight of `dtype` from deterministic random values:
+/// quantized by ggml's reference quantizer where vkllm has one; otherwise
+/// (the 2- and 3-bit i-quants, whose one f16 scale leads each block) random
+/// bytes with every block's scale set to a random finite value (random bits
+/// could be inf or NaN).
+pub fn weight_bytes(dtype: vkllm::DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let rb = dtype.row_bytes(cols).unwrap();
+    let vals = rand_f32(rows * cols, seed);
+    let mut out = vec![0u8; rows * rb];
+    if dtype.format().encode.is_some() {
+        for (src, dst) in vals.chunks_exact(cols).zip(out.chunks_exact_mut(rb)) {
+            vkllm::quants::quantize_row(dtype, src, dst).unwrap();
+        }
+        return out;
+    }
+    for (b, v) in out.iter_mut().zip(&vals) {
+        *b = ((v + 1.0) * 128.0) as u8;
+    }
+    for (block, v) in out
+        .chunks_exact_mut(dtype.block_bytes())
+        .zip(vals.iter().rev())
+    {
+        block[..2].copy_from_slice(&half::f16::from_f32(v * 0.01).to_bits().to_le_bytes());
+    }
+    out
+}
+
 pub fn upload_f32(b: &mut dyn ComputeBackend, data: &[f32]) -> vkllm::backend::Buffer {
     let buf = b.alloc(data.len() * 4).unwrap();
     b.upload(&buf, 0, bytemuck::cast_slice(data)).unwrap();

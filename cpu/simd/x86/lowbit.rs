@@ -1,5 +1,5 @@
 //! Block decoders of the low-bit formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS,
-//! TQ2_0, MXFP4), expanded inside `shared_kernels!` beside the others and
+//! TQ2_0, MXFP4, the 2- and 3-bit i-quants), expanded inside `shared_kernels!` beside the others and
 //! bound by the same rule: ggml's arithmetic, operation for operation, so
 //! the values are bit-identical to `quants::dequantize_row`.
 
@@ -127,6 +127,119 @@ macro_rules! lowbit_decoders {
             [mul(lookup(t, lo), d), mul(lookup(t, hi), d)]
         }
 
+        /// Two 8-value i-quant groups (grid entries `g0`, `g1`; sign bits
+        /// `s0`, `s1`) times `db`. The grid bytes are negated before the
+        /// product: `db·(−g)` is `(db·g)·(−1)` exactly (no grid value is 0).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn iq_groups(db: V, g0: u64, g1: u64, s0: u8, s1: u8) -> V {
+            let g = _mm_set_epi64x(g1 as i64, g0 as i64);
+            // Sign byte 0 to lanes 0..8, byte 1 to 8..16; lane j tests bit j % 8.
+            let s = _mm_cvtsi32_si128(s0 as i32 | (s1 as i32) << 8);
+            let s = _mm_shuffle_epi8(s, _mm_set_epi64x(0x0101_0101_0101_0101, 0));
+            let bits = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let neg = _mm_cmpeq_epi8(_mm_and_si128(s, bits), bits);
+            mul(db, i8_to_f32(_mm_sub_epi8(_mm_xor_si128(g, neg), neg)))
+        }
+
+        /// Per sub-block: grid indices (bytes) and a word of sign indices and scale.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn decode_iq2_xxs(b: *const u8) -> [V; 16] {
+            use crate::quants::{iq_ksigns as ks, IQ2XXS_GRID as G};
+            let d = h2f(b);
+            let mut out = [zero(); 16];
+            for ib in 0..8 {
+                let idx = core::ptr::read_unaligned(b.add(2 + 8 * ib) as *const u32);
+                let aux = core::ptr::read_unaligned(b.add(6 + 8 * ib) as *const u32);
+                let db = splat(crate::quants::iq_xxs_scale(d, aux, 0.25));
+                let g = |l: usize| G[((idx >> (8 * l)) & 0xFF) as usize];
+                let s = |l: usize| ks(aux >> (7 * l));
+                out[2 * ib] = iq_groups(db, g(0), g(1), s(0), s(1));
+                out[2 * ib + 1] = iq_groups(db, g(2), g(3), s(2), s(3));
+            }
+            out
+        }
+
+        /// Per group a u16: 9-bit grid index, 7-bit sign index.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn decode_iq2_xs(b: *const u8) -> [V; 16] {
+            use crate::quants::{iq2_scale, iq_ksigns as ks, IQ2XS_GRID as G};
+            let d = h2f(b);
+            let mut out = [zero(); 16];
+            for ib in 0..8 {
+                let sc = *b.add(66 + ib);
+                let q = |l: usize| {
+                    let q = core::ptr::read_unaligned(b.add(2 + 8 * ib + 2 * l) as *const u16);
+                    (G[(q & 511) as usize], ks(q as u32 >> 9))
+                };
+                let (q0, q1, q2, q3) = (q(0), q(1), q(2), q(3));
+                let (db0, db1) = (splat(iq2_scale(d, sc & 0xF)), splat(iq2_scale(d, sc >> 4)));
+                out[2 * ib] = iq_groups(db0, q0.0, q1.0, q0.1, q1.1);
+                out[2 * ib + 1] = iq_groups(db1, q2.0, q3.0, q2.1, q3.1);
+            }
+            out
+        }
+
+        /// 10-bit grid indices (qs, qh), sign bytes.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn decode_iq2_s(b: *const u8) -> [V; 16] {
+            use crate::quants::{iq2_scale, IQ2S_GRID as G};
+            let d = h2f(b);
+            let mut out = [zero(); 16];
+            for ib in 0..8 {
+                let (qh, sc) = (*b.add(66 + ib) as usize, *b.add(74 + ib));
+                let g = |l: usize| G[*b.add(2 + 4 * ib + l) as usize | ((qh >> (2 * l)) & 3) << 8];
+                let s = |l: usize| *b.add(34 + 4 * ib + l);
+                let (db0, db1) = (splat(iq2_scale(d, sc & 0xF)), splat(iq2_scale(d, sc >> 4)));
+                out[2 * ib] = iq_groups(db0, g(0), g(1), s(0), s(1));
+                out[2 * ib + 1] = iq_groups(db1, g(2), g(3), s(2), s(3));
+            }
+            out
+        }
+
+        /// Two 8-bit indices into the 4-value grid per group; signs and
+        /// scale as IQ2_XXS.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn decode_iq3_xxs(b: *const u8) -> [V; 16] {
+            use crate::quants::{iq3_pair, iq_ksigns as ks, IQ3XXS_GRID as G};
+            let d = h2f(b);
+            let mut out = [zero(); 16];
+            for ib in 0..8 {
+                let aux = core::ptr::read_unaligned(b.add(66 + 4 * ib) as *const u32);
+                let db = splat(crate::quants::iq_xxs_scale(d, aux, 0.5));
+                let q = |i: usize| G[*b.add(2 + 8 * ib + i) as usize];
+                let g = |l: usize| iq3_pair(q(2 * l), q(2 * l + 1));
+                let s = |l: usize| ks(aux >> (7 * l));
+                out[2 * ib] = iq_groups(db, g(0), g(1), s(0), s(1));
+                out[2 * ib + 1] = iq_groups(db, g(2), g(3), s(2), s(3));
+            }
+            out
+        }
+
+        /// 9-bit indices (qs, one qh bit each) into the 4-value grid, sign bytes.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn decode_iq3_s(b: *const u8) -> [V; 16] {
+            use crate::quants::{iq3_pair, IQ3S_GRID as G};
+            let d = h2f(b);
+            let scales = core::slice::from_raw_parts(b.add(106), 4);
+            let mut out = [zero(); 16];
+            for ib in 0..8 {
+                let qh = *b.add(66 + ib) as usize;
+                let db = splat(crate::quants::iq3_s_scale(d, scales, ib));
+                let q = |i: usize| G[*b.add(2 + 8 * ib + i) as usize | ((qh >> i) & 1) << 8];
+                let g = |l: usize| iq3_pair(q(2 * l), q(2 * l + 1));
+                let s = |l: usize| *b.add(74 + 4 * ib + l);
+                out[2 * ib] = iq_groups(db, g(0), g(1), s(0), s(1));
+                out[2 * ib + 1] = iq_groups(db, g(2), g(3), s(2), s(3));
+            }
+            out
+        }
+
         dot_fn!($feat, dot_q2_k, dot4_q2_k, deq_q2_k, decode_q2_k, 84, 16);
         dot_fn!($feat, dot_q3_k, dot4_q3_k, deq_q3_k, decode_q3_k, 110, 16);
         dot_fn!(
@@ -157,5 +270,50 @@ macro_rules! lowbit_decoders {
             16
         );
         dot_fn!($feat, dot_mxfp4, dot4_mxfp4, deq_mxfp4, decode_mxfp4, 17, 2);
+        dot_fn!(
+            $feat,
+            dot_iq2_xxs,
+            dot4_iq2_xxs,
+            deq_iq2_xxs,
+            decode_iq2_xxs,
+            66,
+            16
+        );
+        dot_fn!(
+            $feat,
+            dot_iq2_xs,
+            dot4_iq2_xs,
+            deq_iq2_xs,
+            decode_iq2_xs,
+            74,
+            16
+        );
+        dot_fn!(
+            $feat,
+            dot_iq2_s,
+            dot4_iq2_s,
+            deq_iq2_s,
+            decode_iq2_s,
+            82,
+            16
+        );
+        dot_fn!(
+            $feat,
+            dot_iq3_xxs,
+            dot4_iq3_xxs,
+            deq_iq3_xxs,
+            decode_iq3_xxs,
+            98,
+            16
+        );
+        dot_fn!(
+            $feat,
+            dot_iq3_s,
+            dot4_iq3_s,
+            deq_iq3_s,
+            decode_iq3_s,
+            110,
+            16
+        );
     };
 }

@@ -292,6 +292,11 @@ macro_rules! shared_kernels {
                 DType::IQ4XS => dot_iq4_xs::<M>(w, nb, x, k, out),
                 DType::TQ2_0 => dot_tq2_0::<M>(w, nb, x, k, out),
                 DType::MXFP4 => dot_mxfp4::<M>(w, nb, x, k, out),
+                DType::IQ2XXS => dot_iq2_xxs::<M>(w, nb, x, k, out),
+                DType::IQ2XS => dot_iq2_xs::<M>(w, nb, x, k, out),
+                DType::IQ2S => dot_iq2_s::<M>(w, nb, x, k, out),
+                DType::IQ3XXS => dot_iq3_xxs::<M>(w, nb, x, k, out),
+                DType::IQ3S => dot_iq3_s::<M>(w, nb, x, k, out),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -326,6 +331,11 @@ macro_rules! shared_kernels {
                 DType::IQ4XS => dot4_iq4_xs(w, row_bytes, nb, x, out),
                 DType::TQ2_0 => dot4_tq2_0(w, row_bytes, nb, x, out),
                 DType::MXFP4 => dot4_mxfp4(w, row_bytes, nb, x, out),
+                DType::IQ2XXS => dot4_iq2_xxs(w, row_bytes, nb, x, out),
+                DType::IQ2XS => dot4_iq2_xs(w, row_bytes, nb, x, out),
+                DType::IQ2S => dot4_iq2_s(w, row_bytes, nb, x, out),
+                DType::IQ3XXS => dot4_iq3_xxs(w, row_bytes, nb, x, out),
+                DType::IQ3S => dot4_iq3_s(w, row_bytes, nb, x, out),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -395,6 +405,11 @@ macro_rules! shared_kernels {
                 DType::IQ4XS => deq_iq4_xs(w, nb, o),
                 DType::TQ2_0 => deq_tq2_0(w, nb, o),
                 DType::MXFP4 => deq_mxfp4(w, nb, o),
+                DType::IQ2XXS => deq_iq2_xxs(w, nb, o),
+                DType::IQ2XS => deq_iq2_xs(w, nb, o),
+                DType::IQ2S => deq_iq2_s(w, nb, o),
+                DType::IQ3XXS => deq_iq3_xxs(w, nb, o),
+                DType::IQ3S => deq_iq3_s(w, nb, o),
                 // Other types never come here (`decodes`).
                 _ => {}
             }
@@ -625,6 +640,11 @@ pub(crate) fn decodes(dtype: crate::dtype::DType) -> bool {
             | IQ4XS
             | TQ2_0
             | MXFP4
+            | IQ2XXS
+            | IQ2XS
+            | IQ2S
+            | IQ3XXS
+            | IQ3S
     )
 }
 
