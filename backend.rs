@@ -135,7 +135,12 @@ impl std::fmt::Display for PassStats {
 pub const PASS_UPLOAD_MAX: usize = 65536;
 
 /// Devices implement this trait; the model runner talks to nothing else.
-pub trait ComputeBackend {
+///
+/// `Send`, so a backend (and the [`crate::model::Model`] that owns it) can be
+/// built on one thread and used on another; not `Sync`: every call takes
+/// `&mut self`, one thread at a time. Separate backends are independent and
+/// may run on separate threads at once.
+pub trait ComputeBackend: Send {
     /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
     fn name(&self) -> String;
 
