@@ -37,7 +37,8 @@ pub use recorder::PassStats;
 pub const GEMV_Q8_MIN_BYTES: usize = 4 << 20;
 
 use crate::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, LinearOpts, RopeParams,
+    Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -81,6 +82,11 @@ pub struct Options {
     /// driver): `VKLLM_PIPELINE_CACHE`, `off` for none, by default
     /// `$XDG_CACHE_HOME/vkllm` or `~/.cache/vkllm`.
     pub pipeline_cache: Option<std::path::PathBuf>,
+    /// `VKLLM_FAIL_ALLOC_AFTER=N`: the first N buffer allocations succeed
+    /// and every later one fails as out of device memory. A fault injector:
+    /// tests use it to check that running out mid-load or mid-pass leaves a
+    /// clean error and a backend that still drops cleanly.
+    pub fail_alloc_after: Option<u64>,
 }
 
 impl Options {
@@ -89,6 +95,9 @@ impl Options {
             device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
             validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
             pipeline_cache: pipeline_cache_dir(),
+            fail_alloc_after: std::env::var("VKLLM_FAIL_ALLOC_AFTER")
+                .ok()
+                .and_then(|n| n.trim().parse().ok()),
         }
     }
 }
@@ -202,7 +211,12 @@ impl VulkanBackend {
         let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
-        let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
+        let mut mem = Memory::new(
+            &inst.instance,
+            &dev.device,
+            dev.physical,
+            opts.fail_alloc_after,
+        )?;
         let disk = opts.pipeline_cache.clone().map(|dir| {
             // SAFETY: valid physical device.
             let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
@@ -651,6 +665,10 @@ impl ComputeBackend for VulkanBackend {
         self.profile
             .as_mut()
             .map_or_else(Vec::new, |p| std::mem::take(&mut p.events))
+    }
+
+    fn device_memory(&self) -> Option<DeviceMemoryUse> {
+        Some(self.mem.usage())
     }
 
     fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
