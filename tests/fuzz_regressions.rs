@@ -45,3 +45,38 @@ fn tokenizer_json_with_a_syntax_error_in_its_decoder_is_an_error() {
     );
     Tokenizer::from_hf_json(&json, &Value::Null, &Value::Null, "tokenizer.json").unwrap();
 }
+
+#[test]
+fn a_model_declaring_absurdly_many_layers_is_refused_before_allocating() {
+    // A 100-byte header with block_count = 10^7 made the GGUF config reader
+    // allocate 160 MB of per-layer settings (fuzz/gguf, 2026-11-25: 12 s
+    // and 296 MB for one input); 2^40 layers aborted the process.
+    for layers in [10_000_000u64, 1 << 40] {
+        let mut w = vkllm::model::gguf_write::GgufWriter::new();
+        let s = |v: &str| vkllm::model::gguf::GgufValue::String(v.into());
+        let n = vkllm::model::gguf::GgufValue::U64;
+        w.add("general.architecture", s("llama"))
+            .add("llama.block_count", n(layers))
+            .add("llama.embedding_length", n(64))
+            .add("llama.attention.head_count", n(4))
+            .add("llama.feed_forward_length", n(128))
+            .add("llama.context_length", n(256));
+        let g =
+            vkllm::model::gguf::GgufFile::from_bytes(w.to_bytes().unwrap(), "layers.gguf").unwrap();
+        let e = vkllm::model::ModelConfig::from_gguf(&g, Some(512)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("bad model configuration: layers.gguf declares {layers} layers; at most 4096 are supported")
+        );
+        let json = format!(
+            r#"{{"model_type": "llama", "num_hidden_layers": {layers}, "hidden_size": 64,
+                "num_attention_heads": 4, "intermediate_size": 128,
+                "max_position_embeddings": 256, "vocab_size": 512}}"#
+        );
+        let e = vkllm::model::ModelConfig::from_hf_json(&json, "config.json").unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("declares {layers} layers")),
+            "{e}"
+        );
+    }
+}
