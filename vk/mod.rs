@@ -21,6 +21,7 @@ mod device;
 mod instance;
 mod layout;
 mod memory;
+pub use memory::STAGING_CAP;
 mod ops;
 mod pipeline;
 mod recorder;
@@ -46,7 +47,7 @@ use crate::profile::{ProfileEvent, Track};
 use ash::vk;
 use device::Device;
 use instance::Instance;
-use memory::{Memory, STAGING_CAP};
+use memory::Memory;
 use pipeline::Pipelines;
 use recorder::{Recorder, Slot};
 use std::collections::HashMap;
@@ -156,12 +157,12 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
 /// The Vulkan implementation of [`ComputeBackend`].
 pub struct VulkanBackend {
     // Field order is drop order: children of the device first, then the
-    // device, then the instance.
+    // device, then this backend's hold on the shared instance.
     rec: Recorder,
     pipes: Pipelines,
     mem: Memory,
     dev: Device,
-    inst: Instance,
+    inst: std::sync::Arc<Instance>,
     in_pass: bool,
     /// Buffers allocated outside a command buffer, zeroed at the next recording.
     pending_fills: Vec<u32>,
@@ -206,7 +207,7 @@ pub struct VulkanBackend {
 
 impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
-        let inst = Instance::new(opts.validate)?;
+        let inst = Instance::shared(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
         let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
@@ -601,7 +602,7 @@ impl VulkanBackend {
 
 impl Drop for VulkanBackend {
     /// Waits for the GPU; the fields then drop in declaration order:
-    /// recorder, pipelines, memory, device, and the instance last.
+    /// recorder, pipelines, memory, device, and the hold on the (shared) instance last.
     fn drop(&mut self) {
         // SAFETY: valid device; waiting has no preconditions.
         let _ = unsafe { self.dev.device.device_wait_idle() };
