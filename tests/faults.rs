@@ -116,8 +116,7 @@ fn device_memory_running_out_during_a_pass_is_a_clean_error() {
     let mut m = Model::load(be, &common::smollm2(), &small_context(), &mut |_, _| {}).unwrap();
     let e = m
         .forward(&[1, 2, 3], Want::LastLogits)
-        .err()
-        .expect("the pass ran");
+        .expect_err("the pass ran");
     assert_eq!(e.kind(), ErrorKind::OutOfDeviceMemory, "{e}");
     // The host app can still report, reset and drop the model.
     m.reset();

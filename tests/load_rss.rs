@@ -13,7 +13,6 @@ mod common;
 use common::process::process;
 use vkllm::model::{LoadOptions, Model};
 use vkllm::vk::STAGING_CAP;
-use vkllm::ComputeBackend;
 
 const MIB: f64 = (1 << 20) as f64;
 
