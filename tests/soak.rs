@@ -64,6 +64,8 @@ fn sample(m: &mut Model, tokens: usize) -> Sample {
 /// 32 tokens, and now and then a rollback of the cache by half.
 fn soak(name: &str, mut m: Model) {
     let total = env_count("VKLLM_SOAK_TOKENS", 100_000);
+    // About 20 samples, at least 100 tokens apart.
+    let every = (total / 20).max(100);
     let mut samples = vec![sample(&mut m, 0)];
     let mut generated = 0;
     let mut history: Vec<u32> = Vec::new();
@@ -101,7 +103,7 @@ fn soak(name: &str, mut m: Model) {
         }
         generated += 1 + steps.len() + 8;
         round += 1;
-        if samples.last().unwrap().tokens + 2000 <= generated || generated >= total {
+        if samples.last().unwrap().tokens + every <= generated || generated >= total {
             let s = sample(&mut m, generated);
             // Printed as it goes: a long run shows its progress.
             let device = s
