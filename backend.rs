@@ -131,13 +131,35 @@ impl std::fmt::Display for PassStats {
     }
 }
 
+/// Device memory held by a backend's allocator ([`ComputeBackend::device_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMemoryUse {
+    /// Memory blocks obtained from the driver.
+    pub reserved_bytes: u64,
+    /// Bytes of those blocks handed out to live buffers.
+    pub allocated_bytes: u64,
+    /// Live buffers.
+    pub allocations: usize,
+}
+
 /// Largest upload allowed inside a pass (Vulkan's `vkCmdUpdateBuffer` limit).
 pub const PASS_UPLOAD_MAX: usize = 65536;
 
 /// Devices implement this trait; the model runner talks to nothing else.
-pub trait ComputeBackend {
+///
+/// `Send`, so a backend (and the [`crate::model::Model`] that owns it) can be
+/// built on one thread and used on another; not `Sync`: every call takes
+/// `&mut self`, one thread at a time. Separate backends are independent and
+/// may run on separate threads at once.
+pub trait ComputeBackend: Send {
     /// Human-readable device name, e.g. `cpu (avx2+fma, 2 threads)`.
     fn name(&self) -> String;
+
+    /// Device memory this backend holds through its allocator, where it
+    /// has one (soak and leak tests watch it stay flat).
+    fn device_memory(&self) -> Option<DeviceMemoryUse> {
+        None
+    }
 
     /// What the last recorded pass holds (submits, dispatches, barriers,
     /// descriptor sets), where the backend records passes; a replayed pass

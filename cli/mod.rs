@@ -199,19 +199,9 @@ pub fn parse_backend(s: &str) -> std::result::Result<BackendChoice, String> {
 
 /// clap value parser for [`TokenIds`].
 pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
-    let ids = s
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| {
-            t.parse::<u32>()
-                .map_err(|_| format!("'{t}' is not a token id (expected numbers like 1,2,3)"))
-        })
-        .collect::<std::result::Result<Vec<u32>, String>>()?;
-    if ids.is_empty() {
-        return Err("no token ids given".into());
-    }
-    Ok(TokenIds(ids))
+    vkllm::model::generate::parse_token_ids(s)
+        .map(TokenIds)
+        .map_err(|e| e.to_string())
 }
 
 /// Entry point of the binary: clap exits with 2 on bad flags; runtime errors

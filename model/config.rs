@@ -160,6 +160,13 @@ impl ModelConfig {
                 self.n_layer, self.n_embd, self.n_head, self.head_dim
             ));
         }
+        // q_dim (and kv_dim, never larger) multiply these unchecked.
+        if self.n_head.checked_mul(self.head_dim).is_none() {
+            return bad(format!(
+                "{} heads of {} values overflow",
+                self.n_head, self.head_dim
+            ));
+        }
         if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!(
                 "{} query heads cannot share {} kv heads evenly",
@@ -204,7 +211,7 @@ impl ModelConfig {
                 ))
             })
         };
-        let n_layer = need("block_count")?;
+        let n_layer = layer_count(need("block_count")?, &g.path().display().to_string())?;
         let n_embd = need("embedding_length")?;
         let n_head = need("attention.head_count")?;
         let n_head_kv = g
@@ -351,6 +358,7 @@ impl ModelConfig {
                 need("max_position_embeddings")?,
             )
         };
+        let n_layer = layer_count(n_layer, origin)?;
         let n_head_kv = uint("num_key_value_heads").unwrap_or(n_head);
         let head_dim = uint("head_dim").unwrap_or(n_embd.checked_div(n_head).unwrap_or(0));
         let n_ff = match arch {
@@ -513,6 +521,21 @@ impl ModelConfig {
 /// Which Gemma 3 layers use the sliding window: `{arch}.attention.sliding_window_pattern`
 /// as a period (every n-th layer global) or a per-layer bool array; llama.cpp's
 /// default period is 6.
+/// Most layers a model may declare. Per-layer settings are built from the
+/// declared count before any tensor is read, so a file claiming 10^12
+/// layers must be refused here, not by the allocator (found by fuzzing);
+/// the deepest published models have about 130.
+const MAX_LAYERS: usize = 1 << 12;
+
+fn layer_count(n: usize, origin: &str) -> Result<usize> {
+    if n > MAX_LAYERS {
+        return Err(Error::Config(format!(
+            "{origin} declares {n} layers; at most {MAX_LAYERS} are supported"
+        )));
+    }
+    Ok(n)
+}
+
 fn gemma_swa_pattern(g: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<bool>> {
     if let Some(a) = g.get_array(key).ok().flatten() {
         let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();

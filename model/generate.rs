@@ -27,6 +27,27 @@ pub enum Prompt<'a> {
     Ids(&'a [u32]),
 }
 
+/// Token ids written as `1,2,3` (the `--prompt-ids` flag): blanks around an
+/// id and empty items are ignored, anything else that is not a `u32` is refused.
+pub fn parse_token_ids(s: &str) -> Result<Vec<u32>> {
+    let ids = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>().map_err(|_| {
+                Error::Invalid(format!(
+                    "'{t}' is not a token id (expected numbers like 1,2,3)"
+                ))
+            })
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    if ids.is_empty() {
+        return Err(Error::Invalid("no token ids given".into()));
+    }
+    Ok(ids)
+}
+
 /// Token ids for `prompt`.
 pub fn prompt_ids(tok: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>> {
     match *prompt {

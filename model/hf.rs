@@ -11,9 +11,26 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+/// A shard's bytes: mapped from its file, or held in memory (fuzzing and
+/// tests build checkpoints from bytes).
+enum ShardBytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ShardBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ShardBytes::Mapped(m) => m,
+            ShardBytes::Owned(v) => v,
+        }
+    }
+}
+
 struct Shard {
     path: PathBuf,
-    map: Mmap,
+    map: ShardBytes,
     /// Start of the data section (8-byte length + JSON header).
     data_start: usize,
 }
@@ -57,63 +74,88 @@ impl HfCheckpoint {
                 msg: "no *.safetensors files in the directory".into(),
             });
         }
-        let mut shards = Vec::new();
-        let mut tensors = HashMap::new();
+        let mut checkpoint = HfCheckpoint {
+            dir: dir.to_path_buf(),
+            config,
+            shards: Vec::new(),
+            tensors: HashMap::new(),
+        };
         for path in files {
             let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
             // SAFETY: the map is read-only; a file truncated underneath us is the
             // same hazard every mmap-based loader accepts.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-            let bad = |msg: String| Error::Safetensors {
-                path: path.clone(),
-                msg,
-            };
-            let (header_len, meta) =
-                safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(header_error(e)))?;
-            let data_start = 8 + header_len;
-            for (name, info) in meta.tensors() {
-                let dtype = match info.dtype {
-                    safetensors::Dtype::F32 => DType::F32,
-                    safetensors::Dtype::F16 => DType::F16,
-                    safetensors::Dtype::BF16 => DType::BF16,
-                    other => {
-                        return Err(bad(format!(
-                            "tensor '{name}' has unsupported dtype {other:?}"
-                        )))
-                    }
-                };
-                let Some((gguf_name, transpose)) = gguf_name(config.arch, &name) else {
-                    continue;
-                };
-                if info.shape.len() > 2 || (transpose && info.shape.len() != 2) {
-                    return Err(bad(format!(
-                        "tensor '{name}' has unexpected shape {:?}",
-                        info.shape
-                    )));
-                }
-                tensors.insert(
-                    gguf_name,
-                    Entry {
-                        shard: shards.len(),
-                        dtype,
-                        shape: info.shape.clone(),
-                        range: info.data_offsets,
-                        transpose,
-                    },
-                );
-            }
-            shards.push(Shard {
-                path,
-                map,
-                data_start,
-            });
+            checkpoint.add_shard(path, ShardBytes::Mapped(map))?;
         }
-        Ok(HfCheckpoint {
-            dir: dir.to_path_buf(),
+        Ok(checkpoint)
+    }
+
+    /// A checkpoint from a `config.json` text and safetensors images held in
+    /// memory; `name` stands in for the directory in messages (and is where
+    /// its tokenizer would be looked for).
+    pub fn from_bytes(config_json: &str, shards: Vec<Vec<u8>>, name: &str) -> Result<HfCheckpoint> {
+        let dir = PathBuf::from(name);
+        let config =
+            ModelConfig::from_hf_json(config_json, &dir.join("config.json").display().to_string())?;
+        let mut checkpoint = HfCheckpoint {
+            dir,
             config,
-            shards,
-            tensors,
-        })
+            shards: Vec::new(),
+            tensors: HashMap::new(),
+        };
+        for (i, bytes) in shards.into_iter().enumerate() {
+            let path = checkpoint.dir.join(format!("model-{i}.safetensors"));
+            checkpoint.add_shard(path, ShardBytes::Owned(bytes))?;
+        }
+        Ok(checkpoint)
+    }
+
+    /// Reads one shard's header and records the tensors vkllm uses from it.
+    fn add_shard(&mut self, path: PathBuf, map: ShardBytes) -> Result<()> {
+        let bad = |msg: String| Error::Safetensors {
+            path: path.clone(),
+            msg,
+        };
+        let (header_len, meta) =
+            safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(header_error(e)))?;
+        let data_start = 8 + header_len;
+        for (name, info) in meta.tensors() {
+            let dtype = match info.dtype {
+                safetensors::Dtype::F32 => DType::F32,
+                safetensors::Dtype::F16 => DType::F16,
+                safetensors::Dtype::BF16 => DType::BF16,
+                other => {
+                    return Err(bad(format!(
+                        "tensor '{name}' has unsupported dtype {other:?}"
+                    )))
+                }
+            };
+            let Some((gguf_name, transpose)) = gguf_name(self.config.arch, &name) else {
+                continue;
+            };
+            if info.shape.len() > 2 || (transpose && info.shape.len() != 2) {
+                return Err(bad(format!(
+                    "tensor '{name}' has unexpected shape {:?}",
+                    info.shape
+                )));
+            }
+            self.tensors.insert(
+                gguf_name,
+                Entry {
+                    shard: self.shards.len(),
+                    dtype,
+                    shape: info.shape.clone(),
+                    range: info.data_offsets,
+                    transpose,
+                },
+            );
+        }
+        self.shards.push(Shard {
+            path,
+            map,
+            data_start,
+        });
+        Ok(())
     }
 }
 

@@ -172,10 +172,7 @@ impl<'a> Loader<'a> {
         self.bytes += data.len();
         self.be
             .upload_weight(dtype, t.rows, t.cols, &data)
-            .map_err(|e| Error::Tensor {
-                name: name.to_string(),
-                msg: format!("upload failed: {e}"),
-            })
+            .map_err(|e| upload_error(name, e))
     }
 
     fn linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Option<Linear>> {
@@ -333,6 +330,38 @@ impl<'a> Loader<'a> {
             down,
             ffn_post_norm,
         })
+    }
+}
+
+/// A failed upload of tensor `name`. Memory and device failures keep their
+/// variant, so a host app can still tell them apart (`Error::kind`), with
+/// the tensor added to what was being done; the rest become tensor errors.
+fn upload_error(name: &str, e: Error) -> Error {
+    match e {
+        Error::OutOfDeviceMemory {
+            what,
+            needed,
+            available,
+        } => Error::OutOfDeviceMemory {
+            what: format!("{what} for tensor {name}"),
+            needed,
+            available,
+        },
+        Error::OutOfHostMemory {
+            what,
+            needed,
+            available,
+        } => Error::OutOfHostMemory {
+            what: format!("{what} for tensor {name}"),
+            needed,
+            available,
+        },
+        Error::DeviceLost(what) => Error::DeviceLost(format!("{what} for tensor {name}")),
+        e @ (Error::Vulkan(_) | Error::Io { .. }) => e,
+        e => Error::Tensor {
+            name: name.to_string(),
+            msg: format!("upload failed: {e}"),
+        },
     }
 }
 

@@ -60,7 +60,7 @@ pub fn start(spec: ModelSpec) -> Result<(mpsc::Sender<Job>, Ready)> {
     std::thread::Builder::new()
         .name("vkllm-model".into())
         .spawn(move || {
-            // Backends are not `Send`: the model is built on this thread.
+            // The model lives on this thread, which serves its jobs in order.
             let loaded = load(&spec);
             match loaded {
                 Ok((model, tok, ready)) => {

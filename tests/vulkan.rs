@@ -986,6 +986,7 @@ fn bad_device_selection_is_a_typed_error() {
             device: Some(sel.into()),
             validate: false,
             pipeline_cache: None,
+            fail_alloc_after: None,
         };
         match VulkanBackend::new(&opts) {
             Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),

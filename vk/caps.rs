@@ -457,7 +457,7 @@ pub fn device_info(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Res
 
 /// Every Vulkan device of this machine, in the loader's order.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
-    let inst = Instance::new(false)?;
+    let inst = Instance::shared(false)?;
     // SAFETY: valid instance.
     let pds = unsafe { inst.instance.enumerate_physical_devices() }
         .map_err(vk_err("listing physical devices"))?;

@@ -37,7 +37,28 @@ pub struct Instance {
 }
 
 impl Instance {
-    pub fn new(validate: bool) -> Result<Instance> {
+    /// The process's instance with (`validate`) or without the validation
+    /// layer: made on first use, then shared by every backend (each opens
+    /// its own device) and kept until the process exits.
+    ///
+    /// Why kept: an instance loads the driver and destroying the last one
+    /// unloads it, and NVIDIA's driver does not survive many such cycles in
+    /// one process (the ~23rd instance failed with
+    /// `VK_ERROR_INCOMPATIBLE_DRIVER`). Validation messages of every backend
+    /// then land in one list; each check reports what arrived since the last.
+    pub fn shared(validate: bool) -> Result<Arc<Instance>> {
+        static SHARED: Mutex<[Option<Arc<Instance>>; 2]> = Mutex::new([None, None]);
+        let mut slots = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut slots[usize::from(validate)];
+        if let Some(inst) = slot {
+            return Ok(Arc::clone(inst));
+        }
+        let inst = Arc::new(Instance::new(validate)?);
+        *slot = Some(Arc::clone(&inst));
+        Ok(inst)
+    }
+
+    fn new(validate: bool) -> Result<Instance> {
         // SAFETY: loading the system Vulkan loader runs its initialisers; this
         // is the documented way to use ash without linking libvulkan.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| {
@@ -130,8 +151,9 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        // SAFETY: the device and everything made from it are gone (VulkanBackend
-        // drops them first); the messenger goes before its instance.
+        // Shared instances live until the process exits; this runs when
+        // making one fails after vkCreateInstance.
+        // SAFETY: no device was made from it; the messenger goes before its instance.
         unsafe {
             if let Some((loader, messenger)) = self.messenger.take() {
                 loader.destroy_debug_utils_messenger(messenger, None);

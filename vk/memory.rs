@@ -4,6 +4,7 @@
 //! transfers of any size go through them in chunks.
 
 use super::vk_err;
+use crate::backend::DeviceMemoryUse;
 use crate::error::{Error, Result};
 use ash::vk;
 use gpu_allocator::vulkan::{
@@ -31,6 +32,8 @@ pub struct Memory {
     next_id: u32,
     pub upload: Option<DeviceBuffer>,
     pub download: Option<DeviceBuffer>,
+    /// Allocations left before injected failures begin (`Options::fail_alloc_after`).
+    allocations_left: Option<u64>,
 }
 
 /// gpu-allocator's failures as [`Error`]s: running out is its own variant
@@ -53,6 +56,7 @@ impl Memory {
         instance: &ash::Instance,
         device: &ash::Device,
         physical: vk::PhysicalDevice,
+        fail_alloc_after: Option<u64>,
     ) -> Result<Memory> {
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.clone(),
@@ -70,6 +74,7 @@ impl Memory {
             next_id: 1,
             upload: None,
             download: None,
+            allocations_left: fail_alloc_after,
         })
     }
 
@@ -78,6 +83,16 @@ impl Memory {
         self.allocator
             .as_ref()
             .map_or(0, |a| a.generate_report().total_reserved_bytes)
+    }
+
+    /// What the allocator holds now.
+    pub fn usage(&self) -> DeviceMemoryUse {
+        let report = self.allocator.as_ref().map(Allocator::generate_report);
+        DeviceMemoryUse {
+            reserved_bytes: report.as_ref().map_or(0, |r| r.total_reserved_bytes),
+            allocated_bytes: report.as_ref().map_or(0, |r| r.total_allocated_bytes),
+            allocations: report.as_ref().map_or(0, |r| r.allocations.len()),
+        }
     }
 
     fn create(&mut self, size: u64, location: MemoryLocation, what: &str) -> Result<DeviceBuffer> {
@@ -94,6 +109,14 @@ impl Memory {
         usage: vk::BufferUsageFlags,
         what: &str,
     ) -> Result<DeviceBuffer> {
+        if let Some(left) = &mut self.allocations_left {
+            if *left == 0 {
+                return Err(Error::out_of_device_memory(format!(
+                    "allocating {what} of {size} bytes (a failure injected by VKLLM_FAIL_ALLOC_AFTER)"
+                )));
+            }
+            *left -= 1;
+        }
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(usage)

@@ -21,6 +21,7 @@ mod device;
 mod instance;
 mod layout;
 mod memory;
+pub use memory::STAGING_CAP;
 mod ops;
 mod pipeline;
 mod recorder;
@@ -37,7 +38,8 @@ pub use recorder::PassStats;
 pub const GEMV_Q8_MIN_BYTES: usize = 4 << 20;
 
 use crate::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, LinearOpts, RopeParams,
+    Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,7 +47,7 @@ use crate::profile::{ProfileEvent, Track};
 use ash::vk;
 use device::Device;
 use instance::Instance;
-use memory::{Memory, STAGING_CAP};
+use memory::Memory;
 use pipeline::Pipelines;
 use recorder::{Recorder, Slot};
 use std::collections::HashMap;
@@ -81,6 +83,11 @@ pub struct Options {
     /// driver): `VKLLM_PIPELINE_CACHE`, `off` for none, by default
     /// `$XDG_CACHE_HOME/vkllm` or `~/.cache/vkllm`.
     pub pipeline_cache: Option<std::path::PathBuf>,
+    /// `VKLLM_FAIL_ALLOC_AFTER=N`: the first N buffer allocations succeed
+    /// and every later one fails as out of device memory. A fault injector:
+    /// tests use it to check that running out mid-load or mid-pass leaves a
+    /// clean error and a backend that still drops cleanly.
+    pub fail_alloc_after: Option<u64>,
 }
 
 impl Options {
@@ -89,6 +96,9 @@ impl Options {
             device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
             validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
             pipeline_cache: pipeline_cache_dir(),
+            fail_alloc_after: std::env::var("VKLLM_FAIL_ALLOC_AFTER")
+                .ok()
+                .and_then(|n| n.trim().parse().ok()),
         }
     }
 }
@@ -147,12 +157,12 @@ pub(crate) fn vk_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
 /// The Vulkan implementation of [`ComputeBackend`].
 pub struct VulkanBackend {
     // Field order is drop order: children of the device first, then the
-    // device, then the instance.
+    // device, then this backend's hold on the shared instance.
     rec: Recorder,
     pipes: Pipelines,
     mem: Memory,
     dev: Device,
-    inst: Instance,
+    inst: std::sync::Arc<Instance>,
     in_pass: bool,
     /// Buffers allocated outside a command buffer, zeroed at the next recording.
     pending_fills: Vec<u32>,
@@ -197,12 +207,17 @@ pub struct VulkanBackend {
 
 impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
-        let inst = Instance::new(opts.validate)?;
+        let inst = Instance::shared(opts.validate)?;
         let dev = Device::open(&inst, opts.device.as_deref())?;
         let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
-        let mut mem = Memory::new(&inst.instance, &dev.device, dev.physical)?;
+        let mut mem = Memory::new(
+            &inst.instance,
+            &dev.device,
+            dev.physical,
+            opts.fail_alloc_after,
+        )?;
         let disk = opts.pipeline_cache.clone().map(|dir| {
             // SAFETY: valid physical device.
             let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
@@ -587,7 +602,7 @@ impl VulkanBackend {
 
 impl Drop for VulkanBackend {
     /// Waits for the GPU; the fields then drop in declaration order:
-    /// recorder, pipelines, memory, device, and the instance last.
+    /// recorder, pipelines, memory, device, and the hold on the (shared) instance last.
     fn drop(&mut self) {
         // SAFETY: valid device; waiting has no preconditions.
         let _ = unsafe { self.dev.device.device_wait_idle() };
@@ -664,6 +679,10 @@ impl ComputeBackend for VulkanBackend {
         self.profile
             .as_mut()
             .map_or_else(Vec::new, |p| std::mem::take(&mut p.events))
+    }
+
+    fn device_memory(&self) -> Option<DeviceMemoryUse> {
+        Some(self.mem.usage())
     }
 
     fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {

@@ -82,10 +82,29 @@ impl Tokenizer {
         if !file.exists() {
             return Err(Error::Tokenizer(format!("{} is missing", file.display())));
         }
-        let inner = tokenizers::Tokenizer::from_file(&file)
-            .map_err(|e| Error::Tokenizer(format!("cannot load {}: {e}", file.display())))?;
+        let json = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
         let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let generation = read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+        Self::from_hf_json(&json, &config, &generation, &file.display().to_string())
+    }
+
+    /// The tokenizer of a `tokenizer.json` text, with the parsed
+    /// `tokenizer_config.json` and `generation_config.json` (`Value::Null`
+    /// when absent); `origin` names the file in messages.
+    pub fn from_hf_json(
+        tokenizer_json: &[u8],
+        config: &Value,
+        generation: &Value,
+        origin: &str,
+    ) -> Result<Tokenizer> {
+        // tokenizers 0.21 panics (`expect("Helper")`) on a syntax error
+        // inside the `decoder` object instead of returning it; parsing the
+        // text first makes every malformed one an error (found by fuzzing;
+        // skipping with IgnoredAny would not check UTF-8 or escapes).
+        serde_json::from_slice::<Value>(tokenizer_json)
+            .map_err(|e| Error::Tokenizer(format!("{origin} is not valid JSON: {e}")))?;
+        let inner = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+            .map_err(|e| Error::Tokenizer(format!("cannot load {origin}: {e}")))?;
         let id_of = |key: &str| token_content(config.get(key)).and_then(|t| inner.token_to_id(t));
         let bos = id_of("bos_token").or_else(|| {
             generation
@@ -118,7 +137,7 @@ impl Tokenizer {
             eos,
             extra_stops: generation_eos,
             add_bos,
-            chat_template: chat_template(&config),
+            chat_template: chat_template(config),
         };
         Ok(Tokenizer::assemble(inner, pieces, ids))
     }

@@ -2,6 +2,8 @@
 //! default model (fetched on first use).
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};

@@ -1,0 +1,82 @@
+//! Inputs the fuzz targets (fuzz/) found crashing vkllm, each reduced to a
+//! test: the call the target made now returns an error naming the problem.
+
+use serde_json::Value;
+use vkllm::model::tokenizer::Tokenizer;
+use vkllm::ErrorKind;
+
+/// A `tokenizer.json` whose `decoder` object is cut by a syntax error.
+fn tokenizer_json_with_decoder(decoder: &[u8]) -> Vec<u8> {
+    let mut json = br#"{"version": "1.0", "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": null, "post_processor": null, "decoder": "#
+        .to_vec();
+    json.extend_from_slice(decoder);
+    json.extend_from_slice(
+        br#", "model": {"type": "WordLevel", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}}"#,
+    );
+    json
+}
+
+#[test]
+fn tokenizer_json_with_a_syntax_error_in_its_decoder_is_an_error() {
+    // tokenizers 0.21 panicked with `Helper: Error(...)` on each of these
+    // (fuzz/tokenizer_json, 2026-11-25): invalid UTF-8 in a key, a lone
+    // surrogate escape, a missing value.
+    for decoder in [
+        &b"{\"type\": \"ByteLevel\", \"add_prefix_spac\xe5\": true}"[..],
+        br#"{"type": "ByteLevel", "add_prefix_space": "\udc00"}"#,
+        br#"{"type": "ByteLevel", "add_prefix_space": }"#,
+    ] {
+        let json = tokenizer_json_with_decoder(decoder);
+        let e = Tokenizer::from_hf_json(&json, &Value::Null, &Value::Null, "tokenizer.json")
+            .err()
+            .expect("a malformed tokenizer.json loaded");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .starts_with("tokenizer: tokenizer.json is not valid JSON: "),
+            "{e}"
+        );
+    }
+    // The same file with a well-formed decoder loads: the test above fails
+    // for the syntax error, not for something else in the file.
+    let json = tokenizer_json_with_decoder(
+        br###"{"type": "WordPiece", "prefix": "##", "cleanup": true}"###,
+    );
+    Tokenizer::from_hf_json(&json, &Value::Null, &Value::Null, "tokenizer.json").unwrap();
+}
+
+#[test]
+fn a_model_declaring_absurdly_many_layers_is_refused_before_allocating() {
+    // A header with block_count = 16,449,554 made the GGUF config reader
+    // allocate 263 MB of per-layer settings (fuzz/gguf, 2026-11-25: 12 s
+    // for one input); 2^40 layers aborts the process.
+    for layers in [16_449_554u64, 1 << 40] {
+        let mut w = vkllm::model::gguf_write::GgufWriter::new();
+        let s = |v: &str| vkllm::model::gguf::GgufValue::String(v.into());
+        let n = vkllm::model::gguf::GgufValue::U64;
+        w.add("general.architecture", s("llama"))
+            .add("llama.block_count", n(layers))
+            .add("llama.embedding_length", n(64))
+            .add("llama.attention.head_count", n(4))
+            .add("llama.feed_forward_length", n(128))
+            .add("llama.context_length", n(256));
+        let g =
+            vkllm::model::gguf::GgufFile::from_bytes(w.to_bytes().unwrap(), "layers.gguf").unwrap();
+        let e = vkllm::model::ModelConfig::from_gguf(&g, Some(512)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("bad model configuration: layers.gguf declares {layers} layers; at most 4096 are supported")
+        );
+        let json = format!(
+            r#"{{"model_type": "llama", "num_hidden_layers": {layers}, "hidden_size": 64,
+                "num_attention_heads": 4, "intermediate_size": 128,
+                "max_position_embeddings": 256, "vocab_size": 512}}"#
+        );
+        let e = vkllm::model::ModelConfig::from_hf_json(&json, "config.json").unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("declares {layers} layers")),
+            "{e}"
+        );
+    }
+}
