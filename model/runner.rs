@@ -27,7 +27,6 @@ pub struct LoadOptions {
     pub kv_cache: Option<DType>,
 }
 
-
 /// What a forward pass returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Want {
