@@ -51,7 +51,9 @@ const COOPMAT_MAX_HEAD_DIM: usize = 128;
 /// workgroups are fewer than this (SmolLM2's 512 rows: 72), into chunks of
 /// at least PREFILL_SPLIT_MIN keys. Measured on an H100
 /// (benches/attention.rs, pp512 at depth 4096, µs per layer): SmolLM2
-/// 271 -> 140; splitting the 256 workgroups of TinyLlama, Llama-3.2-1B or
+/// 271 -> 153 (chunks sized from the positions, as now; 140 when they were
+/// sized from the capacity, which split a short context's keys as finely as
+/// a long one's); splitting the 256 workgroups of TinyLlama, Llama-3.2-1B or
 /// Llama-3.1-8B made them slower (308 -> 409, 316 -> 413, 729 -> 803):
 /// their partial results and the merge cost more than the wider grid gains.
 const PREFILL_TARGET_WGS: usize = 256;
