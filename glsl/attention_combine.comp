@@ -1,23 +1,26 @@
 // Merge the key splits of attention_decode.comp: one workgroup per (head,
-// row). Each split s carries its running max m_s, sum l_s and unnormalized
-// output a_s; the result is sum_s w_s a_s / sum_s w_s l_s with
-// w_s = e^(m_s - M), M = max m_s. Only the splits that hold keys are read
-// (the same split as the main kernel, from positions). The weights are
-// computed once, a split per invocation, with workgroup reductions; then
-// the invocations sum the outputs, reads coalesced across dims. Where
-// head_dim is below the workgroup size the splits are dealt out to
-// WG / head_dim invocation groups whose sums meet in shared memory, and each
-// invocation keeps four reads in flight: the sums are a chain of dependent
-// loads otherwise (one invocation per dim walking 49 splits took longer than
-// the attention it merged). With min_chunk > 0 the splits are the prefill
-// kernel's chunks (attention_split.glsl), those the row's range meets; a
-// row within one chunk was written by the prefill kernel itself.
+// slice of DS output dims, row). Each split s carries its running max m_s,
+// sum l_s and unnormalized output a_s; the result is
+// sum_s w_s a_s / sum_s w_s l_s with w_s = e^(m_s - M), M = max m_s. Only
+// the splits that hold keys are read (the same split as the main kernel,
+// from positions). The weights are computed once per workgroup, a split per
+// invocation, with workgroup reductions; then the DS dims' sums are dealt
+// out to WG / DS invocation groups of splits, each invocation keeping 8
+// reads in flight, and the groups meet in shared memory. A long context
+// splits SmolLM2's keys 128 ways: one workgroup per head walking them with
+// two groups of 4 reads took ~8 us, as much as the attention it merged.
+// With min_chunk > 0 the splits are the prefill kernel's chunks
+// (attention_split.glsl), those the row's range meets; a row within one
+// chunk was written by the prefill kernel itself.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 128) in;
 const uint WG = 128u;
+const uint DS = 16u; // output dims per workgroup (vk/ops/attention.rs COMBINE_DIMS)
+const uint SG = WG / DS; // split groups
+const uint IN_FLIGHT = 8u;
 const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
 
 layout(binding = 0) readonly buffer Part { float part[]; };
@@ -41,10 +44,12 @@ shared float ws[MAX_SPLITS];
 shared float sums[WG];
 
 void main() {
-    uint h = gl_WorkGroupID.x;
+    uint hd = pc.head_dim;
+    uint slices = (hd + DS - 1u) / DS;
+    uint h = gl_WorkGroupID.x / slices;
+    uint d0 = (gl_WorkGroupID.x - h * slices) * DS;
     uint r = gl_WorkGroupID.y;
     uint t = gl_LocalInvocationID.x;
-    uint hd = pc.head_dim;
     uint stride = hd + 2u;
     uint base = (r * pc.n_heads + h) * pc.n_split * stride;
     uint na;
@@ -74,31 +79,29 @@ void main() {
     }
     float l = wg_sum(ls);
     barrier(); // ws visible (wg_sum's barriers precede its read only)
-    float inv = l > 0.0 ? 1.0 / l : 0.0;
-    uint groups = max(WG / hd, 1u);
-    uint g = t / hd;
-    for (uint d0 = 0u; d0 < hd; d0 += WG) {
-        uint d = d0 + t - g * hd;
-        float a = 0.0;
-        if (g < groups && d < hd) {
-            for (uint s = g; s < na; s += 4u * groups) {
-                float v[4];
-                [[unroll]] for (uint j = 0u; j < 4u; j++) {
-                    uint sj = s + j * groups;
-                    v[j] = sj < na ? ws[sj] * part[base + sj * stride + 2u + d] : 0.0;
-                }
-                a += (v[0] + v[1]) + (v[2] + v[3]);
+    uint g = t / DS;
+    uint d = d0 + t - g * DS;
+    float a = 0.0;
+    if (d < hd) {
+        for (uint s = g; s < na; s += IN_FLIGHT * SG) {
+            float v[IN_FLIGHT];
+            [[unroll]] for (uint j = 0u; j < IN_FLIGHT; j++) {
+                uint sj = s + j * SG;
+                v[j] = sj < na ? ws[sj] * part[base + sj * stride + 2u + d] : 0.0;
             }
-        }
-        barrier(); // the previous chunk's sums are read
-        sums[t] = a;
-        barrier();
-        if (t < hd - d0 && t < WG / groups) {
-            float total = 0.0;
-            for (uint k = 0u; k < groups; k++) {
-                total += sums[k * hd + t];
+            [[unroll]] for (uint j = 1u; j < IN_FLIGHT; j++) {
+                v[0] += v[j];
             }
-            o[(r * pc.n_heads + h) * hd + d0 + t] = total * inv;
+            a += v[0];
         }
+    }
+    sums[t] = a;
+    barrier();
+    if (t < DS && d < hd) {
+        float total = 0.0;
+        [[unroll]] for (uint k = 0u; k < SG; k++) {
+            total += sums[k * DS + t];
+        }
+        o[(r * pc.n_heads + h) * hd + d] = total * (l > 0.0 ? 1.0 / l : 0.0);
     }
 }

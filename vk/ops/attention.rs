@@ -30,6 +30,8 @@ const DECODE_MAX_HEAD_DIM: usize = 256;
 const SPLIT_MIN: usize = 32;
 /// The most splits (attention_combine.comp's MAX_SPLITS).
 const MAX_SPLITS: usize = 256;
+/// Output dims per attention_combine.comp workgroup (its DS).
+const COMBINE_DIMS: u32 = 16;
 /// Workgroups x head_dim a decode attention aims for (kv heads x head tiles
 /// x rows x splits): 256 workgroups at head_dim 128, 512 at 64, about two
 /// or four per SM of a 132-SM H100/H200. Measured on an H100 at 4.6K
@@ -456,12 +458,19 @@ impl VulkanBackend {
         if c.n_split == 1 {
             return Ok(());
         }
+        let x = c.n_heads.saturating_mul(c.head_dim.div_ceil(COMBINE_DIMS));
+        if x > self.caps().max_workgroup_count[0] {
+            return Err(Error::op(
+                "attention",
+                "heads exceed the device's workgroup limits",
+            ));
+        }
         self.dispatch(
             "attention",
             plain("attention_combine"),
             &[read(part), write(out), read(positions)],
             bytemuck::bytes_of(&c),
-            [c.n_heads, c.rows, 1],
+            [x, c.rows, 1],
         )
     }
 }
