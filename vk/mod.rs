@@ -50,7 +50,6 @@ use instance::Instance;
 use memory::Memory;
 use pipeline::Pipelines;
 use recorder::{Recorder, Slot};
-use std::collections::HashMap;
 use std::time::Instant;
 
 /// Profiling state: the timeline origin, the tick conversion and the
@@ -174,31 +173,14 @@ pub struct VulkanBackend {
     status: Buffer,
     /// The pass being recorded allocated (and zeroes) buffers: not replayable.
     pass_allocs: bool,
-    /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
-    rope_tables: HashMap<(u32, u32), Buffer>,
-    /// Attention's per-split partials (decode), grown on demand.
-    attn_scratch: Option<Buffer>,
-    /// `linear`'s normed input and product for many rows, grown on demand.
-    norm_scratch: Option<Buffer>,
-    product_scratch: Option<Buffer>,
-    /// `linear_glu`'s gate_up product for many rows.
-    glu_scratch: Option<Buffer>,
-    /// The cooperative-matrix GEMM's input as f16 (half_rows.comp).
-    half_scratch: Option<Buffer>,
-    /// What norm_scratch / half_scratch hold for the tiled GEMM.
-    prepared_x: Option<ops::PreparedX>,
-    /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
-    xq_scratch: Option<Buffer>,
-    /// What xq_scratch holds, so matmuls of one input (Q, K and V) share it.
-    xq_of: Option<ops::QuantizedX>,
+    /// Scratch buffers and tables of the op encoders.
+    ops: ops::OpState,
     /// Smallest weight the integer-dot GEMV takes.
     gemv_q8_min_bytes: usize,
-    /// Weights stored in several buffers (see split.rs), by their first part's id.
-    split_weights: HashMap<u32, Vec<split::Part>>,
+    /// Weights stored in several buffers (see split.rs).
+    splits: split::Splits,
     /// Split weights above this many bytes even within the device's range.
     part_limit: Option<u64>,
-    /// argmax's per-workgroup (value, index) partials, grown on demand.
-    argmax_scratch: Option<Buffer>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
@@ -236,19 +218,10 @@ impl VulkanBackend {
             pending_fills: Vec::new(),
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
-            rope_tables: HashMap::new(),
-            attn_scratch: None,
-            norm_scratch: None,
-            product_scratch: None,
-            glu_scratch: None,
-            half_scratch: None,
-            prepared_x: None,
-            xq_scratch: None,
-            xq_of: None,
+            ops: ops::OpState::default(),
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
-            split_weights: HashMap::new(),
+            splits: split::Splits::default(),
             part_limit: split::part_limit_from_env(),
-            argmax_scratch: None,
             status,
             pass_allocs: false,
             profile: None,
@@ -492,32 +465,36 @@ impl VulkanBackend {
     /// Drop cached tables whose contents were written by a command buffer
     /// that may never have run; they are rebuilt on next use.
     fn forget_tables(&mut self) {
-        let tables: Vec<Buffer> = self.rope_tables.drain().map(|(_, b)| b).collect();
+        let tables: Vec<Buffer> = self.ops.rope_tables.drain().map(|(_, b)| b).collect();
         for t in tables {
             self.free(t);
         }
     }
 
-    /// Record an op into the current pass; ops outside a pass are errors,
-    /// as on every backend.
-    fn record(&mut self, op: &'static str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+    /// Record an op into the current pass through its encoder; ops outside
+    /// a pass are errors, as on every backend.
+    fn encode(
+        &mut self,
+        op: &'static str,
+        f: impl FnOnce(&mut ops::Encoder) -> Result<()>,
+    ) -> Result<()> {
         if !self.in_pass {
             return Err(Error::op(op, "recorded outside begin_pass/end_pass"));
         }
-        f(self)
-    }
-
-    fn check_range(op: &'static str, buf: &Buffer, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= buf.bytes => Ok(()),
-            _ => Err(Error::op(
-                op,
-                format!(
-                    "{len} bytes at offset {offset} do not fit a buffer of {} bytes",
-                    buf.bytes
-                ),
-            )),
-        }
+        f(&mut ops::Encoder {
+            device: &self.dev.device,
+            rec: &mut self.rec,
+            pipes: &mut self.pipes,
+            mem: &mut self.mem,
+            caps: self.dev.caps(),
+            kernels: self.kernels,
+            gemv_q8_min_bytes: self.gemv_q8_min_bytes,
+            splits: &self.splits,
+            state: &mut self.ops,
+            frees: &mut self.pending_frees,
+            status: self.status,
+            timed: self.profile.is_some(),
+        })
     }
 
     fn transfer(
@@ -533,7 +510,7 @@ impl VulkanBackend {
                 "not allowed inside a pass (after begin_pass, before end_pass)",
             ));
         }
-        Self::check_range(op, buf, offset, len)?;
+        ops::check_range(op, buf, offset, len)?;
         self.mem.resolve(buf)?;
         Ok(())
     }
@@ -551,7 +528,7 @@ impl VulkanBackend {
                 "inside a pass an upload must be at most 64 KiB, 4-byte aligned",
             ));
         }
-        Self::check_range(OP, buf, offset, data.len())?;
+        ops::check_range(OP, buf, offset, data.len())?;
         if data.is_empty() {
             return Ok(());
         }
@@ -870,7 +847,7 @@ impl ComputeBackend for VulkanBackend {
     }
 
     fn embedding(&mut self, table: &Weight, ids: &Buffer, out: &Buffer, rows: usize) -> Result<()> {
-        self.record("embedding", |b| b.encode_embedding(table, ids, out, rows))
+        self.encode("embedding", |cx| cx.encode_embedding(table, ids, out, rows))
     }
 
     fn matmul(
@@ -881,7 +858,7 @@ impl ComputeBackend for VulkanBackend {
         y: &Buffer,
         m: usize,
     ) -> Result<()> {
-        self.record("matmul", |b| b.encode_matmul(w, bias, x, y, m))
+        self.encode("matmul", |cx| cx.encode_matmul(w, bias, x, y, m))
     }
 
     fn linear(
@@ -892,7 +869,7 @@ impl ComputeBackend for VulkanBackend {
         m: usize,
         o: &LinearOpts,
     ) -> Result<()> {
-        self.record("matmul", |b| b.encode_linear(w, x, y, m, o))
+        self.encode("matmul", |cx| cx.encode_linear(w, x, y, m, o))
     }
 
     fn linear_glu(
@@ -904,8 +881,8 @@ impl ComputeBackend for VulkanBackend {
         m: usize,
         norm: Option<(&Buffer, f32)>,
     ) -> Result<()> {
-        self.record("matmul", |b| {
-            b.encode_linear_glu(act, gate_up, x, out, m, norm)
+        self.encode("matmul", |cx| {
+            cx.encode_linear_glu(act, gate_up, x, out, m, norm)
         })
     }
 
@@ -918,7 +895,9 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record("rms_norm", |b| b.encode_rms_norm(x, w, out, rows, dim, eps))
+        self.encode("rms_norm", |cx| {
+            cx.encode_rms_norm(x, w, out, rows, dim, eps)
+        })
     }
 
     fn layer_norm(
@@ -931,13 +910,13 @@ impl ComputeBackend for VulkanBackend {
         dim: usize,
         eps: f32,
     ) -> Result<()> {
-        self.record("layer_norm", |b| {
-            b.encode_layer_norm(x, w, bias, out, rows, dim, eps)
+        self.encode("layer_norm", |cx| {
+            cx.encode_layer_norm(x, w, bias, out, rows, dim, eps)
         })
     }
 
     fn rope(&mut self, x: &Buffer, positions: &Buffer, p: &RopeParams) -> Result<()> {
-        self.record("rope", |b| b.encode_rope(x, positions, p))
+        self.encode("rope", |cx| cx.encode_rope(x, positions, p))
     }
 
     fn attention(
@@ -949,8 +928,8 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         p: &AttentionParams,
     ) -> Result<()> {
-        self.record("attention", |b| {
-            b.encode_attention(q, k_cache, v_cache, positions, out, p)
+        self.encode("attention", |cx| {
+            cx.encode_attention(q, k_cache, v_cache, positions, out, p)
         })
     }
 
@@ -962,15 +941,15 @@ impl ComputeBackend for VulkanBackend {
         out: &Buffer,
         n: usize,
     ) -> Result<()> {
-        self.record("glu", |b| b.encode_glu(act, gate, up, out, n))
+        self.encode("glu", |cx| cx.encode_glu(act, gate, up, out, n))
     }
 
     fn add(&mut self, a: &Buffer, bv: &Buffer, out: &Buffer, n: usize) -> Result<()> {
-        self.record("add", |b| b.encode_add(a, bv, out, n))
+        self.encode("add", |cx| cx.encode_add(a, bv, out, n))
     }
 
     fn scale(&mut self, x: &Buffer, s: f32, out: &Buffer, n: usize) -> Result<()> {
-        self.record("scale", |b| b.encode_scale(x, s, out, n))
+        self.encode("scale", |cx| cx.encode_scale(x, s, out, n))
     }
 
     fn copy(
@@ -981,13 +960,13 @@ impl ComputeBackend for VulkanBackend {
         dst_offset: usize,
         bytes: usize,
     ) -> Result<()> {
-        self.record("copy", |b| {
-            b.encode_copy(src, src_offset, dst, dst_offset, bytes)
+        self.encode("copy", |cx| {
+            cx.encode_copy(src, src_offset, dst, dst_offset, bytes)
         })
     }
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
-        self.record("argmax", |b| b.encode_argmax(x, out, rows, n))
+        self.encode("argmax", |cx| cx.encode_argmax(x, out, rows, n))
     }
 
     fn store_rows(
@@ -999,8 +978,8 @@ impl ComputeBackend for VulkanBackend {
         row_len: usize,
         dst_dtype: DType,
     ) -> Result<()> {
-        self.record("store_rows", |b| {
-            b.encode_store_rows(src, dst, positions, rows, row_len, dst_dtype)
+        self.encode("store_rows", |cx| {
+            cx.encode_store_rows(src, dst, positions, rows, row_len, dst_dtype)
         })
     }
 
@@ -1016,16 +995,16 @@ impl ComputeBackend for VulkanBackend {
         n_kv_heads: usize,
         kv_dtype: DType,
     ) -> Result<()> {
-        self.record("rope_store", |b| {
-            b.encode_rope_store(
+        self.encode("rope_store", |cx| {
+            cx.encode_rope_store(
                 q, k, v, positions, k_cache, v_cache, p, n_kv_heads, kv_dtype,
             )
         })
     }
 
     fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()> {
-        self.record("append_token", |b| {
-            b.encode_append_token(ids, positions, history)
+        self.encode("append_token", |cx| {
+            cx.encode_append_token(ids, positions, history)
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Elementwise ops: `glu` (glsl/glu.comp), `add` (glsl/add.comp), `scale`
 //! (glsl/scale.comp), each a grid-stride loop of 256-wide workgroups.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, read_in_place, u32_of, write};
 use crate::backend::{check, Activation, Buffer};
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ struct ScalePush {
     s: f32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_glu(
         &mut self,
         act: Activation,

@@ -1,7 +1,7 @@
 //! `rms_norm` (glsl/rms_norm.comp) and `layer_norm` (glsl/layer_norm.comp):
 //! one workgroup per row.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
@@ -15,7 +15,7 @@ struct Push {
     eps: f32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     fn norm_push(
         op: &'static str,
         x: &Buffer,
