@@ -3,17 +3,20 @@
 //! through [`Encoder::dispatch`], which declares reads and writes to the
 //! recorder so it can place barriers.
 
+mod add;
 mod append_token;
 mod argmax;
 mod attention;
 mod copy;
-mod elementwise;
 mod embedding;
 mod encoder;
+mod glu;
+mod layer_norm;
 mod matmul;
-mod norm;
+mod rms_norm;
 mod rope;
 mod rope_store;
+mod scale;
 mod store_rows;
 
 use super::pipeline::Spec;
