@@ -10,7 +10,8 @@
 mod common;
 
 use common::{
-    download_f32, download_u32, max_abs_diff, rand_f32, upload_f32, upload_u32, weight_bytes,
+    assert_close, assert_ulps, download_f32, download_u32, max_abs_diff, rand_f32, upload_f32,
+    upload_u32, weight_bytes,
 };
 use vkllm::backend::{
     Activation, AttentionParams, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
@@ -410,6 +411,29 @@ test_device!(
     embedding_every_dtype_matches_reference_vulkan
 );
 
+fn embedding_every_dtype((name, mut b): Named) {
+    let (rows, cols) = (20, 256);
+    let ids = [3u32, 0, 19, 3, 7];
+    for (di, dtype) in DType::ALL.into_iter().enumerate() {
+        let wb = weight_bytes(dtype, rows, cols, 300 + di as u64);
+        let table = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+        let idb = upload_u32(b.as_mut(), &ids);
+        let out = b.alloc(ids.len() * cols * 4).unwrap();
+        pass(b.as_mut(), |b| {
+            b.embedding(&table, &idb, &out, ids.len()).unwrap()
+        });
+        let got = download_f32(b.as_mut(), &out, ids.len() * cols);
+        let want = reference::embedding(dtype, &wb, rows, cols, &ids).unwrap();
+        // Same formulas as ggml; at most an FMA's rounding apart.
+        assert_ulps(&format!("{name} embedding {dtype}"), &got, &want, 1e-6);
+    }
+}
+test_device!(
+    embedding_every_dtype,
+    embedding_every_dtype_cpu,
+    embedding_every_dtype_vulkan
+);
+
 /// Largest |value|, for tolerances relative to a tensor's scale.
 fn amax(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |a, x| a.max(x.abs()))
@@ -473,6 +497,47 @@ test_device!(
     layer_norm_matches_reference_vulkan
 );
 
+fn rms_norm_and_layer_norm((name, mut b): Named) {
+    for (rows, dim) in [(1, 576), (5, 1000), (3, 7)] {
+        let x: Vec<f32> = rand_f32(rows * dim, 1)
+            .iter()
+            .map(|v| v * 3.0 + 0.5)
+            .collect();
+        let w = rand_f32(dim, 2);
+        let bias = rand_f32(dim, 3);
+        let (xb, wb, bb) = (
+            upload_f32(b.as_mut(), &x),
+            upload_f32(b.as_mut(), &w),
+            upload_f32(b.as_mut(), &bias),
+        );
+        let (o1, o2) = (
+            b.alloc(rows * dim * 4).unwrap(),
+            b.alloc(rows * dim * 4).unwrap(),
+        );
+        b.begin_pass().unwrap();
+        b.rms_norm(&xb, &wb, &o1, rows, dim, 1e-5).unwrap();
+        b.layer_norm(&xb, &wb, &bb, &o2, rows, dim, 1e-5).unwrap();
+        b.end_pass().unwrap();
+        let want = reference::rms_norm(&x, &w, dim, 1e-5).unwrap();
+        assert_ulps(
+            &format!("{name} rms_norm"),
+            &download_f32(b.as_mut(), &o1, rows * dim),
+            &want,
+            1e-5,
+        );
+        let want = reference::layer_norm(&x, &w, &bias, dim, 1e-5).unwrap();
+        // The centred values cancel down to |x - mean|, so compare against the row's scale.
+        let got = download_f32(b.as_mut(), &o2, rows * dim);
+        let scale = vec![1.0f32; rows * dim];
+        assert_close(&format!("{name} layer_norm"), &got, &want, &scale, 1e-5);
+    }
+}
+test_device!(
+    rms_norm_and_layer_norm,
+    rms_norm_and_layer_norm_cpu,
+    rms_norm_and_layer_norm_vulkan
+);
+
 fn rope_both_styles_partial_and_positions((name, mut b): Named) {
     // Tolerance: 1e-5 of the largest input (|x| <= 1). Both sides use the same
     // f32 angle (see reference::rope_angle); the rest is one f32 rotation.
@@ -520,6 +585,45 @@ test_device!(
     rope_both_styles_partial_and_positions,
     rope_both_styles_partial_and_positions_cpu,
     rope_both_styles_partial_and_positions_vulkan
+);
+
+fn rope_both_styles_partial_rotary((name, mut b): Named) {
+    let positions = [0u32, 1, 17, 500];
+    for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
+        for (head_dim, rot_dim) in [(64, 64), (64, 32)] {
+            let p = RopeParams {
+                rows: positions.len(),
+                n_heads: 3,
+                head_dim,
+                rot_dim,
+                base: 10000.0,
+                style,
+            };
+            let n = p.rows * p.n_heads * head_dim;
+            let x = rand_f32(n, 11);
+            let xb = upload_f32(b.as_mut(), &x);
+            let pb = upload_u32(b.as_mut(), &positions);
+            pass(b.as_mut(), |b| b.rope(&xb, &pb, &p).unwrap());
+            let got = download_f32(b.as_mut(), &xb, n);
+            let mut want = x.clone();
+            reference::rope(&mut want, &positions, &p).unwrap();
+            // Same f32 angles as the reference (host-computed frequencies);
+            // the GPU's sin/cos of angles up to 500 rad stay within ~1e-5.
+            let scale = vec![1.0f32; n];
+            assert_close(
+                &format!("{name} rope {style:?} rot {rot_dim}"),
+                &got,
+                &want,
+                &scale,
+                2e-5,
+            );
+        }
+    }
+}
+test_device!(
+    rope_both_styles_partial_rotary,
+    rope_both_styles_partial_rotary_cpu,
+    rope_both_styles_partial_rotary_vulkan
 );
 
 fn attention_gqa_positions_and_window((name, mut b): Named) {
@@ -571,6 +675,54 @@ test_device!(
     attention_gqa_positions_and_window,
     attention_gqa_positions_and_window_cpu,
     attention_gqa_positions_and_window_vulkan
+);
+
+fn attention_gqa_causal_and_window((name, mut b): Named) {
+    // head_dim 80 > 64 exercises two output slices per invocation; 150
+    // positions span three key chunks.
+    for (window, head_dim) in [(0, 64), (50, 80)] {
+        let p = AttentionParams {
+            rows: 3,
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim,
+            capacity: 160,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            kv_dtype: DType::F32,
+        };
+        let positions = [0u32, 70, 149];
+        let q = rand_f32(p.rows * p.n_heads * head_dim, 21);
+        let k = rand_f32(p.capacity * p.n_kv_heads * head_dim, 22);
+        let v = rand_f32(p.capacity * p.n_kv_heads * head_dim, 23);
+        let (qb, kb, vb) = (
+            upload_f32(b.as_mut(), &q),
+            upload_f32(b.as_mut(), &k),
+            upload_f32(b.as_mut(), &v),
+        );
+        let pb = upload_u32(b.as_mut(), &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(b.as_mut(), |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(b.as_mut(), &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        // Outputs are convex combinations of values in [-1, 1]; 1e-4 bounds
+        // f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5 at k = 512).
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!("{name} attention window {window}"),
+            &got,
+            &want,
+            &scale,
+            1e-4,
+        );
+    }
+}
+test_device!(
+    attention_gqa_causal_and_window,
+    attention_gqa_causal_and_window_cpu,
+    attention_gqa_causal_and_window_vulkan
 );
 
 fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
@@ -757,6 +909,48 @@ test_device!(
     add_scale_copy_and_aliasing_vulkan
 );
 
+fn glu_add_scale_with_aliasing((name, mut b): Named) {
+    let n = 5000;
+    let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();
+    let up = rand_f32(n, 32);
+    let (gb, ub) = (upload_f32(b.as_mut(), &gate), upload_f32(b.as_mut(), &up));
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        for with_up in [true, false] {
+            let ob = b.alloc(n * 4).unwrap();
+            pass(b.as_mut(), |b| {
+                b.glu(act, &gb, with_up.then_some(&ub), &ob, n).unwrap()
+            });
+            let want = reference::glu(act, &gate, with_up.then_some(&up[..])).unwrap();
+            let scale = vec![1.0f32; n];
+            // exp/tanh are a few ulps off on GPUs; values are at most 8.
+            assert_close(
+                &format!("{name} glu {act:?} up={with_up}"),
+                &download_f32(b.as_mut(), &ob, n),
+                &want,
+                &scale,
+                1e-5,
+            );
+        }
+    }
+    // out aliases a, then x.
+    b.begin_pass().unwrap();
+    b.add(&gb, &ub, &gb, n).unwrap();
+    b.scale(&gb, 0.5, &gb, n).unwrap();
+    b.end_pass().unwrap();
+    let sum = reference::add(&gate, &up).unwrap();
+    let want = reference::scale(&sum, 0.5);
+    assert_eq!(
+        download_f32(b.as_mut(), &gb, n),
+        want,
+        "{name}: add then scale are exact in f32"
+    );
+}
+test_device!(
+    glu_add_scale_with_aliasing,
+    glu_add_scale_with_aliasing_cpu,
+    glu_add_scale_with_aliasing_vulkan
+);
+
 fn argmax_first_on_ties((name, mut b): Named) {
     let n = 50;
     let mut x = rand_f32(3 * n, 51);
@@ -784,6 +978,38 @@ test_device!(
     argmax_first_on_ties,
     argmax_first_on_ties_cpu,
     argmax_first_on_ties_vulkan
+);
+
+fn argmax_first_on_ties_and_copy_offsets((name, mut b): Named) {
+    let n = 1000;
+    let mut x = rand_f32(3 * n, 41);
+    x[5] = 3.0;
+    x[700] = 3.0;
+    x[n + 999] = 2.0;
+    x[2 * n] = 2.5;
+    let xb = upload_f32(b.as_mut(), &x);
+    let ob = b.alloc(12).unwrap();
+    pass(b.as_mut(), |b| b.argmax(&xb, &ob, 3, n).unwrap());
+    assert_eq!(
+        download_u32(b.as_mut(), &ob, 3),
+        reference::argmax(&x, n).unwrap(),
+        "{name}"
+    );
+    assert_eq!(download_u32(b.as_mut(), &ob, 3), vec![5, 999, 0], "{name}");
+
+    let dst = b.alloc(64).unwrap();
+    pass(b.as_mut(), |b| b.copy(&xb, 8, &dst, 16, 20).unwrap());
+    let got = download_f32(b.as_mut(), &dst, 16);
+    assert_eq!(&got[4..9], &x[2..7], "{name} copy");
+    assert!(
+        got[..4].iter().chain(&got[9..]).all(|v| *v == 0.0),
+        "{name}: alloc zeroes"
+    );
+}
+test_device!(
+    argmax_first_on_ties_and_copy_offsets,
+    argmax_first_on_ties_and_copy_offsets_cpu,
+    argmax_first_on_ties_and_copy_offsets_vulkan
 );
 
 fn argmax_vocab_rows_split_over_workgroups((name, mut b): Named) {

@@ -222,6 +222,24 @@ pub fn download_u32(
     out
 }
 
+/// `got` within `tol * scale[i]` of `want`, element by element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * s.max(1e-30),
+            "{what}[{i}]: got {g}, want {w} (allowed {})",
+            tol * s
+        );
+    }
+}
+
+/// Elementwise results: a few f32 ulps of the magnitude.
+pub fn assert_ulps(what: &str, got: &[f32], want: &[f32], rel: f32) {
+    let scale: Vec<f32> = want.iter().map(|w| w.abs().max(1e-6)).collect();
+    assert_close(what, got, want, &scale, rel);
+}
+
 /// Largest |a - b|, with a readable panic when lengths differ.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
