@@ -2,16 +2,17 @@
 //! aarch64, scalar elsewhere) on a private rayon pool. Ops run as soon as they
 //! are recorded; `begin_pass`/`end_pass` only keep the bookkeeping honest.
 //!
-//! One file per op: matmul.rs, embedding.rs, rms_norm.rs, layer_norm.rs,
-//! rope.rs, attention.rs, glu.rs, elementwise.rs (add, scale, copy), argmax.rs;
-//! simd/ holds the instruction-set kernels, quant/ the GGUF block formats.
+//! One file per op, named as its Vulkan encoder in vk/ops/ (matmul.rs also
+//! holds linear and linear_glu's kernels); simd/ holds the instruction-set
+//! kernels, quant/ the GGUF block formats.
 
 pub mod act;
+mod add;
 mod append_token;
 mod argmax;
 mod attention;
 mod buffers;
-mod elementwise;
+mod copy;
 mod embedding;
 mod glu;
 mod layer_norm;
@@ -20,6 +21,7 @@ mod par;
 mod rms_norm;
 mod rope;
 mod rope_store;
+mod scale;
 pub mod simd;
 mod store_rows;
 
@@ -531,7 +533,7 @@ impl ComputeBackend for CpuBackend {
                     Some(s.f32s("add", "b", b, n)?)
                 }
             };
-            elementwise::add_in_place(dst, other);
+            add::add_in_place(dst, other);
             Ok(())
         })
     }
@@ -543,7 +545,7 @@ impl ComputeBackend for CpuBackend {
             if !aliased {
                 dst.copy_from_slice(st.f32s("scale", "x", x, n)?);
             }
-            elementwise::scale_in_place(dst, s);
+            scale::scale_in_place(dst, s);
             Ok(())
         })
     }
@@ -557,7 +559,7 @@ impl ComputeBackend for CpuBackend {
         bytes: usize,
     ) -> Result<()> {
         self.in_pass("copy")?;
-        elementwise::copy(&mut self.store, src, src_offset, dst, dst_offset, bytes)
+        copy::copy(&mut self.store, src, src_offset, dst, dst_offset, bytes)
     }
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {

@@ -12,6 +12,7 @@ use super::{layout, VulkanBackend};
 use crate::backend::{Buffer, ComputeBackend, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 
 /// Rows `[row0, row0 + rows)` of a split weight, in a buffer of their own.
 #[derive(Clone, Copy, Debug)]
@@ -30,28 +31,19 @@ pub(super) fn part_limit_from_env() -> Option<u64> {
         .filter(|&b| b > 0)
 }
 
-impl VulkanBackend {
-    /// Split weights uploaded from now on into parts of at most `bytes`
-    /// (never more than the device's binding range allows). For tests of the
-    /// split path with small weights.
-    pub fn set_weight_part_limit(&mut self, bytes: u64) {
-        self.part_limit = Some(bytes.max(1));
-    }
+/// The parts of every split weight, by their first part's id.
+#[derive(Default)]
+pub(super) struct Splits(HashMap<u32, Vec<Part>>);
 
-    /// Largest buffer one weight part may occupy.
-    pub(super) fn weight_part_bytes(&self) -> u64 {
-        let range = self.caps().max_storage_buffer_range;
-        self.part_limit.map_or(range, |l| l.min(range))
-    }
-
+impl Splits {
     /// Number of parts of `w` (1 unless split).
-    pub(super) fn weight_parts(&self, w: &Weight) -> usize {
-        self.split_weights.get(&w.buf.id).map_or(1, Vec::len)
+    pub(super) fn parts(&self, w: &Weight) -> usize {
+        self.0.get(&w.buf.id).map_or(1, Vec::len)
     }
 
     /// Part `i` of `w` as a weight of its own, and its first row in `w`.
-    pub(super) fn weight_part(&self, w: &Weight, i: usize) -> Result<(Weight, usize)> {
-        match self.split_weights.get(&w.buf.id) {
+    pub(super) fn part(&self, w: &Weight, i: usize) -> Result<(Weight, usize)> {
+        match self.0.get(&w.buf.id) {
             None if i == 0 => Ok((*w, 0)),
             None => Err(Error::Invalid(format!(
                 "weight part {i} of an unsplit weight"
@@ -71,6 +63,21 @@ impl VulkanBackend {
                 ))
             }
         }
+    }
+}
+
+impl VulkanBackend {
+    /// Split weights uploaded from now on into parts of at most `bytes`
+    /// (never more than the device's binding range allows). For tests of the
+    /// split path with small weights.
+    pub fn set_weight_part_limit(&mut self, bytes: u64) {
+        self.part_limit = Some(bytes.max(1));
+    }
+
+    /// Largest buffer one weight part may occupy.
+    pub(super) fn weight_part_bytes(&self) -> u64 {
+        let range = self.caps().max_storage_buffer_range;
+        self.part_limit.map_or(range, |l| l.min(range))
     }
 
     /// Upload a `[rows, cols]` weight as parts of whole rows, each repacked
@@ -133,7 +140,7 @@ impl VulkanBackend {
             )));
         };
         if parts.len() > 1 {
-            self.split_weights.insert(first.id, parts);
+            self.splits.0.insert(first.id, parts);
         }
         Ok(Weight {
             buf: first,
@@ -146,7 +153,8 @@ impl VulkanBackend {
     /// The other parts of a split weight whose first part `buf` is being
     /// freed (empty for any other buffer).
     pub(super) fn take_other_parts(&mut self, buf: &Buffer) -> Vec<Buffer> {
-        self.split_weights
+        self.splits
+            .0
             .remove(&buf.id)
             .map(|parts| parts.into_iter().skip(1).map(|p| p.buf).collect())
             .unwrap_or_default()

@@ -119,6 +119,35 @@ pub fn backends() -> Vec<(&'static str, Box<dyn ComputeBackend>)> {
     v
 }
 
+/// candle's `test_device!`: one test body, one `#[test]` per kind of device.
+/// `test_device!(body, body_cpu, body_vulkan)` defines `body_cpu`, which
+/// calls `body(device)` for each of `cpu_backends()`, and `body_vulkan`, for
+/// each of `vulkan_backends()` (empty without a Vulkan device, unless
+/// VKLLM_REQUIRE_VULKAN=1 makes that a failure); both lists are the calling
+/// file's. `test_device!(body, body_cpu: cpus, body_vulkan: vulkans)` takes
+/// other lists.
+#[macro_export]
+macro_rules! test_device {
+    ($body:ident, $cpu:ident, $vulkan:ident) => {
+        $crate::test_device!($body, $cpu: cpu_backends, $vulkan: vulkan_backends);
+    };
+    ($body:ident, $cpu:ident: $cpus:path, $vulkan:ident: $vulkans:path) => {
+        #[test]
+        fn $cpu() {
+            for device in $cpus() {
+                $body(device);
+            }
+        }
+
+        #[test]
+        fn $vulkan() {
+            for device in $vulkans() {
+                $body(device);
+            }
+        }
+    };
+}
+
 /// Deterministic pseudo-random f32s in [-1, 1) (xorshift; tests need no rand state).
 pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -191,6 +220,24 @@ pub fn download_u32(
     b.download(buf, 0, bytemuck::cast_slice_mut(&mut out))
         .unwrap();
     out
+}
+
+/// `got` within `tol * scale[i]` of `want`, element by element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * s.max(1e-30),
+            "{what}[{i}]: got {g}, want {w} (allowed {})",
+            tol * s
+        );
+    }
+}
+
+/// Elementwise results: a few f32 ulps of the magnitude.
+pub fn assert_ulps(what: &str, got: &[f32], want: &[f32], rel: f32) {
+    let scale: Vec<f32> = want.iter().map(|w| w.abs().max(1e-6)).collect();
+    assert_close(what, got, want, &scale, rel);
 }
 
 /// Largest |a - b|, with a readable panic when lengths differ.

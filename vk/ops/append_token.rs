@@ -1,7 +1,7 @@
 //! `append_token` (glsl/append_token.comp): greedy feedback between decode
 //! steps submitted back to back.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::Result;
@@ -13,7 +13,7 @@ struct Push {
     len: u32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_append_token(
         &mut self,
         ids: &Buffer,

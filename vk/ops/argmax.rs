@@ -5,7 +5,7 @@
 //! get) left a 49,152-value row at 29 us on an H200: a few SMs streaming
 //! 192 KiB.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
@@ -44,7 +44,7 @@ pub(in crate::vk) fn argmax_split(rows: usize, n: usize) -> (usize, usize) {
     (n.div_ceil(slice).max(1), slice)
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_argmax(
         &mut self,
         x: &Buffer,

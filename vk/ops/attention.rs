@@ -7,7 +7,7 @@
 //! once per tile of rows instead of once per (row, head). Head dims neither
 //! takes fall back to glsl/attention.comp (one workgroup per (head, row)).
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{atomic, plain, read, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::dtype::DType;
@@ -179,7 +179,7 @@ fn prefill_splits(base: usize, capacity: usize) -> usize {
         .clamp(1, MAX_SPLITS)
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_attention(
         &mut self,
         q: &Buffer,

@@ -1,11 +1,11 @@
 //! `copy`: vkCmdCopyBuffer between two buffers (the KV-cache append).
 
-use super::super::VulkanBackend;
+use super::{check_range, Encoder};
 use crate::backend::Buffer;
 use crate::error::{Error, Result};
 use ash::vk;
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_copy(
         &mut self,
         src: &Buffer,
@@ -26,8 +26,8 @@ impl VulkanBackend {
             ),
             ));
         }
-        Self::check_range(OP, src, src_offset, bytes)?;
-        Self::check_range(OP, dst, dst_offset, bytes)?;
+        check_range(OP, src, src_offset, bytes)?;
+        check_range(OP, dst, dst_offset, bytes)?;
         if bytes == 0 {
             return Ok(());
         }
@@ -43,7 +43,7 @@ impl VulkanBackend {
             .size(bytes as u64)];
         self.rec.time_begin()?;
         // SAFETY: recording command buffer; ranges checked above.
-        unsafe { self.dev.device.cmd_copy_buffer(self.rec.cmd, s, d, &region) };
+        unsafe { self.device.cmd_copy_buffer(self.rec.cmd, s, d, &region) };
         // Read and written once.
         self.rec.time_end(OP, 2 * bytes as u64)?;
         self.rec.stats.copies += 1;

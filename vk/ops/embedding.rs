@@ -2,7 +2,7 @@
 //! ids read from a buffer; one workgroup per output row. Ids past the table
 //! are flagged in the status buffer and reported when the pass ends.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{atomic, read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ struct Push {
     total_rows: u32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_embedding(
         &mut self,
         table: &Weight,
@@ -40,8 +40,8 @@ impl VulkanBackend {
             return Ok(());
         }
         // One dispatch per part of a split table, each writing the rows whose ids it holds.
-        for i in 0..self.weight_parts(table) {
-            let (part, row0) = self.weight_part(table, i)?;
+        for i in 0..self.splits.parts(table) {
+            let (part, row0) = self.splits.part(table, i)?;
             u32_of(OP, "table elements", part.rows.saturating_mul(part.cols))?;
             let push = Push {
                 rows: u32_of(OP, "rows", rows)?,

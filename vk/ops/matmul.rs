@@ -4,7 +4,7 @@
 //! f16 cooperative matrices (glsl/mul_mat_coopmat.comp) where the device has
 //! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, typed, u32_of, write};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
@@ -136,7 +136,7 @@ fn floats(rows: usize, cols: usize) -> Result<usize> {
         .ok_or_else(|| Error::op("matmul", "scratch size overflows"))
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_matmul(
         &mut self,
         w: &Weight,
@@ -189,8 +189,8 @@ impl VulkanBackend {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
         // One dispatch per part of a split weight, each writing its columns of y.
-        for i in 0..self.weight_parts(w) {
-            let (part, row0) = self.weight_part(w, i)?;
+        for i in 0..self.splits.parts(w) {
+            let (part, row0) = self.splits.part(w, i)?;
             self.encode_gemv(&part, x, y, m, o, None, row0, n)?;
         }
         Ok(())
@@ -223,7 +223,7 @@ impl VulkanBackend {
             norm,
             ..LinearOpts::default()
         };
-        if m > GEMV_MAX_ROWS || self.weight_parts(gate_up) > 1 {
+        if m > GEMV_MAX_ROWS || self.splits.parts(gate_up) > 1 {
             let t = self.scratch(|b| &mut b.glu_scratch, floats(m, 2 * n)?)?;
             self.encode_linear(gate_up, x, &t, m, &o)?;
             return self.encode_glu_rows(act, &t, out, m, n);
@@ -358,7 +358,7 @@ impl VulkanBackend {
             bytemuck::bytes_of(&push),
             [push.m, 1, 1],
         )?;
-        self.xq_of = self.rec.last_write(t.id).map(|at| QuantizedX {
+        self.state.xq_of = self.rec.last_write(t.id).map(|at| QuantizedX {
             x: x.id,
             nw: nw.map(|b| b.id),
             m,
@@ -371,8 +371,8 @@ impl VulkanBackend {
     /// The xq scratch when it holds `m` rows of `x` (times `nw`) quantized
     /// in this recording and neither was written since.
     fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
-        let t = self.xq_scratch?;
-        let c = self.xq_of?;
+        let t = self.state.xq_scratch?;
+        let c = self.state.xq_of?;
         let same = (c.x, c.nw, c.m, c.k) == (x.id, nw.map(|b| b.id), m, k);
         (same && self.still_derived(&t, c.at, [Some(c.x), c.nw])).then_some(t)
     }
@@ -409,8 +409,8 @@ impl VulkanBackend {
             && n.saturating_mul(k) >= HALF_X_MIN_WEIGHTS;
         let x = self.gemm_input(x, o.norm, m, k, half)?;
         // One dispatch per part of a split weight, each writing its columns.
-        for i in 0..self.weight_parts(w) {
-            let (part, row0) = self.weight_part(w, i)?;
+        for i in 0..self.splits.parts(w) {
+            let (part, row0) = self.splits.part(w, i)?;
             self.encode_gemm(&part, o.bias, &x, half, &out, m, row0, n)?;
         }
         if o.add {
@@ -454,18 +454,18 @@ impl VulkanBackend {
         if half {
             t = self.encode_half_rows(&t, m * k)?;
         }
-        self.prepared_x = self.rec.last_write(t.id).map(|at| PreparedX { key, at });
+        self.state.prepared_x = self.rec.last_write(t.id).map(|at| PreparedX { key, at });
         Ok(t)
     }
 
     /// The scratch holding `key`'s input prepared in this recording, while
     /// neither it, x nor the norm weights were written since.
     fn prepared(&self, key: &PreparedKey) -> Option<Buffer> {
-        let c = self.prepared_x.filter(|c| c.key == *key)?;
+        let c = self.state.prepared_x.filter(|c| c.key == *key)?;
         let t = if key.half {
-            self.half_scratch?
+            self.state.half_scratch?
         } else {
-            self.norm_scratch?
+            self.state.norm_scratch?
         };
         let inputs = [Some(key.x), key.norm.map(|(nw, _)| nw)];
         self.still_derived(&t, c.at, inputs).then_some(t)

@@ -3,7 +3,7 @@
 //! reference (f64 power rounded to f32), so angles at long positions match it
 //! instead of inheriting the GPU's `pow` error.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ struct Push {
     neox: u32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_rope(
         &mut self,
         x: &Buffer,
@@ -69,7 +69,7 @@ impl VulkanBackend {
     /// The `rot_dim / 2` inverse frequencies `base^(-2i/rot_dim)`, written into
     /// the current command buffer the first time they are needed.
     pub(super) fn rope_table(&mut self, rot_dim: u32, base: f32) -> Result<Buffer> {
-        if let Some(t) = self.rope_tables.get(&(rot_dim, base.to_bits())) {
+        if let Some(t) = self.state.rope_tables.get(&(rot_dim, base.to_bits())) {
             return Ok(*t);
         }
         let freqs: Vec<f32> = (0..rot_dim / 2)
@@ -83,13 +83,11 @@ impl VulkanBackend {
         let (id, handle, _) = self.mem.alloc(data.len())?;
         self.rec.access(&[], &[id]);
         // SAFETY: recording command buffer; the new buffer holds `data`.
-        unsafe {
-            self.dev
-                .device
-                .cmd_update_buffer(self.rec.cmd, handle, 0, data)
-        };
+        unsafe { self.device.cmd_update_buffer(self.rec.cmd, handle, 0, data) };
         let table = Buffer::new(id, data.len());
-        self.rope_tables.insert((rot_dim, base.to_bits()), table);
+        self.state
+            .rope_tables
+            .insert((rot_dim, base.to_bits()), table);
         Ok(table)
     }
 }

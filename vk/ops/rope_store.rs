@@ -1,7 +1,7 @@
 //! `rope_store` (glsl/rope_store.comp): rope on q and k plus the KV-cache
 //! append, one dispatch instead of four.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, RopeParams, RopeStyle};
 use crate::dtype::DType;
@@ -20,7 +20,7 @@ struct Push {
     capacity: u32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(in crate::vk) fn encode_rope_store(
         &mut self,

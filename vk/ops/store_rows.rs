@@ -1,7 +1,7 @@
 //! `store_rows` (glsl/store_rows.comp): the KV-cache append at positions
 //! read on the device.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::dtype::DType;
@@ -16,7 +16,7 @@ struct Push {
     capacity: u32,
 }
 
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_store_rows(
         &mut self,
         src: &Buffer,

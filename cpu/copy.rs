@@ -1,20 +1,8 @@
-//! add, scale and copy: memory-bound, so plain loops the compiler vectorizes.
+//! `copy`: bytes between (or within) buffers of the store.
 
 use super::buffers::Store;
 use crate::backend::Buffer;
 use crate::error::{Error, Result};
-
-/// `dst += other`, or `dst += dst` when both operands alias the output.
-pub(crate) fn add_in_place(dst: &mut [f32], other: Option<&[f32]>) {
-    match other {
-        Some(b) => dst.iter_mut().zip(b).for_each(|(d, b)| *d += b),
-        None => dst.iter_mut().for_each(|d| *d += *d),
-    }
-}
-
-pub(crate) fn scale_in_place(dst: &mut [f32], s: f32) {
-    dst.iter_mut().for_each(|d| *d *= s);
-}
 
 /// Byte copy between (or within) buffers; offsets and size multiples of 4.
 pub(crate) fn copy(

@@ -1,22 +1,24 @@
-//! `rms_norm` (glsl/rms_norm.comp) and `layer_norm` (glsl/layer_norm.comp):
-//! one workgroup per row.
+//! `rms_norm` (glsl/rms_norm.comp): one workgroup per row.
 
-use super::super::VulkanBackend;
+use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
+/// rms_norm.comp's and layer_norm.comp's push constants.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct Push {
-    rows: u32,
+pub(super) struct Push {
+    pub rows: u32,
     dim: u32,
     eps: f32,
 }
 
-impl VulkanBackend {
-    fn norm_push(
+impl Encoder<'_> {
+    /// Push constants of both norms (layer_norm.rs too), after the shape
+    /// checks they share.
+    pub(super) fn norm_push(
         op: &'static str,
         x: &Buffer,
         out: &Buffer,
@@ -59,34 +61,6 @@ impl VulkanBackend {
             OP,
             plain("rms_norm"),
             &[read(x), read(w), write(out)],
-            bytemuck::bytes_of(&push),
-            groups,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::vk) fn encode_layer_norm(
-        &mut self,
-        x: &Buffer,
-        w: &Buffer,
-        b: &Buffer,
-        out: &Buffer,
-        rows: usize,
-        dim: usize,
-        eps: f32,
-    ) -> Result<()> {
-        const OP: &str = "layer_norm";
-        let push = Self::norm_push(OP, x, out, rows, dim, eps)?;
-        check::fits(OP, "w", w, dim)?;
-        check::fits(OP, "b", b, dim)?;
-        if rows == 0 {
-            return Ok(());
-        }
-        let groups = self.split_groups(OP, push.rows)?;
-        self.dispatch(
-            OP,
-            plain("layer_norm"),
-            &[read(x), read(w), read(b), write(out)],
             bytemuck::bytes_of(&push),
             groups,
         )

@@ -1,17 +1,18 @@
-//! Elementwise ops: `glu` (glsl/glu.comp), `add` (glsl/add.comp), `scale`
-//! (glsl/scale.comp), each a grid-stride loop of 256-wide workgroups.
+//! `glu` (glsl/glu.comp): `act(gate) * up` over a grid-stride loop of
+//! 256-wide workgroups, also over rows of a gate_up product (`linear_glu`).
 
-use super::super::VulkanBackend;
-use super::{plain, read, read_in_place, u32_of, write};
+use super::Encoder;
+use super::{plain, read, u32_of, write};
 use crate::backend::{check, Activation, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
+/// Invocations per workgroup of the grid-stride loop.
 const WG: u32 = 256;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct GluPush {
+struct Push {
     n: u32,
     gelu: u32,
     has_up: u32,
@@ -19,20 +20,7 @@ struct GluPush {
     row: u32,
 }
 
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct AddPush {
-    n: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct ScalePush {
-    n: u32,
-    s: f32,
-}
-
-impl VulkanBackend {
+impl Encoder<'_> {
     pub(in crate::vk) fn encode_glu(
         &mut self,
         act: Activation,
@@ -50,7 +38,7 @@ impl VulkanBackend {
         if n == 0 {
             return Ok(());
         }
-        let push = GluPush {
+        let push = Push {
             n: u32_of(OP, "n", n)?,
             gelu: (act == Activation::GeluTanh) as u32,
             has_up: up.is_some() as u32,
@@ -80,7 +68,7 @@ impl VulkanBackend {
         if total == 0 {
             return Ok(());
         }
-        let push = GluPush {
+        let push = Push {
             n: u32_of(OP, "n", total)?,
             gelu: (act == Activation::GeluTanh) as u32,
             has_up: 1,
@@ -89,59 +77,5 @@ impl VulkanBackend {
         let groups = self.stride_groups(total, WG);
         let binds = [read(gu), read(gu), write(out)];
         self.dispatch(OP, plain("glu"), &binds, bytemuck::bytes_of(&push), groups)
-    }
-
-    pub(in crate::vk) fn encode_add(
-        &mut self,
-        a: &Buffer,
-        b: &Buffer,
-        out: &Buffer,
-        n: usize,
-    ) -> Result<()> {
-        const OP: &str = "add";
-        check::fits(OP, "a", a, n)?;
-        check::fits(OP, "b", b, n)?;
-        check::fits(OP, "out", out, n)?;
-        if n == 0 {
-            return Ok(());
-        }
-        let push = AddPush {
-            n: u32_of(OP, "n", n)?,
-        };
-        let groups = self.stride_groups(n, WG);
-        self.dispatch(
-            OP,
-            plain("add"),
-            &[read_in_place(a), read_in_place(b), write(out)],
-            bytemuck::bytes_of(&push),
-            groups,
-        )
-    }
-
-    pub(in crate::vk) fn encode_scale(
-        &mut self,
-        x: &Buffer,
-        s: f32,
-        out: &Buffer,
-        n: usize,
-    ) -> Result<()> {
-        const OP: &str = "scale";
-        check::fits(OP, "x", x, n)?;
-        check::fits(OP, "out", out, n)?;
-        if n == 0 {
-            return Ok(());
-        }
-        let push = ScalePush {
-            n: u32_of(OP, "n", n)?,
-            s,
-        };
-        let groups = self.stride_groups(n, WG);
-        self.dispatch(
-            OP,
-            plain("scale"),
-            &[read_in_place(x), write(out)],
-            bytemuck::bytes_of(&push),
-            groups,
-        )
     }
 }

@@ -1,0 +1,47 @@
+//! `scale` (glsl/scale.comp): a grid-stride loop of 256-wide workgroups;
+//! the output may alias the input.
+
+use super::Encoder;
+use super::{plain, read_in_place, u32_of, write};
+use crate::backend::{check, Buffer};
+use crate::error::Result;
+use bytemuck::{Pod, Zeroable};
+
+/// Invocations per workgroup of the grid-stride loop.
+const WG: u32 = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Push {
+    n: u32,
+    s: f32,
+}
+
+impl Encoder<'_> {
+    pub(in crate::vk) fn encode_scale(
+        &mut self,
+        x: &Buffer,
+        s: f32,
+        out: &Buffer,
+        n: usize,
+    ) -> Result<()> {
+        const OP: &str = "scale";
+        check::fits(OP, "x", x, n)?;
+        check::fits(OP, "out", out, n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let push = Push {
+            n: u32_of(OP, "n", n)?,
+            s,
+        };
+        let groups = self.stride_groups(n, WG);
+        self.dispatch(
+            OP,
+            plain("scale"),
+            &[read_in_place(x), write(out)],
+            bytemuck::bytes_of(&push),
+            groups,
+        )
+    }
+}

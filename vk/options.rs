@@ -1,0 +1,44 @@
+//! How to open the Vulkan backend, from the caller or the environment.
+
+/// How to open the Vulkan backend.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// `VKLLM_DEVICE`: device index or name substring.
+    pub device: Option<String>,
+    /// `VKLLM_VALIDATE=1`: Khronos validation layer + debug messenger.
+    pub validate: bool,
+    /// Directory of the on-disk pipeline caches (one file per device and
+    /// driver): `VKLLM_PIPELINE_CACHE`, `off` for none, by default
+    /// `$XDG_CACHE_HOME/vkllm` or `~/.cache/vkllm`.
+    pub pipeline_cache: Option<std::path::PathBuf>,
+    /// `VKLLM_FAIL_ALLOC_AFTER=N`: the first N buffer allocations succeed
+    /// and every later one fails as out of device memory. A fault injector:
+    /// tests use it to check that running out mid-load or mid-pass leaves a
+    /// clean error and a backend that still drops cleanly.
+    pub fail_alloc_after: Option<u64>,
+}
+
+impl Options {
+    pub fn from_env() -> Self {
+        Options {
+            device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
+            validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
+            pipeline_cache: pipeline_cache_dir(),
+            fail_alloc_after: std::env::var("VKLLM_FAIL_ALLOC_AFTER")
+                .ok()
+                .and_then(|n| n.trim().parse().ok()),
+        }
+    }
+}
+
+fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    match var("VKLLM_PIPELINE_CACHE") {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(v.into()),
+        None => var("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| var("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("vkllm")),
+    }
+}
