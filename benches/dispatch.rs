@@ -8,8 +8,9 @@
 //! `cargo bench --bench dispatch` prints µs per step. On an H100: 2.55 µs
 //! per dependent `add`, 0.32 independent; the GEMV chain at 1024 / 2048 /
 //! 4096 / 8192 / 16384 / 32768 rows took 10.3 / 15.6 / 17.7 / 24.9 / 34.0 /
-//! 54.3 µs: weights of 4 MiB and more take the integer-dot kernel and its
-//! quantize_q8 dispatch (the step from 1024 to 2048 rows), ~12 µs is fixed
+//! 54.3 µs. Weights of 4 MiB and more then took the integer-dot kernel and
+//! its quantize_q8 dispatch (the step from 1024 to 2048 rows; the threshold
+//! is 8 MiB now, vk/mod.rs GEMV_Q8_MIN_BYTES): ~12 µs is fixed
 //! per dependent quantize + GEMV, and the rest streams at ~1.9 TB/s.
 
 mod common;
