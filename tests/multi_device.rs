@@ -241,3 +241,167 @@ fn split_reports_each_device() {
     assert!(err.contains("at least one"), "{err}");
     assert!(model.next_token(&[1, 2, 3]).is_ok());
 }
+
+fn vkllm(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(args)
+        .current_dir(common::root())
+        .output()
+        .expect("run the vkllm binary")
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = vkllm(args);
+    assert!(o.status.success(), "vkllm {args:?}: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `--devices` gives the single-device output: SmolLM2's greedy tokens
+/// over two CPU backends, and the tiny llama's logits over two logical
+/// lavapipe devices; `info` and `bench` show each device's layers.
+#[test]
+fn cli_devices_give_the_single_device_output() {
+    let smol = common::smollm2();
+    let m = smol.to_str().unwrap();
+    let generate = [
+        "generate",
+        "-m",
+        m,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "6",
+    ];
+    let tokens = |extra: &[&str]| {
+        let args: Vec<&str> = generate.iter().chain(extra).copied().collect();
+        let v: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+        v["tokens"].clone()
+    };
+    let one = tokens(&["--temperature", "0", "--json", "-b", "cpu"]);
+    let split = ["--temperature", "0", "--json", "--devices", "cpu,cpu"];
+    assert_eq!(tokens(&split), one);
+    let uneven: Vec<&str> = split
+        .iter()
+        .chain(&["--tensor-split", "1,2"])
+        .copied()
+        .collect();
+    assert_eq!(tokens(&uneven), one);
+
+    let tiny = tiny("llama");
+    let t = tiny.to_str().unwrap();
+    let info = ok(&["info", "-m", t, "--devices", "cpu,cpu"]);
+    assert!(info.contains("split over 2 devices"), "{info}");
+    assert!(
+        info.contains("layers 0-0") && info.contains("layers 1-1"),
+        "{info}"
+    );
+    let bench = ok(&[
+        "bench",
+        "-m",
+        t,
+        "-b",
+        "cpu",
+        "--devices",
+        "cpu,cpu",
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--copy-mib",
+        "0",
+        "--json",
+    ]);
+    let records: serde_json::Value = serde_json::from_str(&bench).unwrap();
+    let devices: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices.len(), 4, "pp and tg, alone and split: {devices:?}");
+    assert!(devices[2].contains("[layers 0-0] + ") && devices[3].contains("[layers 1-1]"));
+
+    if common::vulkan().is_none() {
+        return;
+    }
+    let logits = ["logits", "-m", t, "--prompt-ids", "1,2,3,4,5"];
+    let with = |extra: &[&str]| ok(&logits.iter().chain(extra).copied().collect::<Vec<_>>());
+    let one = with(&["-b", "vulkan:0"]);
+    assert_eq!(with(&["--devices", "0,0"]), one);
+    assert_eq!(
+        with(&["--devices", "vulkan:0,0", "--kv-cache", "f16"]),
+        with(&["-b", "vulkan:0", "--kv-cache", "f16"])
+    );
+}
+
+/// Bad `--devices`/`--tensor-split` combinations are usage errors: exit 2
+/// and one `error:` line, before anything loads.
+#[test]
+fn bad_split_flags_exit_with_2() {
+    let tiny = tiny("llama");
+    let t = tiny.to_str().unwrap();
+    for (flags, needle) in [
+        (
+            "--devices cpu,cpu --tensor-split 0,0",
+            "not a number above 0",
+        ),
+        (
+            "--devices cpu,cpu --tensor-split 1,-1",
+            "not a number above 0",
+        ),
+        (
+            "--devices cpu,cpu --tensor-split 1,nan",
+            "not a number above 0",
+        ),
+        (
+            "--devices cpu,cpu --tensor-split 1,1,1",
+            "3 parts for 2 devices",
+        ),
+        (
+            "--devices cpu,cpu,cpu --tensor-split 1,1",
+            "2 parts for 3 devices",
+        ),
+        ("--tensor-split 1,1", "required arguments were not provided"),
+        ("--devices cpu", "at least two devices"),
+        ("--devices cpu,,cpu", "an empty device"),
+        ("--devices cpu,cpu -b cpu", "cannot be combined"),
+    ] {
+        let mut args = vec!["logits", "-m", t, "--prompt-ids", "1,2"];
+        args.extend(flags.split_whitespace());
+        let o = vkllm(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flags}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{flags}: {err}");
+        assert!(errors[0].contains(needle), "{flags}: {err}");
+    }
+    let o = vkllm(&["info", "--devices", "cpu,cpu"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "info needs a model: {}",
+        stderr(&o)
+    );
+    // More devices than layers is found at load: a runtime error.
+    let o = vkllm(&[
+        "logits",
+        "-m",
+        t,
+        "--prompt-ids",
+        "1",
+        "--devices",
+        "cpu,cpu,cpu",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: ") && stderr(&o).contains("at least one"),
+        "{}",
+        stderr(&o)
+    );
+}
