@@ -187,10 +187,6 @@ impl Model {
         &mut self.stages[0]
     }
 
-    fn last(&self) -> &Stage {
-        &self.stages[self.stages.len() - 1]
-    }
-
     /// Every backend the model is on, in layer order.
     pub fn stages(&self) -> Vec<StageInfo> {
         self.stages
@@ -486,18 +482,17 @@ impl Model {
         if !read {
             return Ok(None);
         }
-        let last = self.last();
+        let last = &mut self.stages[n - 1];
         let s = last.s;
         Ok(Some(match want {
             Want::Argmax => {
                 let mut t = [0u8; 4];
-                self.stages[n - 1].be.download(&s.token, 0, &mut t)?;
+                last.be.download(&s.token, 0, &mut t)?;
                 Output::Token(u32::from_le_bytes(t))
             }
             _ => {
                 let mut v = vec![0f32; logit_rows * vocab];
-                self.stages[n - 1]
-                    .be
+                last.be
                     .download(&s.logits, 0, bytemuck::cast_slice_mut(&mut v))?;
                 Output::Logits(v)
             }
