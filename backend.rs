@@ -161,6 +161,12 @@ pub trait ComputeBackend: Send {
         None
     }
 
+    /// Bytes this backend could still allocate for buffers, where it can
+    /// tell (a split model's default shares follow it).
+    fn free_memory(&self) -> Option<u64> {
+        None
+    }
+
     /// What the last recorded pass holds (submits, dispatches, barriers,
     /// descriptor sets), where the backend records passes; a replayed pass
     /// is the one recorded last under its key.

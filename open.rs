@@ -91,6 +91,28 @@ pub fn open_backend(
     }
 }
 
+/// Opens every device of `devices` (each as [`open_backend`] opens it) for
+/// a model split by layer, or `choice` alone when `devices` is empty; the
+/// text names what was opened, ` + ` between devices.
+pub fn open_backends(
+    choice: &BackendChoice,
+    devices: &[BackendChoice],
+    cpu: CpuOptions,
+) -> Result<(Vec<Box<dyn ComputeBackend>>, String)> {
+    if devices.is_empty() {
+        let (be, name) = open_backend(choice, cpu)?;
+        return Ok((vec![be], name));
+    }
+    let mut bes = Vec::with_capacity(devices.len());
+    let mut names = Vec::with_capacity(devices.len());
+    for d in devices {
+        let (be, name) = open_backend(d, cpu)?;
+        bes.push(be);
+        names.push(name);
+    }
+    Ok((bes, names.join(" + ")))
+}
+
 /// A model loaded from one opening of its file or directory, and its
 /// tokenizer or why it has none (the tiny test models carry none: they are
 /// driven by token ids).
@@ -106,8 +128,20 @@ pub fn load(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Loaded> {
+    load_split(vec![be], None, path, opts, progress)
+}
+
+/// [`load`] split by layer over `bes` (see [`Model::load_split`]).
+pub fn load_split(
+    bes: Vec<Box<dyn ComputeBackend>>,
+    shares: Option<&[f64]>,
+    path: &Path,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Loaded> {
     let src = ModelSource::open(path)?;
     let tokenizer = src.tokenizer();
-    let model = Model::from_source(be, src.config()?, src.tensors(), opts, progress)?;
+    let model =
+        Model::from_source_split(bes, shares, src.config()?, src.tensors(), opts, progress)?;
     Ok(Loaded { model, tokenizer })
 }

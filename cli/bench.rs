@@ -1,7 +1,7 @@
 //! `vkllm bench`: llama-bench's protocol and table for several models and
 //! backends side by side; the protocol itself lives in `vkllm::bench`.
 
-use super::{ActivationsArg, BackendArgs, KvCacheKind, ModelArg};
+use super::{ActivationsArg, BackendArgs, KvCacheKind, ModelArg, SplitArgs};
 use clap::Args;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -92,6 +92,10 @@ pub struct BenchArgs {
     /// the profiling cost): write a Chrome trace to FILE, a per-op summary to stderr
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+    /// With --devices: the model split over them is run too, after the
+    /// --backend runs (beside them in the table)
+    #[command(flatten)]
+    pub(crate) split: SplitArgs,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -117,17 +121,35 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut copy_gbs: HashMap<String, f64> = HashMap::new();
     let mut records = Vec::new();
     let mut profile = Vec::new();
+    // Each --backend alone, then the split over --devices when given.
+    let mut runs: Vec<BackendArgs> = a
+        .backend
+        .iter()
+        .map(|kind| BackendArgs {
+            backend: kind.clone(),
+            threads: a.threads,
+            activations: a.activations,
+            ctx: None,
+            quantize: None,
+            kv_cache: a.kv_cache,
+            split: SplitArgs::default(),
+        })
+        .collect();
+    if !a.split.devices.is_empty() {
+        runs.push(BackendArgs {
+            backend: BackendChoice::Auto,
+            threads: a.threads,
+            activations: a.activations,
+            ctx: None,
+            quantize: None,
+            kv_cache: a.kv_cache,
+            split: a.split.clone(),
+        });
+    }
     for path in &models {
         let info = ModelInfo::read(path)?;
-        for kind in &a.backend {
-            let be = super::open_backend(&BackendArgs {
-                backend: kind.clone(),
-                threads: a.threads,
-                activations: a.activations,
-                ctx: None,
-                quantize: None,
-                kv_cache: a.kv_cache,
-            })?;
+        for run in &runs {
+            let bes = super::open_backends(run)?;
             let base = protocol.load_options();
             let opts = vkllm::model::LoadOptions {
                 kv_cache: a.kv_cache.map(KvCacheKind::dtype),
@@ -136,9 +158,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     .map(|b| a.ubatch.map_or(b, |u| u.get().min(b))),
                 ..base
             };
-            let mut model = Model::load(be, path, &opts, &mut |_, _| {})?;
+            let shares = run.split.shares();
+            let mut model = Model::load_split(bes, shares, path, &opts, &mut |_, _| {})?;
             let full = model.backend_name();
-            let (backend, device) = split_name(&full);
+            let (backend, device) = backend_device(&model);
+            if model.stages().len() > 1 {
+                eprint!("{full}:\n{}", super::describe_stages(&model));
+            }
             let gbs = match copy_gbs.get(&full) {
                 Some(&g) => g,
                 None => {
@@ -202,6 +228,24 @@ fn append_profile(all: &mut Vec<ProfileEvent>, run: Vec<ProfileEvent>) {
         start_us: e.start_us + shift,
         ..e
     }));
+}
+
+/// The record's backend and device (see [`split_name`]); a split model's
+/// backends joined by `+`, and its devices by ` + `, each with its layers.
+fn backend_device(model: &Model) -> (String, String) {
+    let stages = model.stages();
+    if let [one] = stages.as_slice() {
+        return split_name(&one.device);
+    }
+    let names: Vec<(String, String)> = stages.iter().map(|s| split_name(&s.device)).collect();
+    let mut kinds: Vec<&str> = names.iter().map(|(k, _)| k.as_str()).collect();
+    kinds.dedup();
+    let devices: Vec<String> = stages
+        .iter()
+        .zip(&names)
+        .map(|(s, (_, d))| format!("{d} [layers {}-{}]", s.layers.start, s.layers.end - 1))
+        .collect();
+    (kinds.join("+"), devices.join(" + "))
 }
 
 /// `cpu (avx2, 2 threads)` → (`cpu`, `avx2, 2 threads`).

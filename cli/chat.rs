@@ -19,7 +19,7 @@ pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArg,
     #[command(flatten)]
-    backend: BackendArgs,
+    pub(crate) backend: BackendArgs,
     /// System message
     #[arg(long)]
     system: Option<String>,
@@ -50,8 +50,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if tok.chat_template().is_none() {
         return Err(Error::Template("the model has no chat template".into()));
     }
-    let be = super::open_backend(&a.backend)?;
-    let (mut model, _) = super::load_model(be, &src, &a.backend)?;
+    let bes = super::open_backends(&a.backend)?;
+    let (mut model, _) = super::load_model(bes, &src, &a.backend)?;
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {

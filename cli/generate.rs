@@ -17,7 +17,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArg,
     #[command(flatten)]
-    backend: BackendArgs,
+    pub(crate) backend: BackendArgs,
     /// Prompt text
     #[arg(short = 'p', long)]
     prompt: Option<String>,
@@ -119,8 +119,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         (None, None) => return Err(Error::Invalid("give --prompt or --prompt-ids".into())),
     };
     let ids = prompt_ids(&tok, &prompt)?;
-    let be = super::open_backend(&a.backend)?;
-    let (mut model, load_s) = super::load_model(be, &src, &a.backend)?;
+    let bes = super::open_backends(&a.backend)?;
+    let (mut model, load_s) = super::load_model(bes, &src, &a.backend)?;
     if a.profile.is_some() {
         model.set_profiling(true)?;
     }

@@ -1,11 +1,13 @@
 //! `vkllm info`: what this machine offers and, given a model, what it holds.
 
+use super::SplitArgs;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use vkllm::model::source::{ModelSource, TensorSource};
-use vkllm::model::ModelConfig;
+use vkllm::model::{LoadOptions, Model, ModelConfig};
+use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::{DType, Result};
 
 #[derive(Args)]
@@ -13,6 +15,19 @@ pub struct InfoArgs {
     /// GGUF file or Hugging Face model directory to describe
     #[arg(short = 'm', long, value_name = "PATH")]
     model: Option<PathBuf>,
+    /// With --model: load it split over --devices and show each device's
+    /// layers and memory
+    #[command(flatten)]
+    split: SplitArgs,
+}
+
+impl InfoArgs {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        if !self.split.devices.is_empty() && self.model.is_none() {
+            return Err("--devices needs --model: it shows how the model splits".into());
+        }
+        self.split.check()
+    }
 }
 
 pub fn run(a: InfoArgs) -> Result<()> {
@@ -23,8 +38,27 @@ pub fn run(a: InfoArgs) -> Result<()> {
             model: Some(path.clone()),
         })?;
         model(&mut out, &path)?;
+        if !a.split.devices.is_empty() {
+            split(&mut out, &path, &a.split)?;
+        }
     }
     super::print_flush(&out)
+}
+
+/// The model loaded over `--devices`: each device's layers and memory.
+fn split(out: &mut String, path: &Path, s: &SplitArgs) -> Result<()> {
+    let (bes, _) =
+        vkllm::open::open_backends(&BackendChoice::Auto, &s.devices, CpuOptions::default())?;
+    let opts = LoadOptions::default();
+    let model = Model::load_split(bes, s.shares(), path, &opts, &mut |_, _| {})?;
+    let _ = writeln!(
+        out,
+        "  split over {} devices (context {}):",
+        s.devices.len(),
+        model.capacity()
+    );
+    out.push_str(&super::describe_stages(&model));
+    Ok(())
 }
 
 fn devices(out: &mut String) {

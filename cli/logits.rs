@@ -14,7 +14,7 @@ pub struct LogitsArgs {
     #[command(flatten)]
     model: ModelArg,
     #[command(flatten)]
-    backend: BackendArgs,
+    pub(crate) backend: BackendArgs,
     /// Prompt as token ids
     #[arg(long, value_name = "IDS", value_parser = super::parse_ids)]
     prompt_ids: TokenIds,
@@ -31,8 +31,8 @@ struct JsonOutput<'a> {
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     let path = super::model_path(&a.model)?;
-    let be = super::open_backend(&a.backend)?;
-    let (mut model, _) = super::load_model(be, &ModelSource::open(&path)?, &a.backend)?;
+    let bes = super::open_backends(&a.backend)?;
+    let (mut model, _) = super::load_model(bes, &ModelSource::open(&path)?, &a.backend)?;
     let ids = &a.prompt_ids.0;
     check_prompt(&model, ids)?;
     let vocab = model.config().vocab;

@@ -60,6 +60,21 @@ enum Command {
     Convert(convert::ConvertArgs),
 }
 
+impl Command {
+    /// Checks across flags, which clap checks one at a time.
+    fn check(&self) -> std::result::Result<(), String> {
+        match self {
+            Command::Generate(a) => a.backend.check(),
+            Command::Chat(a) => a.backend.check(),
+            Command::Serve(a) => a.backend.check(),
+            Command::Logits(a) => a.backend.check(),
+            Command::Info(a) => a.check(),
+            Command::Bench(a) => a.split.check(),
+            Command::Tokenize(_) | Command::Synth(_) | Command::Convert(_) => Ok(()),
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct ModelArg {
     /// GGUF file or Hugging Face model directory
@@ -111,6 +126,97 @@ pub struct BackendArgs {
     /// supports only f32]
     #[arg(long = "kv-cache", value_enum, value_name = "TYPE")]
     pub kv_cache: Option<KvCacheKind>,
+    #[command(flatten)]
+    pub split: SplitArgs,
+}
+
+impl BackendArgs {
+    /// Checks across flags, which clap checks one at a time.
+    fn check(&self) -> std::result::Result<(), String> {
+        if !self.split.devices.is_empty() && self.backend != BackendChoice::Auto {
+            return Err(
+                "--devices and --backend cannot be combined: --devices names every backend".into(),
+            );
+        }
+        self.split.check()
+    }
+}
+
+/// `--devices` and `--tensor-split`: a model split by layer over several devices.
+#[derive(Args, Clone, Default)]
+pub struct SplitArgs {
+    /// Split the model by layer over these devices, comma-separated: Vulkan
+    /// device indexes or names (one twice: two logical devices on one GPU), or cpu
+    #[arg(long, value_name = "DEV,DEV,...", value_delimiter = ',', value_parser = parse_device)]
+    pub devices: Vec<BackendChoice>,
+    /// Each device's share of the layers, comma-separated (3,1: three
+    /// quarters on the first) [default: in proportion to free device memory]
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',', value_parser = parse_share, requires = "devices")]
+    pub tensor_split: Vec<f64>,
+}
+
+impl SplitArgs {
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.devices.len() == 1 {
+            return Err("--devices needs at least two devices (--backend picks one)".into());
+        }
+        match self.shares() {
+            Some(s) => {
+                vkllm::model::split::check_shares(s, self.devices.len()).map_err(|e| e.to_string())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `--tensor-split`, when given.
+    pub fn shares(&self) -> Option<&[f64]> {
+        (!self.tensor_split.is_empty()).then_some(self.tensor_split.as_slice())
+    }
+}
+
+/// clap value parser for a `--devices` entry: `cpu`, or a Vulkan device
+/// index or name (`vulkan:` before it is allowed).
+pub fn parse_device(s: &str) -> std::result::Result<BackendChoice, String> {
+    let s = s.trim();
+    let device = s.strip_prefix("vulkan:").unwrap_or(s);
+    match device {
+        "" => Err("an empty device: expected cpu or a Vulkan device index or name".into()),
+        "cpu" => Ok(BackendChoice::Cpu),
+        d => Ok(BackendChoice::Device(d.to_string())),
+    }
+}
+
+/// clap value parser for a `--tensor-split` part: a number above 0.
+pub fn parse_share(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "'{s}' is not a number above 0 (leave a device out of --devices instead)"
+        )),
+    }
+}
+
+/// One line per device of a model: what it runs and the memory it holds.
+pub fn describe_stages(model: &Model) -> String {
+    let mut out = String::new();
+    for (i, st) in model.stages().iter().enumerate() {
+        let memory = st.memory.map_or_else(
+            || "host memory".to_string(),
+            |m| format!("{} device memory", mib(m.reserved_bytes)),
+        );
+        out.push_str(&format!(
+            "  device {i}: {}: layers {}-{}, {} of weights, {memory}\n",
+            st.device,
+            st.layers.start,
+            st.layers.end - 1,
+            mib(st.weight_bytes as u64)
+        ));
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// `--kv-cache` element types.
@@ -208,6 +314,12 @@ pub fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
 /// print one line and exit with 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(msg) = cli.command.check() {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, msg)
+            .exit();
+    }
     // A bug must still read as one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         eprintln!(
@@ -311,23 +423,30 @@ pub fn check_output(path: &Path) -> Result<()> {
     }
 }
 
-/// The backend `--backend` asks for; `auto` says on stderr what it picked.
-pub fn open_backend(args: &BackendArgs) -> Result<Box<dyn ComputeBackend>> {
-    let cpu = CpuOptions {
-        threads: args.threads.map(NonZeroUsize::get),
-        activations: args.activations.into(),
-    };
-    let (be, picked) = vkllm::open::open_backend(&args.backend, cpu)?;
-    if args.backend == BackendChoice::Auto {
-        eprintln!("backend: {picked}");
+impl BackendArgs {
+    fn cpu(&self) -> CpuOptions {
+        CpuOptions {
+            threads: self.threads.map(NonZeroUsize::get),
+            activations: self.activations.into(),
+        }
     }
-    Ok(be)
 }
 
-/// Load the model in `src` onto `be` with a progress bar on a terminal;
-/// returns the load time.
+/// The backend `--backend` asks for (`auto` says on stderr what it
+/// picked), or every device of `--devices`.
+pub fn open_backends(args: &BackendArgs) -> Result<Vec<Box<dyn ComputeBackend>>> {
+    let devices = &args.split.devices;
+    let (bes, picked) = vkllm::open::open_backends(&args.backend, devices, args.cpu())?;
+    if args.backend == BackendChoice::Auto && devices.is_empty() {
+        eprintln!("backend: {picked}");
+    }
+    Ok(bes)
+}
+
+/// Load the model in `src` onto `bes` (split by layer when several) with a
+/// progress bar on a terminal; returns the load time.
 pub fn load_model(
-    be: Box<dyn ComputeBackend>,
+    bes: Vec<Box<dyn ComputeBackend>>,
     src: &ModelSource,
     args: &BackendArgs,
 ) -> Result<(Model, f64)> {
@@ -350,10 +469,26 @@ pub fn load_model(
     };
     let start = Instant::now();
     let cfg = src.config()?;
-    let model = Model::from_source(be, cfg, src.tensors(), &opts, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    });
+    let shares = args.split.shares();
+    let model = Model::from_source_split(
+        bes,
+        shares,
+        cfg,
+        src.tensors(),
+        &opts,
+        &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    );
     bar.finish_and_clear();
-    Ok((model?, start.elapsed().as_secs_f64()))
+    let model = model?;
+    if model.stages().len() > 1 {
+        eprint!(
+            "split over {} devices:\n{}",
+            model.stages().len(),
+            describe_stages(&model)
+        );
+    }
+    Ok((model, start.elapsed().as_secs_f64()))
 }

@@ -13,7 +13,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArg,
     #[command(flatten)]
-    backend: BackendArgs,
+    pub(crate) backend: BackendArgs,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -34,6 +34,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let spec = ModelSpec {
         path,
         backend: a.backend.backend.clone(),
+        devices: a.backend.split.devices.clone(),
+        shares: a.backend.split.shares().map(<[f64]>::to_vec),
         cpu: CpuOptions {
             threads: a.backend.threads.map(NonZeroUsize::get),
             activations: a.backend.activations.into(),

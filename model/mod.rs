@@ -11,6 +11,8 @@ pub mod runner;
 pub mod sampling;
 pub mod session;
 pub mod source;
+pub mod split;
+mod stage;
 pub mod stop;
 pub mod tokenizer;
 pub mod weights;

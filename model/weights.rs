@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
 use crate::model::source::{RawTensor, TensorSource};
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// A norm: weight and, for LayerNorm, bias (f32 vectors on the device).
 #[derive(Clone, Copy, Debug)]
@@ -50,14 +51,29 @@ pub struct LayerWeights {
     pub ffn_post_norm: Option<Norm>,
 }
 
+/// The token (and learned position) embeddings: the first stage's.
+#[derive(Clone, Copy, Debug)]
+pub struct Embeddings {
+    pub tok: Weight,
+    pub pos: Option<Weight>,
+}
+
+/// The output norm and LM head: the last stage's.
+#[derive(Clone, Copy, Debug)]
+pub struct Head {
+    pub norm: Norm,
+    /// The LM head; the token embedding itself when tied (a copy of it when
+    /// the embeddings are on another backend).
+    pub output: Weight,
+}
+
+/// The weights one backend holds: a range of layers, with the embeddings
+/// when the range starts at layer 0 and the head when it ends at the last.
 #[derive(Clone, Debug)]
 pub struct ModelWeights {
-    pub tok_embd: Weight,
-    pub pos_embd: Option<Weight>,
+    pub embed: Option<Embeddings>,
     pub layers: Vec<LayerWeights>,
-    pub output_norm: Norm,
-    /// The LM head; the token embedding itself when tied.
-    pub output: Weight,
+    pub head: Option<Head>,
     /// Total bytes of every uploaded weight (for roofline figures).
     pub bytes: usize,
 }
@@ -274,6 +290,37 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// The token embedding table, in its stored type (the gather
+    /// dequantizes rows; a tied head reads it as it is).
+    fn token_embd(&mut self) -> Result<Weight> {
+        let embd = self
+            .raw("token_embd.weight")?
+            .ok_or_else(|| self.missing("token_embd.weight"))?;
+        Self::expect_shape("token_embd.weight", &embd, self.cfg.vocab, self.cfg.n_embd)?;
+        self.bytes += embd.data.len();
+        self.be
+            .upload_weight(embd.dtype, embd.rows, embd.cols, &embd.data)
+    }
+
+    fn embeddings(&mut self) -> Result<Embeddings> {
+        let tok = self.token_embd()?;
+        let pos = match self.raw("position_embd.weight")? {
+            Some(t) if self.cfg.learned_pos => {
+                if t.cols != self.cfg.n_embd {
+                    return Err(Error::Tensor {
+                        name: "position_embd.weight".into(),
+                        msg: format!("{} columns, expected {}", t.cols, self.cfg.n_embd),
+                    });
+                }
+                self.bytes += t.data.len();
+                Some(self.be.upload_weight(t.dtype, t.rows, t.cols, &t.data)?)
+            }
+            None if self.cfg.learned_pos => return Err(self.missing("position_embd.weight")),
+            _ => None,
+        };
+        Ok(Embeddings { tok, pos })
+    }
+
     fn layer(&mut self, i: usize) -> Result<LayerWeights> {
         let c = self.cfg;
         let p = |s: &str| format!("blk.{i}.{s}");
@@ -374,6 +421,26 @@ impl ModelWeights {
         opts: WeightOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<ModelWeights> {
+        ModelWeights::load_layers(cfg, src, be, opts, 0..cfg.n_layer, progress)
+    }
+
+    /// Upload the weights of `layers` (plus the embeddings when they start
+    /// at 0 and the head when they end at the last layer); `progress` counts
+    /// over the whole model: embeddings 1, layer `i` `i + 2`, head last.
+    pub fn load_layers(
+        cfg: &ModelConfig,
+        src: &dyn TensorSource,
+        be: &mut dyn ComputeBackend,
+        opts: WeightOptions,
+        layers: Range<usize>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<ModelWeights> {
+        if layers.start >= layers.end || layers.end > cfg.n_layer {
+            return Err(Error::Invalid(format!(
+                "layers {}..{} are not a part of the model's {}",
+                layers.start, layers.end, cfg.n_layer
+            )));
+        }
         let mut l = Loader {
             src,
             be,
@@ -382,46 +449,34 @@ impl ModelWeights {
             bytes: 0,
         };
         let total = cfg.n_layer + 2;
-        let embd = l
-            .raw("token_embd.weight")?
-            .ok_or_else(|| l.missing("token_embd.weight"))?;
-        Loader::expect_shape("token_embd.weight", &embd, cfg.vocab, cfg.n_embd)?;
-        // Embeddings stay in their stored type: the gather dequantizes rows.
-        l.bytes += embd.data.len();
-        let tok_embd =
-            l.be.upload_weight(embd.dtype, embd.rows, embd.cols, &embd.data)?;
-        let pos_embd = match l.raw("position_embd.weight")? {
-            Some(t) if cfg.learned_pos => {
-                if t.cols != cfg.n_embd {
-                    return Err(Error::Tensor {
-                        name: "position_embd.weight".into(),
-                        msg: format!("{} columns, expected {}", t.cols, cfg.n_embd),
-                    });
-                }
-                l.bytes += t.data.len();
-                Some(l.be.upload_weight(t.dtype, t.rows, t.cols, &t.data)?)
-            }
-            None if cfg.learned_pos => return Err(l.missing("position_embd.weight")),
-            _ => None,
+        let embed = if layers.start == 0 {
+            let e = l.embeddings()?;
+            progress(1, total);
+            Some(e)
+        } else {
+            None
         };
-        progress(1, total);
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            layers.push(l.layer(i)?);
+        let mut held = Vec::with_capacity(layers.len());
+        for i in layers.clone() {
+            held.push(l.layer(i)?);
             progress(i + 2, total);
         }
-        let output_norm = l.need_norm("output_norm", cfg.n_embd)?;
-        let output = match l.linear("output", cfg.vocab, cfg.n_embd)? {
-            Some(lin) => lin.w,
-            None => tok_embd,
+        let head = if layers.end == cfg.n_layer {
+            let norm = l.need_norm("output_norm", cfg.n_embd)?;
+            let output = match (l.linear("output", cfg.vocab, cfg.n_embd)?, embed) {
+                (Some(lin), _) => lin.w,
+                (None, Some(e)) => e.tok,
+                (None, None) => l.token_embd()?,
+            };
+            progress(total, total);
+            Some(Head { norm, output })
+        } else {
+            None
         };
-        progress(total, total);
         Ok(ModelWeights {
-            tok_embd,
-            pos_embd,
-            layers,
-            output_norm,
-            output,
+            embed,
+            layers: held,
+            head,
             bytes: l.bytes,
         })
     }

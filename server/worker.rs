@@ -48,6 +48,10 @@ pub struct Ready {
 pub struct ModelSpec {
     pub path: PathBuf,
     pub backend: BackendChoice,
+    /// Devices to split the model over by layer (empty: `backend` alone).
+    pub devices: Vec<BackendChoice>,
+    /// Their shares of the layers (`None`: by free memory).
+    pub shares: Option<Vec<f64>>,
     pub cpu: CpuOptions,
     pub load: LoadOptions,
 }
@@ -81,8 +85,9 @@ pub fn start(spec: ModelSpec) -> Result<(mpsc::Sender<Job>, Ready)> {
 }
 
 fn load(spec: &ModelSpec) -> Result<(Model, Arc<Tokenizer>, Ready)> {
-    let (be, backend) = crate::open::open_backend(&spec.backend, spec.cpu)?;
-    let loaded = crate::open::load(be, &spec.path, &spec.load, &mut |_, _| {})?;
+    let (bes, backend) = crate::open::open_backends(&spec.backend, &spec.devices, spec.cpu)?;
+    let shares = spec.shares.as_deref();
+    let loaded = crate::open::load_split(bes, shares, &spec.path, &spec.load, &mut |_, _| {})?;
     let tok = Arc::new(loaded.tokenizer?);
     let model = loaded.model;
     let ready = Ready {

@@ -70,7 +70,7 @@ impl ComputeBackend for VulkanBackend {
         Some(self.mem.usage())
     }
 
-    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+    fn free_memory(&self) -> Option<u64> {
         // SAFETY: valid instance and physical device.
         let props = unsafe {
             self.inst
@@ -81,15 +81,18 @@ impl ComputeBackend for VulkanBackend {
         // already holds there is not available.
         let heaps =
             &props.memory_heaps[..(props.memory_heap_count as usize).min(props.memory_heaps.len())];
-        let Some(heap) = heaps
+        let heap = heaps
             .iter()
             .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
             .map(|h| h.size)
-            .max()
-        else {
+            .max()?;
+        Some(heap.saturating_sub(self.mem.reserved_bytes()))
+    }
+
+    fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        let Some(available) = self.free_memory() else {
             return Ok(());
         };
-        let available = heap.saturating_sub(self.mem.reserved_bytes());
         if bytes > available {
             return Err(Error::OutOfDeviceMemory {
                 what: format!("allocating {what}"),

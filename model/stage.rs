@@ -1,0 +1,372 @@
+//! One backend's share of a model: a range of layers with their weights and
+//! KV cache, the activations of a pass, and the ops that run its layers
+//! (the embeddings too on the first stage, the head on the last).
+
+use crate::backend::{
+    check, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
+};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::config::{ModelConfig, NormKind};
+use crate::model::runner::{Want, MAX_DECODE_STEPS};
+use crate::model::source::TensorSource;
+use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
+use std::ops::Range;
+
+/// The KV cache every stage holds for its layers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvSpec {
+    pub dtype: DType,
+    /// Capacity in positions.
+    pub capacity: usize,
+}
+
+/// Per-pass activations, sized for `rows` rows.
+#[derive(Clone, Copy)]
+pub(crate) struct Scratch {
+    pub rows: usize,
+    pub ids: Buffer,
+    pub pos: Buffer,
+    /// The residual stream: what crosses to the next stage.
+    pub x: Buffer,
+    h: Buffer,
+    t: Buffer,
+    q: Buffer,
+    k: Buffer,
+    v: Buffer,
+    qn: Buffer,
+    kn: Buffer,
+    att: Buffer,
+    gate: Buffer,
+    up: Buffer,
+    act: Buffer,
+    last: Buffer,
+    pub logits: Buffer,
+    pub token: Buffer,
+    /// Greedy decode steps: [count, tokens...] (see `append_token`).
+    pub history: Buffer,
+}
+
+pub(crate) fn f32_buf(be: &mut dyn ComputeBackend, n: usize) -> Result<Buffer> {
+    be.alloc(n.max(1) * 4)
+}
+
+impl Scratch {
+    fn new(b: &mut dyn ComputeBackend, cfg: &ModelConfig, rows: usize) -> Result<Scratch> {
+        // Per-token values and the chosen token are written and read by the
+        // host in place: a decode step is one submit with no copies.
+        Ok(Scratch {
+            rows,
+            ids: b.alloc_mapped(rows * 4)?,
+            pos: b.alloc_mapped(rows * 4)?,
+            x: f32_buf(b, rows * cfg.n_embd)?,
+            h: f32_buf(b, rows * cfg.n_embd)?,
+            t: f32_buf(b, rows * cfg.n_embd)?,
+            q: f32_buf(b, rows * cfg.q_dim())?,
+            k: f32_buf(b, rows * cfg.kv_dim())?,
+            v: f32_buf(b, rows * cfg.kv_dim())?,
+            qn: f32_buf(b, rows * cfg.q_dim())?,
+            kn: f32_buf(b, rows * cfg.kv_dim())?,
+            att: f32_buf(b, rows * cfg.q_dim())?,
+            gate: f32_buf(b, rows * cfg.n_ff)?,
+            up: f32_buf(b, rows * cfg.n_ff)?,
+            act: f32_buf(b, rows * cfg.n_ff)?,
+            last: f32_buf(b, cfg.n_embd)?,
+            logits: f32_buf(b, cfg.vocab)?,
+            token: b.alloc_mapped(4)?,
+            history: b.alloc_mapped((1 + MAX_DECODE_STEPS) * 4)?,
+        })
+    }
+}
+
+pub(crate) struct Stage {
+    pub be: Box<dyn ComputeBackend>,
+    /// The model's layers this stage runs.
+    pub layers: Range<usize>,
+    pub w: ModelWeights,
+    k_cache: Vec<Buffer>,
+    v_cache: Vec<Buffer>,
+    pub s: Scratch,
+    /// Rows `s.logits` holds.
+    pub logits_rows: usize,
+}
+
+impl Stage {
+    /// Put `layers` of the model in `src` on `be`, with their KV cache and
+    /// activations for `rows` rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load(
+        mut be: Box<dyn ComputeBackend>,
+        cfg: &ModelConfig,
+        src: &dyn TensorSource,
+        weights: WeightOptions,
+        layers: Range<usize>,
+        kv: KvSpec,
+        rows: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Stage> {
+        let capacity = kv.capacity;
+        let kv_size = check::kv_value_bytes("kv cache", kv.dtype)?;
+        let too_big = || {
+            Error::Invalid(format!(
+                "a {} KV cache of {capacity} positions x {} values is not possible",
+                kv.dtype.name(),
+                cfg.kv_dim()
+            ))
+        };
+        let kv_bytes = capacity
+            .checked_mul(cfg.kv_dim())
+            .and_then(|n| n.checked_mul(kv_size))
+            .ok_or_else(too_big)?;
+        let kv_total = (kv_bytes as u64)
+            .checked_mul(2 * layers.len() as u64)
+            .ok_or_else(too_big)?;
+        let kv_what = format!("the {} KV cache of {capacity} positions", kv.dtype.name());
+        // Checked before the weights load (a context too large fails in
+        // a moment, not after the whole file is read) and again after, when
+        // the weights hold their share of the memory.
+        be.check_fits(&kv_what, kv_total)?;
+        let w =
+            ModelWeights::load_layers(cfg, src, be.as_mut(), weights, layers.clone(), progress)?;
+        be.check_fits(&kv_what, kv_total)?;
+        let mut k_cache = Vec::with_capacity(layers.len());
+        let mut v_cache = Vec::with_capacity(layers.len());
+        for _ in layers.clone() {
+            k_cache.push(be.alloc(kv_bytes.max(4))?);
+            v_cache.push(be.alloc(kv_bytes.max(4))?);
+        }
+        let s = Scratch::new(be.as_mut(), cfg, rows)?;
+        Ok(Stage {
+            be,
+            layers,
+            w,
+            k_cache,
+            v_cache,
+            s,
+            logits_rows: 1,
+        })
+    }
+
+    /// Grow `s.logits` to `rows` rows of `vocab` values.
+    pub fn reserve_logits(&mut self, rows: usize, vocab: usize) -> Result<()> {
+        if rows > self.logits_rows {
+            self.be.free(self.s.logits);
+            self.s.logits = f32_buf(self.be.as_mut(), rows * vocab)?;
+            self.logits_rows = rows;
+        }
+        Ok(())
+    }
+
+    /// Record the ops of a pass begun by the caller and end it, closing it
+    /// on an error too so the model stays usable (the first error wins).
+    pub fn record_closed(&mut self, r: &Recording) -> Result<()> {
+        let recorded = self.record(r);
+        let ended = self.be.end_pass();
+        recorded.and(ended)
+    }
+
+    fn norm(
+        &mut self,
+        c: &ModelConfig,
+        n: &Norm,
+        x: Buffer,
+        out: Buffer,
+        rows: usize,
+    ) -> Result<()> {
+        let (d, eps) = (c.n_embd, c.norm_eps);
+        match (c.norm, n.b) {
+            (NormKind::Layer, Some(b)) => self.be.layer_norm(&x, &n.w, &b, &out, rows, d, eps),
+            _ => self.be.rms_norm(&x, &n.w, &out, rows, d, eps),
+        }
+    }
+
+    /// Norm `n` ahead of projections: an RMS norm is folded into them
+    /// (returned as their norm weights); a layer norm runs into `out`.
+    fn pre_norm(
+        &mut self,
+        c: &ModelConfig,
+        n: &Norm,
+        x: Buffer,
+        out: Buffer,
+        rows: usize,
+    ) -> Result<(Buffer, Option<Buffer>)> {
+        match (c.norm, n.b) {
+            (NormKind::Layer, Some(_)) => {
+                self.norm(c, n, x, out, rows)?;
+                Ok((out, None))
+            }
+            _ => Ok((x, Some(n.w))),
+        }
+    }
+
+    /// `y (+)= norm(x) · Wᵀ + b` (see [`ComputeBackend::linear`]).
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &mut self,
+        c: &ModelConfig,
+        l: &Linear,
+        x: Buffer,
+        norm: Option<Buffer>,
+        y: Buffer,
+        m: usize,
+        add: bool,
+    ) -> Result<()> {
+        let opts = LinearOpts {
+            bias: l.b.as_ref(),
+            norm: norm.as_ref().map(|w| (w, c.norm_eps)),
+            add,
+        };
+        self.be.linear(&l.w, &x, &y, m, &opts)
+    }
+
+    /// The residual stream after a block: `x += W·input`, or with a
+    /// post-norm (Gemma) `x += norm(W·input)`.
+    fn residual(
+        &mut self,
+        c: &ModelConfig,
+        l: &Linear,
+        post: Option<Norm>,
+        input: Buffer,
+        m: usize,
+    ) -> Result<()> {
+        let s = self.s;
+        match post {
+            Some(n) => {
+                self.linear(c, l, input, None, s.h, m, false)?;
+                self.norm(c, &n, s.h, s.t, m)?;
+                self.be.add(&s.x, &s.t, &s.x, m * c.n_embd)
+            }
+            None => self.linear(c, l, input, None, s.x, m, true),
+        }
+    }
+
+    /// Record the ops of one pass over the `m` ids and positions already in
+    /// the scratch buffers (or, after the first stage, the residual stream
+    /// already in `s.x`): embeddings, this stage's layers, the head. With
+    /// `feedback` (a single-row greedy step) the token goes back into `ids`
+    /// for the next step (`append_token`).
+    fn record(&mut self, r: &Recording) -> Result<()> {
+        let (c, kv, m) = (r.cfg, r.kv, r.m);
+        let s = self.s;
+        let e = c.n_embd;
+        if let Some(emb) = self.w.embed {
+            self.be.embedding(&emb.tok, &s.ids, &s.x, m)?;
+            if let Some(pe) = emb.pos {
+                self.be.embedding(&pe, &s.pos, &s.t, m)?;
+                self.be.add(&s.x, &s.t, &s.x, m * e)?;
+            }
+            if let Some(sc) = c.embed_scale {
+                self.be.scale(&s.x, sc, &s.x, m * e)?;
+            }
+        }
+        for (i, il) in self.layers.clone().enumerate() {
+            let lw = self.w.layers[i];
+            let lc = c.layers[il];
+            // Attention block.
+            let (h, nw) = self.pre_norm(c, &lw.attn_norm, s.x, s.h, m)?;
+            self.linear(c, &lw.q, h, nw, s.q, m, false)?;
+            self.linear(c, &lw.k, h, nw, s.k, m, false)?;
+            self.linear(c, &lw.v, h, nw, s.v, m, false)?;
+            let (mut q, mut k) = (s.q, s.k);
+            if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
+                self.be
+                    .rms_norm(&s.q, &qn.w, &s.qn, m * c.n_head, c.head_dim, c.norm_eps)?;
+                self.be
+                    .rms_norm(&s.k, &kn.w, &s.kn, m * c.n_head_kv, c.head_dim, c.norm_eps)?;
+                (q, k) = (s.qn, s.kn);
+            }
+            // Learned positions (no rope): rot_dim 0 only stores k and v.
+            let rope = RopeParams {
+                rows: m,
+                n_heads: c.n_head,
+                head_dim: c.head_dim,
+                rot_dim: c.rope.map_or(0, |r| r.rot_dim),
+                base: lc.rope_base,
+                style: c.rope.map_or(RopeStyle::Neox, |r| r.style),
+            };
+            self.be.rope_store(
+                &q,
+                &k,
+                &s.v,
+                &s.pos,
+                &self.k_cache[i],
+                &self.v_cache[i],
+                &rope,
+                c.n_head_kv,
+                kv.dtype,
+            )?;
+            let ap = AttentionParams {
+                rows: m,
+                n_heads: c.n_head,
+                n_kv_heads: c.n_head_kv,
+                head_dim: c.head_dim,
+                capacity: kv.capacity,
+                scale: c.attn_scale,
+                window: lc.window,
+                kv_dtype: kv.dtype,
+            };
+            self.be
+                .attention(&q, &self.k_cache[i], &self.v_cache[i], &s.pos, &s.att, &ap)?;
+            self.residual(c, &lw.o, lw.attn_post_norm, s.att, m)?;
+            // Feed-forward block.
+            let (h, nw) = self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?;
+            match lw.ffn_in {
+                FfnIn::GateUp(w) => {
+                    let norm = nw.as_ref().map(|w| (w, c.norm_eps));
+                    self.be.linear_glu(c.act, &w, &h, &s.act, m, norm)?;
+                }
+                FfnIn::Split { gate: Some(g), up } => {
+                    self.linear(c, &g, h, nw, s.gate, m, false)?;
+                    self.linear(c, &up, h, nw, s.up, m, false)?;
+                    self.be
+                        .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
+                }
+                FfnIn::Split { gate: None, up } => {
+                    self.linear(c, &up, h, nw, s.up, m, false)?;
+                    self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
+                }
+            }
+            self.residual(c, &lw.down, lw.ffn_post_norm, s.act, m)?;
+        }
+        let Some(head) = self.w.head else {
+            return Ok(());
+        };
+        let out = Linear {
+            w: head.output,
+            b: None,
+        };
+        if r.want == Want::AllLogits {
+            let (h, nw) = self.pre_norm(c, &head.norm, s.x, s.h, m)?;
+            self.linear(c, &out, h, nw, s.logits, m, false)?;
+        } else if r.read {
+            // Only the last row's logits are needed.
+            let last = if m == 1 {
+                s.x
+            } else {
+                self.be.copy(&s.x, (m - 1) * e * 4, &s.last, 0, e * 4)?;
+                s.last
+            };
+            let (h, nw) = self.pre_norm(c, &head.norm, last, s.h, 1)?;
+            self.linear(c, &out, h, nw, s.logits, 1, false)?;
+            if r.want == Want::Argmax && r.feedback {
+                self.be.argmax(&s.logits, &s.ids, 1, c.vocab)?;
+                self.be.append_token(&s.ids, &s.pos, &s.history)?;
+            } else if r.want == Want::Argmax {
+                self.be.argmax(&s.logits, &s.token, 1, c.vocab)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one pass records: `m` rows, the output asked for, whether it is
+/// read at all (an intermediate prefill chunk only fills the cache), and
+/// whether a greedy step feeds its token back on the device.
+pub(crate) struct Recording<'a> {
+    pub cfg: &'a ModelConfig,
+    pub kv: KvSpec,
+    pub m: usize,
+    pub want: Want,
+    pub read: bool,
+    pub feedback: bool,
+}
