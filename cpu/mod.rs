@@ -103,13 +103,13 @@ pub fn features() -> String {
 
 impl CpuBackend {
     /// A backend on `threads` threads (`None`: every core) using the best
-    /// instruction set this CPU has.
+    /// instruction set this CPU has (or `VKLLM_CPU_ISA`'s: [`Isa::from_env`]).
     pub fn new(threads: Option<usize>) -> CpuBackend {
         let pool = build_pool(threads);
         CpuBackend {
             threads: pool.current_num_threads(),
             pool,
-            isa: Isa::detect(),
+            isa: Isa::from_env(),
             acts: Activations::default(),
             store: Store::default(),
             in_pass: false,
