@@ -34,8 +34,8 @@ use buffers::{CpuWeight, Slot, Store};
 use par::Ctx;
 use rayon::ThreadPool;
 
-/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q8_0 / Q4_K
-/// weights do with the f32 activations. Prefill, the other weight types and
+/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q5_0 / Q5_1
+/// / Q8_0 / Q4_K / Q5_K / Q6_K weights do with the f32 activations. Prefill, the other weight types and
 /// every other op always work in f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
@@ -134,7 +134,7 @@ impl CpuBackend {
         self.isa
     }
 
-    /// How decode matmuls (up to 4 rows) of Q4_0, Q4_1, Q8_0 and Q4_K weights
+    /// How decode matmuls (up to 4 rows) of integer-dot weight types
     /// treat the activations; see [`Activations`].
     pub fn with_activations(mut self, acts: Activations) -> CpuBackend {
         self.acts = acts;
