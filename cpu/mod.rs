@@ -35,8 +35,8 @@ use par::Ctx;
 use rayon::ThreadPool;
 
 /// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q5_0 / Q5_1
-/// / Q8_0 / Q4_K / Q5_K / Q6_K weights do with the f32 activations. Prefill, the other weight types and
-/// every other op always work in f32.
+/// / Q8_0 / Q4_K / Q5_K / Q6_K weights do with the f32 activations. Prefill,
+/// the other weight types and every other op always work in f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// f32 against weights dequantized in registers: exact up to f32 rounding.

@@ -241,6 +241,25 @@ macro_rules! intdot_kernels {
             let mut acc = [[_mm256_setzero_ps(); 2]; M];
             let mut off = [[_mm_setzero_ps(); 2]; M];
             let mut b = 0;
+            if matches!(D, Q4_K | Q5_K | Q6_K) {
+                // The 8 sub-blocks of each 256-value block spelled out: their
+                // index is then a constant (shifts, scale unpacking and the
+                // block's d fold or are shared across the 8).
+                while b + 8 <= nb {
+                    for i in 0..M {
+                        let ([a0, a1], [o0, o1]) = (&mut acc[i], &mut off[i]);
+                        step::<T, D>(w, x, i, b, a0, o0);
+                        step::<T, D>(w, x, i, b + 1, a1, o1);
+                        step::<T, D>(w, x, i, b + 2, a0, o0);
+                        step::<T, D>(w, x, i, b + 3, a1, o1);
+                        step::<T, D>(w, x, i, b + 4, a0, o0);
+                        step::<T, D>(w, x, i, b + 5, a1, o1);
+                        step::<T, D>(w, x, i, b + 6, a0, o0);
+                        step::<T, D>(w, x, i, b + 7, a1, o1);
+                    }
+                    b += 8;
+                }
+            }
             while b + 2 <= nb {
                 for i in 0..M {
                     let ([a0, a1], [o0, o1]) = (&mut acc[i], &mut off[i]);
