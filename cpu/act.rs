@@ -1,7 +1,7 @@
 //! Activations quantized per 32-value block to 16-bit or 8-bit integers
 //! (ggml's Q8_1 layout idea, with f32 scales), for the CPU's integer-dot
-//! decode, and the scalar block dots of Q4_0 / Q4_1 / Q8_0 / Q4_K weights with
-//! them. The SIMD kernels (`cpu::simd`) compute the same exact integer sums
+//! decode, and the scalar block dots of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
+//! Q4_K / Q5_K / Q6_K weights with them. The SIMD kernels (`cpu::simd`) compute the same exact integer sums
 //! and combine them with the same formulas.
 
 use crate::dtype::DType;
@@ -81,12 +81,23 @@ impl<T> ActRows<T> {
 
 /// Whether weights of `dtype` have integer-dot kernels.
 pub fn supports(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K)
+    matches!(
+        dtype,
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+    )
 }
 
 /// The 32 integer weights meeting activation block `b` of a row `w` of
-/// `dtype`, with `[s, o]`: the block's value is `s·q + o` (Q4_K: one of
-/// the 8 sub-blocks of a 256-value block, `d·sc·q − dmin·m`).
+/// `dtype`, with `[s, o]`: the block's value is `s·q + o` (Q4_K / Q5_K: one
+/// of the 8 sub-blocks of a 256-value block, `d·sc·q − dmin·m`; Q6_K: two
+/// 16-value sub-blocks whose scales go into the integers, `d·(sc·(q − 32))`).
 pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f32; 2]) {
     let f16 = |blk: &[u8], o: usize| {
         half::f16::from_bits(u16::from_le_bytes([blk[o], blk[o + 1]])).to_f32()
@@ -100,6 +111,11 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
             }
         })
     };
+    // Q5_0 / Q5_1: bit j of the 32-bit `qh` is value j's 5th bit.
+    let with_bit4 = |q: [i32; ACT_BLOCK], qh: &[u8]| -> [i32; ACT_BLOCK] {
+        let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+        std::array::from_fn(|j| q[j] | (((h >> j) & 1) << 4) as i32)
+    };
     let bb = dtype.block_bytes();
     match dtype {
         DType::Q4_0 => {
@@ -110,6 +126,18 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
         DType::Q4_1 => {
             let blk = &w[b * bb..(b + 1) * bb];
             (nibbles(&blk[4..20]), [f16(blk, 0), f16(blk, 2)])
+        }
+        DType::Q5_0 => {
+            let blk = &w[b * bb..(b + 1) * bb];
+            let d = f16(blk, 0);
+            (with_bit4(nibbles(&blk[6..22]), &blk[2..6]), [d, -16.0 * d])
+        }
+        DType::Q5_1 => {
+            let blk = &w[b * bb..(b + 1) * bb];
+            (
+                with_bit4(nibbles(&blk[8..24]), &blk[4..8]),
+                [f16(blk, 0), f16(blk, 2)],
+            )
         }
         DType::Q8_0 => {
             let blk = &w[b * bb..(b + 1) * bb];
@@ -127,6 +155,35 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
             let q = std::array::from_fn(|j| ((qs[j] >> shift) & 0x0F) as i32);
             (q, [f16(blk, 0) * sc as f32, -f16(blk, 2) * m as f32])
         }
+        DType::Q5K => {
+            let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
+            let s = b % 8;
+            let (sc, m) = crate::quants::scale_min_k4(s, &blk[4..16]);
+            let (qh, qs) = (
+                &blk[16..48],
+                &blk[48 + 32 * (s / 2)..48 + 32 * (s / 2) + 32],
+            );
+            let shift = 4 * (s % 2);
+            let q = std::array::from_fn(|j| {
+                (((qs[j] >> shift) & 0x0F) | (((qh[j] >> s) & 1) << 4)) as i32
+            });
+            (q, [f16(blk, 0) * sc as f32, -f16(blk, 2) * m as f32])
+        }
+        DType::Q6K => {
+            // Block b is group g of half h: low or high nibbles of one 32-byte
+            // run of `ql`, bits 2g..2g+2 of `qh`, scales 2g and 2g + 1.
+            let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
+            let (h, g) = ((b % 8) / 4, b % 4);
+            let ql = &blk[64 * h + 32 * (g % 2)..64 * h + 32 * (g % 2) + 32];
+            let qh = &blk[128 + 32 * h..128 + 32 * h + 32];
+            let sc = &blk[192 + 8 * h + 2 * g..192 + 8 * h + 2 * g + 2];
+            let q = std::array::from_fn(|j| {
+                let lo = (ql[j] >> (4 * (g / 2))) & 0x0F;
+                let hi = (qh[j] >> (2 * g)) & 3;
+                (sc[j / 16] as i8 as i32) * ((lo | hi << 4) as i32 - 32)
+            });
+            (q, [f16(blk, 208), 0.0])
+        }
         _ => ([0; ACT_BLOCK], [0.0, 0.0]),
     }
 }
@@ -143,7 +200,13 @@ pub fn dot_row<T: ActInt>(dtype: DType, w: &[u8], x: &ActRows<T>, i: usize) -> f
     for (b, &[dx, sx]) in ds.iter().enumerate() {
         let (q, [scale, off]) = block_weights(dtype, w, b);
         let qb = &qx[b * ACT_BLOCK..(b + 1) * ACT_BLOCK];
-        let sum: i32 = q.iter().zip(qb).map(|(&a, &b)| a * b.into()).sum();
+        // i64: Q6_K's scaled weights (|w| <= 4096) against 16-bit x can
+        // pass i32 over a whole block.
+        let sum: i64 = q
+            .iter()
+            .zip(qb)
+            .map(|(&a, &b)| a as i64 * Into::<i32>::into(b) as i64)
+            .sum();
         acc += scale * dx * sum as f32;
         offset += off * sx;
     }

@@ -1,9 +1,10 @@
 //! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
 //! Decode (`m <= GEMV_MAX_M`): each weight row is read once against up to
-//! four activation rows; rayon splits the output rows. Q4_0 / Q4_1 / Q8_0 / Q4_K
-//! rows meet activations rounded to 16-bit (default) or 8-bit integers per
-//! 32-value block in exact integer dots (`Activations`); other types, and
+//! four activation rows; rayon splits the output rows. Rows of the types of
+//! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
+//! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
+//! integer dots (`Activations`); other types, and
 //! `Activations::F32`, dequantize in registers and use f32 FMAs.
 //! Prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all

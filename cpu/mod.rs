@@ -36,9 +36,9 @@ use buffers::{CpuWeight, Slot, Store};
 use par::Ctx;
 use rayon::ThreadPool;
 
-/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q8_0 / Q4_K
-/// weights do with the f32 activations. Prefill, the other weight types and
-/// every other op always work in f32.
+/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q5_0 / Q5_1
+/// / Q8_0 / Q4_K / Q5_K / Q6_K weights do with the f32 activations. Prefill,
+/// the other weight types and every other op always work in f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// f32 against weights dequantized in registers: exact up to f32 rounding.
@@ -105,13 +105,13 @@ pub fn features() -> String {
 
 impl CpuBackend {
     /// A backend on `threads` threads (`None`: every core) using the best
-    /// instruction set this CPU has.
+    /// instruction set this CPU has (or `VKLLM_CPU_ISA`'s: [`Isa::from_env`]).
     pub fn new(threads: Option<usize>) -> CpuBackend {
         let pool = build_pool(threads);
         CpuBackend {
             threads: pool.current_num_threads(),
             pool,
-            isa: Isa::detect(),
+            isa: Isa::from_env(),
             acts: Activations::default(),
             store: Store::default(),
             in_pass: false,
@@ -136,7 +136,7 @@ impl CpuBackend {
         self.isa
     }
 
-    /// How decode matmuls (up to 4 rows) of Q4_0, Q4_1, Q8_0 and Q4_K weights
+    /// How decode matmuls (up to 4 rows) of integer-dot weight types
     /// treat the activations; see [`Activations`].
     pub fn with_activations(mut self, acts: Activations) -> CpuBackend {
         self.acts = acts;

@@ -15,7 +15,7 @@ pub(crate) struct Ctx {
     pub isa: Isa,
     /// Run on the pool (true) or inline on the calling thread.
     pub par: bool,
-    /// What decode matmuls of Q4_0 / Q4_1 / Q8_0 / Q4_K weights do with activations.
+    /// What decode matmuls of legacy and K-quant weights do with activations.
     pub acts: Activations,
 }
 

@@ -237,9 +237,18 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
                 continue;
             };
             let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
-            for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4K] {
+            for dtype in [
+                DType::Q4_0,
+                DType::Q4_1,
+                DType::Q5_0,
+                DType::Q5_1,
+                DType::Q8_0,
+                DType::Q4K,
+                DType::Q5K,
+                DType::Q6K,
+            ] {
                 // Odd block counts (96 = 3 blocks) exercise the kernels' tail.
-                let shapes: &[(usize, usize, usize)] = if dtype == DType::Q4K {
+                let shapes: &[(usize, usize, usize)] = if dtype.block_elems() == 256 {
                     &[
                         (1, 256, 1),
                         (33, 768, 2),

@@ -1,5 +1,6 @@
-//! Integer-dot decode kernels: Q4_0 / Q4_1 / Q8_0 / Q4_K weight rows against
-//! activations quantized per 32-value block to 16 or 8 bits ([`ActRows`]).
+//! Integer-dot decode kernels: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K /
+//! Q6_K weight rows against activations quantized per 32-value block to 16 or
+//! 8 bits ([`ActRows`]).
 //! Per block the products are summed exactly in i32, then scaled in f32 as
 //! `cpu::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
 //! `vpmaddubsw`) and AVX-512 VNNI (`vpdpwssd`, `vpdpbusd`).
@@ -12,6 +13,10 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
+const Q5_0: u8 = 4;
+const Q5_1: u8 = 5;
+const Q5_K: u8 = 6;
+const Q6_K: u8 = 7;
 
 macro_rules! intdot_kernels {
     ($feat:literal) => {
@@ -20,14 +25,22 @@ macro_rules! intdot_kernels {
 
         /// A block's exact integer sum for one activation width (the
         /// instance's `sum_i16` / `sum_i8`), chosen statically so it inlines.
+        /// `q6_sum`: Q6_K's signed values (`q − 32`), the first 16 scaled
+        /// by `sa`, the last 16 by `sb`.
         pub(crate) trait BlockSum: Copy {
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const Self) -> __m256i;
+            unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const Self) -> __m256i;
         }
         impl BlockSum for i16 {
             #[inline]
             #[target_feature(enable = $feat)]
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i16) -> __m256i {
                 sum_i16::<D>(w, x)
+            }
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const i16) -> __m256i {
+                q6_sum_i16(q, sa, sb, x)
             }
         }
         impl BlockSum for i8 {
@@ -36,6 +49,47 @@ macro_rules! intdot_kernels {
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
                 sum_i8::<D>(w, x)
             }
+            /// |q| × (x with q's sign) in `vpmaddubsw` (pairs at most
+            /// 2 · 32 · 127), then the scales in `vpmaddwd`'s i16 operand.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const i8) -> __m256i {
+                let x = _mm256_loadu_si256(x as *const __m256i);
+                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+                _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16(sb), _mm_set1_epi16(sa)))
+            }
+        }
+
+        /// Byte `j` is 0x10 when bit `j` of `bits` is set (ggml's
+        /// `bytes_from_bits_32`): the 5th bits of Q5_0 / Q5_1.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn bit4s(bits: u32) -> __m256i {
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(bits as i32),
+                _mm256_set_epi64x(
+                    0x0303030303030303,
+                    0x0202020202020202,
+                    0x0101010101010101,
+                    0,
+                ),
+            );
+            let set = _mm256_cmpeq_epi8(
+                _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                _mm256_set1_epi64x(-1),
+            );
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        }
+
+        /// 32 bytes at `p` shifted right by `n` bits per 16-bit lane (the
+        /// caller masks what crossed from the neighbouring byte).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn load_shr(p: *const u8, n: usize) -> __m256i {
+            _mm256_srl_epi16(
+                _mm256_loadu_si256(p as *const __m256i),
+                _mm_cvtsi32_si128(n as i32),
+            )
         }
 
         /// 16 bytes of packed 4-bit values as 32 bytes: low nibbles first
@@ -75,31 +129,73 @@ macro_rules! intdot_kernels {
                     let p = w.add(b * 20);
                     (nibbles(p.add(4)), pair(p))
                 }
+                // (q - 16) d with the 5th bits of `qh`.
+                Q5_0 => {
+                    let p = w.add(b * 22);
+                    let d = f16(core::ptr::read_unaligned(p as *const u16) as i32);
+                    let qh = core::ptr::read_unaligned(p.add(2) as *const u32);
+                    (
+                        _mm256_or_si256(nibbles(p.add(6)), bit4s(qh)),
+                        _mm_mul_ps(_mm_moveldup_ps(d), _mm_set_ps(0.0, 0.0, -16.0, 1.0)),
+                    )
+                }
+                Q5_1 => {
+                    let p = w.add(b * 24);
+                    let qh = core::ptr::read_unaligned(p.add(4) as *const u32);
+                    (_mm256_or_si256(nibbles(p.add(8)), bit4s(qh)), pair(p))
+                }
                 Q8_0 => {
                     let p = w.add(b * 34);
                     let d = f16(core::ptr::read_unaligned(p as *const u16) as i32);
                     (_mm256_loadu_si256(p.add(2) as *const __m256i), d)
                 }
                 // Sub-block s of a 256-value block: d·sc·q − dmin·m, the
-                // low (even s) or high (odd s) nibbles of 32 bytes.
+                // low (even s) or high (odd s) nibbles of 32 bytes; Q5_K adds
+                // bit s of each `qh` byte as the 5th bit.
                 _ => {
-                    let p = w.add((b / 8) * 144);
+                    let bytes = if D == Q5_K { 176 } else { 144 };
+                    let p = w.add((b / 8) * bytes);
                     let s = b % 8;
                     let (sc, m) =
                         crate::quants::scale_min_k4(s, core::slice::from_raw_parts(p.add(4), 12));
-                    let raw = _mm256_loadu_si256(p.add(16 + 32 * (s / 2)) as *const __m256i);
-                    let q = if s % 2 == 0 {
-                        raw
-                    } else {
-                        _mm256_srli_epi16(raw, 4)
-                    };
-                    let q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+                    let qs = if D == Q5_K { p.add(48) } else { p.add(16) };
+                    let q = load_shr(qs.add(32 * (s / 2)), 4 * (s % 2));
+                    let mut q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+                    if D == Q5_K {
+                        let h = _mm256_slli_epi16(load_shr(p.add(16), s), 4);
+                        q = _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+                    }
                     (
                         q,
                         _mm_mul_ps(pair(p), _mm_set_ps(0.0, 0.0, -(m as f32), sc as f32)),
                     )
                 }
             }
+        }
+
+        /// Q6_K's block `b` (see `act::block_weights`): the 32 values
+        /// `q − 32` as signed bytes, the scales of their two 16-value
+        /// sub-blocks, and `[d, 0]`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn weights_q6_k(w: *const u8, b: usize) -> (__m256i, i16, i16, __m128) {
+            let p = w.add((b / 8) * 210);
+            let (h, g) = ((b % 8) / 4, b % 4);
+            let lo = load_shr(p.add(64 * h + 32 * (g % 2)), 4 * (g / 2));
+            let lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+            let hi = _mm256_slli_epi16(load_shr(p.add(128 + 32 * h), 2 * g), 4);
+            let hi = _mm256_and_si256(hi, _mm256_set1_epi8(0x30));
+            let q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+            let sc = p.add(192 + 8 * h + 2 * g) as *const i8;
+            let d = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(
+                p.add(208) as *const u16
+            ) as i32));
+            (
+                q,
+                *sc as i16,
+                *sc.add(1) as i16,
+                _mm_move_ss(_mm_setzero_ps(), d),
+            )
         }
 
         /// Block `b` of the weight row `w` against row `i` of `x`: the scaled
@@ -114,14 +210,21 @@ macro_rules! intdot_kernels {
             acc: &mut __m256,
             off: &mut __m128,
         ) {
-            let (wq, dw) = weights::<D>(w, b);
+            let xq = x.qs.as_ptr().add(i * x.k + 32 * b);
+            let (s, dw) = if D == Q6_K {
+                let (q, sa, sb, dw) = weights_q6_k(w, b);
+                (T::q6_sum(q, sa, sb, xq), dw)
+            } else {
+                let (wq, dw) = weights::<D>(w, b);
+                (T::block_sum::<D>(wq, xq), dw)
+            };
             // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
             let dsx = _mm_castpd_ps(_mm_load_sd(
                 x.ds.as_ptr().add(i * x.blocks() + b) as *const f64
             ));
             let p = _mm_mul_ps(dw, dsx);
             *off = _mm_add_ps(*off, p);
-            let s = _mm256_cvtepi32_ps(T::block_sum::<D>(wq, x.qs.as_ptr().add(i * x.k + 32 * b)));
+            let s = _mm256_cvtepi32_ps(s);
             *acc = _mm256_fmadd_ps(s, _mm256_broadcastss_ps(p), *acc);
         }
 
@@ -133,22 +236,41 @@ macro_rules! intdot_kernels {
             out: *mut f32,
         ) {
             let nb = x.blocks();
-            // Two accumulators per row so consecutive blocks do not wait on
-            // each other's FMA; lane 1 of `off` sums the offset terms.
+            // Two accumulators per row (and two offset sums, lane 1 of
+            // `off`) so consecutive blocks do not wait on each other's adds.
             let mut acc = [[_mm256_setzero_ps(); 2]; M];
-            let mut off = [_mm_setzero_ps(); M];
+            let mut off = [[_mm_setzero_ps(); 2]; M];
             let mut b = 0;
+            if matches!(D, Q4_K | Q5_K | Q6_K) {
+                // The 8 sub-blocks of each 256-value block spelled out: their
+                // index is then a constant (shifts, scale unpacking and the
+                // block's d fold or are shared across the 8).
+                while b + 8 <= nb {
+                    for i in 0..M {
+                        let ([a0, a1], [o0, o1]) = (&mut acc[i], &mut off[i]);
+                        step::<T, D>(w, x, i, b, a0, o0);
+                        step::<T, D>(w, x, i, b + 1, a1, o1);
+                        step::<T, D>(w, x, i, b + 2, a0, o0);
+                        step::<T, D>(w, x, i, b + 3, a1, o1);
+                        step::<T, D>(w, x, i, b + 4, a0, o0);
+                        step::<T, D>(w, x, i, b + 5, a1, o1);
+                        step::<T, D>(w, x, i, b + 6, a0, o0);
+                        step::<T, D>(w, x, i, b + 7, a1, o1);
+                    }
+                    b += 8;
+                }
+            }
             while b + 2 <= nb {
                 for i in 0..M {
-                    let [a0, a1] = &mut acc[i];
-                    step::<T, D>(w, x, i, b, a0, &mut off[i]);
-                    step::<T, D>(w, x, i, b + 1, a1, &mut off[i]);
+                    let ([a0, a1], [o0, o1]) = (&mut acc[i], &mut off[i]);
+                    step::<T, D>(w, x, i, b, a0, o0);
+                    step::<T, D>(w, x, i, b + 1, a1, o1);
                 }
                 b += 2;
             }
             if b < nb {
                 for i in 0..M {
-                    step::<T, D>(w, x, i, b, &mut acc[i][0], &mut off[i]);
+                    step::<T, D>(w, x, i, b, &mut acc[i][0], &mut off[i][0]);
                 }
             }
             for i in 0..M {
@@ -156,7 +278,8 @@ macro_rules! intdot_kernels {
                 let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                 let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                *out.add(i) = _mm_cvtss_f32(s) + _mm_cvtss_f32(_mm_movehdup_ps(off[i]));
+                let o = _mm_add_ps(off[i][0], off[i][1]);
+                *out.add(i) = _mm_cvtss_f32(s) + _mm_cvtss_f32(_mm_movehdup_ps(o));
             }
         }
 
@@ -192,7 +315,11 @@ macro_rules! intdot_kernels {
             match dtype {
                 DType::Q4_0 => dot_rows::<T, Q4_0>(w, row_bytes, x, out),
                 DType::Q4_1 => dot_rows::<T, Q4_1>(w, row_bytes, x, out),
+                DType::Q5_0 => dot_rows::<T, Q5_0>(w, row_bytes, x, out),
+                DType::Q5_1 => dot_rows::<T, Q5_1>(w, row_bytes, x, out),
                 DType::Q4K => dot_rows::<T, Q4_K>(w, row_bytes, x, out),
+                DType::Q5K => dot_rows::<T, Q5_K>(w, row_bytes, x, out),
+                DType::Q6K => dot_rows::<T, Q6_K>(w, row_bytes, x, out),
                 _ => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
             }
         }
@@ -212,6 +339,21 @@ pub(crate) mod avx2 {
         } else {
             (_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi))
         };
+        let x0 = _mm256_loadu_si256(x as *const __m256i);
+        let x1 = _mm256_loadu_si256(x.add(16) as *const __m256i);
+        _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1))
+    }
+
+    /// Q6_K's block with 16-bit activations: the scales multiplied into the
+    /// widened values (|sc·(q − 32)| <= 4096, so each i32 lane's four
+    /// products stay below 2^31).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn q6_sum_i16(q: __m256i, sa: i16, sb: i16, x: *const i16) -> __m256i {
+        let lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+        let hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+        let lo = _mm256_mullo_epi16(lo, _mm256_set1_epi16(sa));
+        let hi = _mm256_mullo_epi16(hi, _mm256_set1_epi16(sb));
         let x0 = _mm256_loadu_si256(x as *const __m256i);
         let x1 = _mm256_loadu_si256(x.add(16) as *const __m256i);
         _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1))
@@ -246,6 +388,20 @@ pub(crate) mod vnni {
         } else {
             _mm512_cvtepu8_epi16(w)
         };
+        let s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x as *const _));
+        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+    }
+
+    /// Q6_K's block with 16-bit activations: the scales multiplied into the
+    /// widened values, then one `vpdpwssd` (bounds as in the AVX2 kernel).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn q6_sum_i16(q: __m256i, sa: i16, sb: i16, x: *const i16) -> __m256i {
+        let sc = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_set1_epi16(sa)),
+            _mm256_set1_epi16(sb),
+        );
+        let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q), sc);
         let s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x as *const _));
         _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
     }
