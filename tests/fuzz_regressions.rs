@@ -140,3 +140,33 @@ fn a_chat_template_looping_or_printing_without_end_is_an_error() {
     .unwrap_err();
     assert!(e.to_string().contains("exceed 64 MiB"), "{e}");
 }
+
+#[test]
+fn streamed_decoding_equals_whole_decoding_on_the_fuzzed_vocabularies() {
+    // fuzz/gguf_vocab (finding 4, 2026-11-25): on these SentencePiece
+    // vocabularies the stream let the valid bytes of a byte-fallback run
+    // out, where the whole decode (Hugging Face's ByteFallback) replaces
+    // every byte of a run that is not UTF-8 as a whole.
+    let fffd = |n: usize| "\u{FFFD}".repeat(n);
+    for (name, text) in [
+        ("1", "<bos>  leadingspaces\n".to_string() + &fffd(9)),
+        ("2", fffd(14) + "<unk>\n\ttabsand<unk>"),
+    ] {
+        let path = format!(
+            "{}/fuzz/findings/gguf_vocab-stream-decode-{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let data = std::fs::read(&path).unwrap();
+        // The target's input: a u16 length, the text, the GGUF image.
+        let (len, rest) = data.split_first_chunk::<2>().unwrap();
+        let (input, gguf) = rest.split_at(usize::from(u16::from_le_bytes(*len)));
+        let g = vkllm::model::gguf::GgufFile::from_bytes(gguf.to_vec(), &path).unwrap();
+        let tok = Tokenizer::from_gguf(&g).unwrap();
+        let ids = tok.encode(&String::from_utf8_lossy(input), true).unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), text, "{path}");
+        let mut stream = tok.stream_decoder();
+        let mut streamed: String = ids.iter().map(|&id| stream.push(id)).collect();
+        streamed.push_str(&stream.finish());
+        assert_eq!(streamed, text, "{path}");
+    }
+}
