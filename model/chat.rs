@@ -35,6 +35,7 @@ pub fn render_chat(
     eos_token: &str,
 ) -> Result<String> {
     let mut env = Environment::new();
+    env.set_fuel(Some(RENDER_FUEL));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -43,13 +44,49 @@ pub fn render_chat(
     let tmpl = env
         .template_from_str(template)
         .map_err(|e| Error::Template(format!("cannot parse the template: {}", one_line(&e))))?;
-    tmpl.render(minijinja::context! {
-        messages => messages,
-        add_generation_prompt => add_generation_prompt,
-        bos_token => bos_token,
-        eos_token => eos_token,
-    })
-    .map_err(|e| Error::Template(format!("cannot render: {}", one_line(&e))))
+    let mut out = CappedOutput(Vec::new());
+    tmpl.render_captured_to(
+        minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => bos_token,
+            eos_token => eos_token,
+        },
+        &mut out,
+    )
+    .map_err(|e| Error::Template(format!("cannot render: {}", one_line(&e))))?;
+    // minijinja writes whole `str`s, so the text is UTF-8 whatever the input.
+    String::from_utf8(out.0)
+        .map_err(|_| Error::Template("cannot render: the output is not UTF-8".into()))
+}
+
+/// Template instructions one render may run. Real templates take a few
+/// hundred per message; this bounds a template that loops for ever (nested
+/// `range` loops) to about a second instead.
+const RENDER_FUEL: u64 = 20_000_000;
+
+/// The most a rendered prompt may hold: far beyond any context length, and
+/// it stops a template that prints without end before it exhausts memory.
+const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// The render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
+struct CappedOutput(Vec<u8>);
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDERED_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the prompt would exceed {} MiB",
+                MAX_RENDERED_BYTES >> 20
+            )));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A minijinja error and its causes as one line: its alternate form adds a

@@ -1,7 +1,8 @@
 //! Faults leave clean errors and nothing behind: a Vulkan backend created
 //! and dropped 100 times, loads that fail halfway, device memory running out
 //! during a load or a pass (injected with `VKLLM_FAIL_ALLOC_AFTER`, see
-//! `vk::Options::fail_alloc_after`). Each test holds the Vulkan lock, so the
+//! `vk::Options::fail_alloc_after`), the device lost mid-generation
+//! (`VKLLM_LOSE_DEVICE_AFTER`). Each test holds the Vulkan lock, so the
 //! tests of this file run one at a time and their process figures are their
 //! own.
 
@@ -147,6 +148,60 @@ fn out_of_device_memory_in_the_cli_is_one_line_and_exit_1() {
             "{stderr}"
         );
     }
+}
+
+#[test]
+fn device_lost_during_generation_is_a_clean_error_and_the_model_drops() {
+    let Some(opts) = vulkan_options() else {
+        return;
+    };
+    for after in [0, 2] {
+        let opts = Options {
+            lose_device_after: Some(after),
+            ..opts.clone()
+        };
+        let be = Box::new(VulkanBackend::new(&opts).unwrap());
+        let mut m = Model::load(be, &common::smollm2(), &small_context(), &mut |_, _| {}).unwrap();
+        // `after` passes run; a forward takes at least one.
+        let e = (1..=after as u32 + 1)
+            .find_map(|id| m.forward(&[id], Want::LastLogits).err())
+            .unwrap_or_else(|| panic!("{} passes ran, {after} were allowed", after + 1));
+        assert_eq!(e.kind(), ErrorKind::DeviceLost, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("the device was lost while submitting work"),
+            "{e}"
+        );
+        // A lost device stays lost; the host app can still reset and drop
+        // the model.
+        m.reset();
+        let e = m.forward(&[1], Want::LastLogits).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DeviceLost, "{e}");
+        drop(m);
+    }
+}
+
+#[test]
+fn device_lost_in_the_cli_is_one_line_and_exit_1() {
+    if vulkan_options().is_none() {
+        return;
+    }
+    // Lost among the generated tokens' passes.
+    let o = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(["generate", "-b", "vulkan", "-m"])
+        .arg(common::smollm2())
+        .args(["--prompt-ids", "1,2,3", "-n", "8"])
+        .env("VKLLM_LOSE_DEVICE_AFTER", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: the device was lost while submitting work"),
+        "{stderr}"
+    );
 }
 
 #[test]

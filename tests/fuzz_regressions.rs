@@ -2,6 +2,7 @@
 //! test: the call the target made now returns an error naming the problem.
 
 use serde_json::Value;
+use vkllm::model::chat::{render_chat, ChatMessage};
 use vkllm::model::tokenizer::Tokenizer;
 use vkllm::ErrorKind;
 
@@ -78,5 +79,94 @@ fn a_model_declaring_absurdly_many_layers_is_refused_before_allocating() {
             e.to_string().contains(&format!("declares {layers} layers")),
             "{e}"
         );
+    }
+}
+
+/// Renders `template` over one user turn on a thread of its own, failing
+/// the test instead of hanging it when the render does not end in time.
+fn render_within_seconds(template: &str, seconds: u64) -> vkllm::Result<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = template.to_owned();
+    std::thread::spawn(move || {
+        let messages = [ChatMessage::new("user", "Hi")];
+        let _ = tx.send(render_chat(&owned, &messages, true, "<s>", "</s>"));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(seconds))
+        .unwrap_or_else(|_| panic!("rendering {template:?} hung"))
+}
+
+#[test]
+fn a_chat_template_repeating_a_sequence_without_bound_is_an_error() {
+    // `{{31111111E11*()}}` hung rendering (fuzz/chat_template,
+    // 2026-11-25): minijinja iterated 3.1e18 repeats of the empty tuple.
+    // An empty sequence repeated is empty, as in Python.
+    assert_eq!(
+        render_within_seconds("{{31111111E11*()}}", 20).unwrap(),
+        "[]"
+    );
+    assert_eq!(
+        render_within_seconds("{{ ([] * 10**18)|length }}", 20).unwrap(),
+        "0"
+    );
+    // A non-empty one may not grow past 100,000 items.
+    for template in ["{{ (1,) * 10**18 }}", "{{ ([1, 2] * 50001)|length }}"] {
+        let e = render_within_seconds(template, 20).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("repeated sequence is too large"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        render_within_seconds("{{ ([1, 2] * 50000)|length }}", 20).unwrap(),
+        "100000"
+    );
+}
+
+#[test]
+fn a_chat_template_looping_or_printing_without_end_is_an_error() {
+    // 10^10 loop iterations: the render runs out of fuel.
+    let e = render_within_seconds(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        60,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ran out of fuel"), "{e}");
+    // 100 MB of output: refused at 64 MiB.
+    let e = render_within_seconds(
+        "{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+        60,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("exceed 64 MiB"), "{e}");
+}
+
+#[test]
+fn streamed_decoding_equals_whole_decoding_on_the_fuzzed_vocabularies() {
+    // fuzz/gguf_vocab (finding 4, 2026-11-25): on these SentencePiece
+    // vocabularies the stream let the valid bytes of a byte-fallback run
+    // out, where the whole decode (Hugging Face's ByteFallback) replaces
+    // every byte of a run that is not UTF-8 as a whole.
+    let fffd = |n: usize| "\u{FFFD}".repeat(n);
+    for (name, text) in [
+        ("1", "<bos>  leadingspaces\n".to_string() + &fffd(9)),
+        ("2", fffd(14) + "<unk>\n\ttabsand<unk>"),
+    ] {
+        let path = format!(
+            "{}/fuzz/findings/gguf_vocab-stream-decode-{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let data = std::fs::read(&path).unwrap();
+        // The target's input: a u16 length, the text, the GGUF image.
+        let (len, rest) = data.split_first_chunk::<2>().unwrap();
+        let (input, gguf) = rest.split_at(usize::from(u16::from_le_bytes(*len)));
+        let g = vkllm::model::gguf::GgufFile::from_bytes(gguf.to_vec(), &path).unwrap();
+        let tok = Tokenizer::from_gguf(&g).unwrap();
+        let ids = tok.encode(&String::from_utf8_lossy(input), true).unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), text, "{path}");
+        let mut stream = tok.stream_decoder();
+        let mut streamed: String = ids.iter().map(|&id| stream.push(id)).collect();
+        streamed.push_str(&stream.finish());
+        assert_eq!(streamed, text, "{path}");
     }
 }

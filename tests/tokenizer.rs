@@ -294,6 +294,59 @@ fn sentencepiece_vocabulary_from_gguf() {
     assert_eq!(t.stop_ids(), &[2]);
 }
 
+/// `ids` decoded whole, and streamed one id at a time.
+fn whole_and_streamed(t: &Tokenizer, ids: &[u32]) -> (String, String) {
+    let mut dec = t.stream_decoder();
+    let mut streamed: String = ids.iter().map(|&i| dec.push(i)).collect();
+    streamed.push_str(&dec.finish());
+    (t.decode(ids).unwrap(), streamed)
+}
+
+#[test]
+fn sentencepiece_byte_runs_stream_as_they_decode() {
+    // Hugging Face's ByteFallback decodes a run of `<0xNN>` tokens as a
+    // whole: its text when the run is UTF-8, else one U+FFFD per byte, valid
+    // characters in it included (fuzz/gguf_vocab finding 4 streamed those).
+    let t = Tokenizer::from_gguf(&sentencepiece_gguf(&[])).unwrap();
+    let id = |p: &str| t.piece_to_id(p).unwrap();
+    let bytes =
+        |bs: &[u8]| -> Vec<u32> { bs.iter().map(|b| id(&format!("<0x{b:02X}>"))).collect() };
+    let hello = vec![id("▁hello")];
+    let fffd = |n: usize| "\u{FFFD}".repeat(n);
+    let cases = [
+        // `\ta` then a lone continuation byte: all three replaced.
+        (bytes(b"\ta\x81"), fffd(3)),
+        (
+            [bytes(b"\ta\x81"), hello.clone()].concat(),
+            fffd(3) + " hello",
+        ),
+        // A run cut by another token ends there, incomplete.
+        (
+            [bytes(b"\xC3"), hello.clone(), bytes(b"\xA9")].concat(),
+            fffd(1) + " hello" + &fffd(1),
+        ),
+        (
+            [bytes("é☃".as_bytes()), hello.clone()].concat(),
+            "é☃ hello".into(),
+        ),
+        // The added space prefix is the whole text's first character, also
+        // when a byte run comes first.
+        ([bytes(b"  "), hello.clone()].concat(), "  hello".into()),
+        (bytes(b" "), String::new()),
+    ];
+    for (ids, text) in cases {
+        let (whole, streamed) = whole_and_streamed(&t, &ids);
+        assert_eq!(whole, text, "ids {ids:?}");
+        assert_eq!(streamed, text, "ids {ids:?}");
+    }
+    // A run yields nothing until it ends, as a later byte can void it.
+    let mut dec = t.stream_decoder();
+    assert_eq!(dec.push(id("<0x61>")), "");
+    assert_eq!(dec.push(id("▁hello")), "a hello");
+    assert_eq!(dec.push(id("<0x62>")), "");
+    assert_eq!(dec.finish(), "b");
+}
+
 #[test]
 fn sentencepiece_without_space_prefix() {
     let g = sentencepiece_gguf(&[

@@ -754,6 +754,7 @@ fn bad_device_selection_is_a_typed_error() {
             validate: false,
             pipeline_cache: None,
             fail_alloc_after: None,
+            lose_device_after: None,
         };
         match VulkanBackend::new(&opts) {
             Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),

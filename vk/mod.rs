@@ -154,7 +154,8 @@ impl VulkanBackend {
             pipeline::DiskCache::for_device(dir, &props)
         });
         let pipes = Pipelines::new(&dev.device, disk)?;
-        let rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
+        let mut rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
+        rec.lose_device_after(opts.lose_device_after);
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
             rec,

@@ -16,6 +16,11 @@ pub struct Options {
     /// tests use it to check that running out mid-load or mid-pass leaves a
     /// clean error and a backend that still drops cleanly.
     pub fail_alloc_after: Option<u64>,
+    /// `VKLLM_LOSE_DEVICE_AFTER=N`: the first N compute passes run; the
+    /// next one, and every submit after it, fails as `VK_ERROR_DEVICE_LOST`
+    /// would. A fault injector: tests use it to check that a GPU that stops
+    /// answering mid-generation leaves a clean error and a model that drops.
+    pub lose_device_after: Option<u64>,
 }
 
 impl Options {
@@ -24,11 +29,15 @@ impl Options {
             device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
             validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
             pipeline_cache: pipeline_cache_dir(),
-            fail_alloc_after: std::env::var("VKLLM_FAIL_ALLOC_AFTER")
-                .ok()
-                .and_then(|n| n.trim().parse().ok()),
+            fail_alloc_after: env_count("VKLLM_FAIL_ALLOC_AFTER"),
+            lose_device_after: env_count("VKLLM_LOSE_DEVICE_AFTER"),
         }
     }
+}
+
+/// A count given in the environment variable `key`.
+fn env_count(key: &str) -> Option<u64> {
+    std::env::var(key).ok().and_then(|n| n.trim().parse().ok())
 }
 
 fn pipeline_cache_dir() -> Option<std::path::PathBuf> {

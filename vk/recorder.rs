@@ -141,6 +141,11 @@ pub struct Recorder {
     timestamps: Option<Timestamps>,
     /// Query pools of an earlier profiling session, destroyed on drop.
     retired_pools: Vec<vk::QueryPool>,
+    /// Passes to run before an injected device loss
+    /// (`Options::lose_device_after`).
+    passes_left: Option<u64>,
+    /// The injected loss happened: every submit fails, as on a lost device.
+    lost: bool,
 }
 
 impl Recorder {
@@ -171,11 +176,18 @@ impl Recorder {
             wait_ns: 0,
             timestamps: None,
             retired_pools: Vec::new(),
+            passes_left: None,
+            lost: false,
         };
         // SAFETY: valid device; on failure Drop destroys what exists.
         rec.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(vk_err("creating the fence"))?;
         Ok(rec)
+    }
+
+    /// Inject a device loss after `passes` passes (`None`: never).
+    pub fn lose_device_after(&mut self, passes: Option<u64>) {
+        self.passes_left = passes;
     }
 
     pub fn is_recording(&self) -> bool {
@@ -475,7 +487,7 @@ impl Recorder {
         // SAFETY: the command buffer is in the recording state.
         unsafe { self.device.end_command_buffer(self.cmd) }
             .map_err(vk_err("ending the command buffer"))?;
-        self.run(self.cmd, 1)?;
+        self.run(self.cmd, 1, self.slot != Slot::Transfer)?;
         self.stats.submits += 1;
         if self.slot != Slot::Transfer {
             self.recording_mut(self.slot)?.ready = true;
@@ -488,7 +500,7 @@ impl Recorder {
         if self.recording || !self.pass.ready {
             return Err(Error::Vulkan("there is no recorded pass to replay".into()));
         }
-        self.run(self.pass.cmd.buf, 1)
+        self.run(self.pass.cmd.buf, 1, true)
     }
 
     /// Submit the pass kept under `key` `times` times in one batch and wait;
@@ -500,7 +512,7 @@ impl Recorder {
         match self.kept.get(&key) {
             Some(r) if r.ready => {
                 let cmd = r.cmd.buf;
-                self.run(cmd, times)?;
+                self.run(cmd, times, true)?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -516,8 +528,20 @@ impl Recorder {
         }
     }
 
-    /// `cmd` `times` times in one submit, then wait.
-    fn run(&mut self, cmd: vk::CommandBuffer, times: u32) -> Result<()> {
+    /// `cmd` `times` times in one submit, then wait; `pass`: it is a
+    /// compute pass (not a transfer).
+    fn run(&mut self, cmd: vk::CommandBuffer, times: u32, pass: bool) -> Result<()> {
+        if pass {
+            if let Some(left) = &mut self.passes_left {
+                self.lost |= *left == 0;
+                *left = left.saturating_sub(1);
+            }
+        }
+        if self.lost {
+            return Err(Error::DeviceLost(
+                "submitting work (a loss injected by VKLLM_LOSE_DEVICE_AFTER)".into(),
+            ));
+        }
         let cmds = vec![cmd; times.max(1) as usize];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         // SAFETY: `cmd` is fully recorded and not pending (every submit is

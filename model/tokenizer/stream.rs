@@ -1,5 +1,6 @@
 //! Incremental detokenization for streaming output: bytes of each token are
-//! buffered until they form complete UTF-8 characters.
+//! buffered until they form complete UTF-8 characters, and SentencePiece
+//! byte-fallback runs until they end.
 
 use super::{PieceBytes, Tokenizer};
 use std::sync::OnceLock;
@@ -10,8 +11,13 @@ use std::sync::OnceLock;
 /// gives the same text as [`Tokenizer::decode`] of all ids.
 pub struct StreamDecoder<'t> {
     tok: &'t Tokenizer,
+    /// Bytes of a character not complete yet (byte-level and decoded pieces).
     pending: Vec<u8>,
-    first: bool,
+    /// SentencePiece: the bytes of the `<0xNN>` tokens since the last other
+    /// token.
+    byte_run: Vec<u8>,
+    /// Nothing emitted yet: the SentencePiece first-space strip is still due.
+    at_start: bool,
 }
 
 impl<'t> StreamDecoder<'t> {
@@ -19,41 +25,81 @@ impl<'t> StreamDecoder<'t> {
         StreamDecoder {
             tok,
             pending: Vec::new(),
-            first: true,
+            byte_run: Vec::new(),
+            at_start: true,
         }
     }
 
     /// Adds one id; returns the text it completes (possibly empty). Unknown
     /// ids contribute nothing.
     pub fn push(&mut self, id: u32) -> String {
-        let Some(mut bytes) = self.tok.token_bytes(id) else {
+        if let PieceBytes::SentencePiece { .. } = self.tok.piece_bytes() {
+            return self.push_sentencepiece(id);
+        }
+        let Some(bytes) = self.tok.token_bytes(id) else {
             return String::new();
         };
-        if self.first {
-            self.first = false;
-            let strip = matches!(
-                self.tok.piece_bytes(),
-                PieceBytes::SentencePiece {
-                    strip_first_space: true
-                }
-            );
-            if strip && bytes.first() == Some(&b' ') {
-                bytes.remove(0);
-            }
-        }
         self.pending.extend_from_slice(&bytes);
         self.drain_valid()
     }
 
-    /// Flushes bytes that never completed a character, as U+FFFD (what a
-    /// lossy decode of the whole sequence shows for them).
+    /// Flushes what is held back: bytes that never completed a character
+    /// become U+FFFD (what a lossy decode of the whole sequence shows), a
+    /// byte-fallback run its text.
     pub fn finish(&mut self) -> String {
+        if let PieceBytes::SentencePiece { .. } = self.tok.piece_bytes() {
+            let text = self.end_byte_run();
+            return self.strip_first_space(text);
+        }
         let mut out = self.drain_valid();
         if !self.pending.is_empty() {
             out.push_str(&String::from_utf8_lossy(&self.pending));
             self.pending.clear();
         }
         out
+    }
+
+    /// A SentencePiece token, decoded as the `tokenizers` decoder chain
+    /// (▁ → space, ByteFallback, Fuse, Strip) decodes the whole sequence.
+    fn push_sentencepiece(&mut self, id: u32) -> String {
+        let Some(piece) = self.tok.id_to_piece(id) else {
+            return String::new();
+        };
+        if let Some(byte) = fallback_byte(&piece) {
+            self.byte_run.push(byte);
+            return String::new();
+        }
+        let mut text = self.end_byte_run();
+        text.push_str(&piece.replace('\u{2581}', " "));
+        self.strip_first_space(text)
+    }
+
+    /// The text of a byte-fallback run that has ended, as ByteFallback gives
+    /// it: the bytes when they are UTF-8 as a whole, else one U+FFFD per
+    /// byte. A bad byte late in a run so replaces all of it, which is why a
+    /// run is held back until a token of another kind (or the end) arrives.
+    fn end_byte_run(&mut self) -> String {
+        let run = std::mem::take(&mut self.byte_run);
+        String::from_utf8(run).unwrap_or_else(|e| "\u{FFFD}".repeat(e.as_bytes().len()))
+    }
+
+    /// Drops the space the SentencePiece normalizer prefixed to the text:
+    /// the first character of the whole output, when it is one.
+    fn strip_first_space(&mut self, text: String) -> String {
+        if !self.at_start || text.is_empty() {
+            return text;
+        }
+        self.at_start = false;
+        let strip = matches!(
+            self.tok.piece_bytes(),
+            PieceBytes::SentencePiece {
+                strip_first_space: true
+            }
+        );
+        match text.strip_prefix(' ') {
+            Some(rest) if strip => rest.to_string(),
+            _ => text,
+        }
     }
 
     /// Takes every complete character off the front of `pending`; byte
@@ -128,15 +174,17 @@ pub(super) fn byte_level_bytes(piece: &str) -> Vec<u8> {
 
 /// Bytes of a SentencePiece piece: `<0xNN>` is that byte, `▁` a space.
 pub(super) fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
-    if let Some(hex) = piece
-        .strip_prefix("<0x")
-        .and_then(|rest| rest.strip_suffix('>'))
-    {
-        if hex.len() == 2 {
-            if let Ok(b) = u8::from_str_radix(hex, 16) {
-                return vec![b];
-            }
-        }
+    match fallback_byte(piece) {
+        Some(b) => vec![b],
+        None => piece.replace('\u{2581}', " ").into_bytes(),
     }
-    piece.replace('\u{2581}', " ").into_bytes()
+}
+
+/// The byte a byte-fallback piece `<0xNN>` stands for.
+fn fallback_byte(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
 }
