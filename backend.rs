@@ -442,6 +442,37 @@ pub trait ComputeBackend: Send {
         n_kv_heads: usize,
         kv_dtype: DType,
     ) -> Result<()>;
+    /// [`ComputeBackend::rope_store`] then [`ComputeBackend::attention`] over
+    /// the same rows and heads (`rope` and `p` must agree): the front of an
+    /// attention block as one op, which backends fuse where they can (on
+    /// Vulkan a decode step's rope, cache append and attention are one
+    /// dispatch). `q` may be left unrotated.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_attention(
+        &mut self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        positions: &Buffer,
+        k_cache: &Buffer,
+        v_cache: &Buffer,
+        rope: &RopeParams,
+        p: &AttentionParams,
+        out: &Buffer,
+    ) -> Result<()> {
+        self.rope_store(
+            q,
+            k,
+            v,
+            positions,
+            k_cache,
+            v_cache,
+            rope,
+            p.n_kv_heads,
+            p.kv_dtype,
+        )?;
+        self.attention(q, k_cache, v_cache, positions, out, p)
+    }
     /// Greedy feedback after a decode step: `history[1 + history[0]] =
     /// ids[0]`, `history[0] += 1`, `positions[0] += 1`, so the next step
     /// embeds the token just chosen at the next position, with no host

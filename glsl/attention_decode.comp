@@ -17,10 +17,22 @@
 // The split (attention_split.glsl) follows the row's span read from
 // positions: splits past it exit at once. With n_split > 1 each split writes
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
-// merges them; with n_split == 1 the result goes straight to `o`.
+// merges them; with n_split == 1 the result goes straight to `o`. (The last
+// split to finish merging them itself, told by an atomic counter, ran slower
+// on an H100: 758 -> 577 tok/s for SmolLM2 at 4.6K positions.)
+//
+// With ROPE (a single row: a decode step) the kernel is also the step's rope
+// and cache append: q is rotated as it is loaded, with the (cos, sin) that
+// rope_rotations.comp computed once per pass for the step's position, and
+// the workgroups whose split holds that position rotate the new k, round k
+// and v as the cache stores them, take them from shared memory as a last
+// tile of one key (the cache row may not be written yet) and (head tile 0)
+// write them into the cache: rope_store's dispatch disappears. The first
+// cached tile's loads are issued before q is read, to overlap that work.
 //
 // Specialization constant 0: head_dim | heads per tile << 16 | key tile
-// code << 24 (0: 32 keys, 1: 16, 2: 8) | (f16 KV cache) << 26. head_dim is a
+// code << 24 (0: 32 keys, 1: 16, 2: 8) | (f16 KV cache) << 26 | ROPE << 27.
+// head_dim is a
 // multiple of 4, at most 256 (vk/ops/attention.rs checks, and sizes the
 // tiles to the device's shared memory).
 #version 450
@@ -36,6 +48,7 @@ const uint KS = HD4 + 1u; // padded K row in shared memory: conflict-free column
 const uint WG = 128u;
 const uint TK = 32u >> ((SPEC >> 24) & 3u); // divides SPLIT_MIN
 const bool KV_F16 = ((SPEC >> 26) & 1u) != 0u;
+const bool ROPE = ((SPEC >> 27) & 1u) != 0u;
 const uint SC_PER = (GT * TK + WG - 1u) / WG; // scores per invocation per tile
 const uint K_PER = (TK * HD4 + WG - 1u) / WG; // K words per invocation per tile
 // V: invocation t folds dims 4 (t % HD4) onwards of keys t / HD4,
@@ -44,6 +57,7 @@ const uint KL = WG / HD4;
 const uint VK = (TK + KL - 1u) / KL; // keys per invocation per tile
 
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
+layout(binding = 0) readonly buffer Qf { float qf[]; };
 layout(binding = 1) readonly buffer K { vec4 k4[]; };
 layout(binding = 2) readonly buffer V { vec4 v4[]; };
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
@@ -52,6 +66,16 @@ layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
 // the second as position + 1 and the row attends to the cache it has.
 layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
 layout(binding = 6) writeonly buffer Part { float part[]; };
+// ROPE: the step's new k and v rows, (cos, sin) of the step's position
+// per frequency.
+layout(binding = 7) readonly buffer KNew { float knew[]; };
+layout(binding = 8) readonly buffer VNew { vec4 vnew4[]; };
+layout(binding = 9) readonly buffer Rot { vec2 rot_cs[]; }; // rope_rotations.comp
+// The cache rows ROPE appends (bindings 1 and 2 again).
+layout(binding = 1) writeonly buffer KOut { vec4 kout4[]; };
+layout(binding = 2) writeonly buffer VOut { vec4 vout4[]; };
+layout(binding = 1) writeonly buffer KOut16 { uvec2 kout16[]; };
+layout(binding = 2) writeonly buffer VOut16 { uvec2 vout16[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -62,9 +86,12 @@ layout(push_constant) uniform Push {
     uint window;
     uint n_split;
     uint head_tiles;
+    uint rot_dim;
+    uint neox;
 } pc;
 
 #include "attention_split.glsl"
+#include "rope.glsl"
 
 shared vec4 qs[GT * HD4];
 shared vec4 ks[TK * KS];
@@ -72,6 +99,9 @@ shared vec4 ss4[GT * TK / 4u]; // the tile's scores, head-major
 // The key lanes' partial sums of one head, on their way to the first lane.
 shared vec4 red[WG];
 shared float red_l[WG];
+// ROPE: the row's own k and v as the cache holds them.
+shared vec4 kf[HD4];
+shared vec4 vf[HD4];
 
 // An f16 cache binds the same buffers as 4 halves per 8-byte word.
 layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
@@ -79,6 +109,10 @@ layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
 vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
+// A value as the cache stores it.
+vec4 as_stored(vec4 x) {
+    return KV_F16 ? vec4(unpackHalf2x16(packHalf2x16(x.xy)), unpackHalf2x16(packHalf2x16(x.zw))) : x;
+}
 
 float score(uint hh, uint kk) {
     return ss4[(hh * TK + kk) / 4u][(hh * TK + kk) % 4u];
@@ -99,6 +133,17 @@ void fetch(uint j0, uint j_end, uint lane, uint d4, uint stride4, uint koff4,
         kr[i] = u < TK * HD4 && kk < nk
             ? load_k((j0 + kk) * stride4 + koff4 + (u - kk * HD4))
             : vec4(0.0);
+    }
+}
+
+// ROPE: the row's own key, a tile of one, from kf / vf.
+void fetch_own(uint lane, uint d4, out vec4 vr[VK], out vec4 kr[K_PER]) {
+    [[unroll]] for (uint i = 0u; i < VK; i++) {
+        vr[i] = lane == 0u && i == 0u ? vf[d4] : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0u; i < K_PER; i++) {
+        uint u = gl_LocalInvocationID.x + i * WG;
+        kr[i] = u < HD4 ? kf[u] : vec4(0.0);
     }
 }
 
@@ -126,6 +171,41 @@ void write_head(float mh, uint d4, uint hg, uint r, uint split) {
     }
 }
 
+// ROPE: (cos, sin) for element d of a head (unused past rot_dim).
+vec2 rotation(uint d) {
+    return d < pc.rot_dim ? rot_cs[rope_freq(d, pc.rot_dim, pc.neox != 0u)] : vec2(1.0, 0.0);
+}
+
+// The row's new k (rotated) and v of kv head kvh into kf / vf, rounded as
+// the cache stores them; `store`: into the cache row `p` too.
+void own_kv(uint kvh, uint p, bool store) {
+    uint t = gl_LocalInvocationID.x;
+    bool neox = pc.neox != 0u;
+    if (t >= HD4) {
+        return;
+    }
+    uint base = kvh * HD;
+    vec4 k;
+    [[unroll]] for (uint c = 0u; c < 4u; c++) {
+        uint d = 4u * t + c;
+        k[c] = rope_apply(d, knew[base + d], knew[base + rope_mate(d, pc.rot_dim, neox)],
+                          rotation(d), pc.rot_dim, neox);
+    }
+    vec4 v = vnew4[kvh * HD4 + t];
+    kf[t] = as_stored(k);
+    vf[t] = as_stored(v);
+    if (store) {
+        uint at = p * pc.n_kv_heads * HD4 + kvh * HD4 + t;
+        if (KV_F16) {
+            kout16[at] = uvec2(packHalf2x16(k.xy), packHalf2x16(k.zw));
+            vout16[at] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+        } else {
+            kout4[at] = k;
+            vout4[at] = v;
+        }
+    }
+}
+
 void main() {
     uint t = gl_LocalInvocationID.x;
     uint kvh = gl_WorkGroupID.x / pc.head_tiles;
@@ -144,18 +224,46 @@ void main() {
     uint j_begin = sp.start + split * sp.len;
     uint j_end = min(j_begin + sp.len, sp.end);
 
-    // The tile's query vectors, pre-scaled (heads past the group read zeros).
-    for (uint u = t; u < GT * HD4; u += WG) {
-        uint hh = u / HD4;
-        uint hl = h0 + hh;
-        qs[u] = hl < group
-            ? q4[(r * pc.n_heads + kvh * group + hl) * HD4 + (u - hh * HD4)] * pc.scale
-            : vec4(0.0);
-    }
+    // ROPE: the split holding the row's position (its last key) takes the
+    // new k and v from kf / vf, as a last tile (uniform per workgroup).
+    bool own = ROPE && p < pc.capacity && p >= j_begin && p < j_end;
+    uint j_cached = own ? p : j_end; // keys [j_begin, j_cached) come from the cache
+    uint tiles = (j_cached - j_begin + TK - 1u) / TK + (own ? 1u : 0u);
     uint stride4 = pc.n_kv_heads * HD4;
     uint koff4 = kvh * HD4;
     uint lane = t / HD4; // key lane
     uint d4 = t - lane * HD4;
+    // The first cached tile's loads go out before q is read and rotated, so
+    // their latency hides that work.
+    vec4 vc[VK];
+    vec4 kr[K_PER];
+    if (j_cached > j_begin) {
+        fetch(j_begin, j_cached, lane, d4, stride4, koff4, vc, kr);
+    }
+
+    // The tile's query vectors, pre-scaled (heads past the group read zeros);
+    // with ROPE rotated as they load, each value's pair partner read too.
+    for (uint u = t; u < GT * HD4; u += WG) {
+        uint hh = u / HD4;
+        uint hl = h0 + hh;
+        uint d = 4u * (u - hh * HD4);
+        uint base = (r * pc.n_heads + kvh * group + hl) * HD;
+        vec4 qv = vec4(0.0);
+        if (hl < group && ROPE) {
+            bool neox = pc.neox != 0u;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                uint mate = base + rope_mate(d + c, pc.rot_dim, neox);
+                qv[c] = rope_apply(d + c, qf[base + d + c], qf[mate], rotation(d + c), pc.rot_dim, neox);
+            }
+        } else if (hl < group) {
+            qv = q4[(base + d) / 4u];
+        }
+        qs[u] = qv * pc.scale;
+    }
+    if (own) {
+        own_kv(kvh, p, h0 == 0u);
+        barrier();
+    }
 
     // The running max is the same in every invocation (each reads every
     // score); sums and accumulators cover the invocation's own keys.
@@ -167,11 +275,15 @@ void main() {
         l[h] = 0.0;
         acc[h] = vec4(0.0);
     }
-    for (uint j0 = j_begin; j0 < j_end; j0 += TK) {
-        uint nk = min(TK, j_end - j0);
-        vec4 vc[VK];
-        vec4 kr[K_PER];
-        fetch(j0, j_end, lane, d4, stride4, koff4, vc, kr);
+    for (uint tile = 0u; tile < tiles; tile++) {
+        bool own_tile = own && tile + 1u == tiles;
+        uint j0 = j_begin + tile * TK;
+        uint nk = own_tile ? 1u : min(TK, j_cached - j0);
+        if (own_tile) {
+            fetch_own(lane, d4, vc, kr);
+        } else if (tile > 0u) {
+            fetch(j0, j_cached, lane, d4, stride4, koff4, vc, kr);
+        }
         barrier(); // the previous tile's readers are done (and qs is visible)
         [[unroll]] for (uint i = 0u; i < K_PER; i++) {
             uint u = t + i * WG;

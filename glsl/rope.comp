@@ -18,6 +18,8 @@ layout(push_constant) uniform Push {
     uint neox;
 } pc;
 
+#include "rope.glsl"
+
 void main() {
     uint half_rot = pc.rot_dim / 2u;
     uint total = pc.rows * pc.n_heads * half_rot;
@@ -27,14 +29,9 @@ void main() {
         uint head = g / half_rot;
         uint row = head / pc.n_heads;
         uint base = head * pc.head_dim;
-        precise float theta = float(pos[row]) * inv_freq[i];
-        // Reduce to [-pi, pi] first: GPU sin/cos lose accuracy on large
-        // arguments (position 1000 and up). 2*pi = 6.28125 (8 bits, so k * it
-        // is exact) + 0.0019353071795864769 (Cody-Waite, no fma needed).
-        precise float k = round(theta * 0.15915494309189535);
-        precise float r = (theta - k * 6.28125) - k * 0.0019353071795864769;
-        float c = cos(r);
-        float s = sin(r);
+        vec2 cs = rope_rotation(pos[row], inv_freq[i]);
+        float c = cs.x;
+        float s = cs.y;
         uint a = pc.neox != 0u ? base + i : base + 2u * i;
         uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
         float x0 = x[a];

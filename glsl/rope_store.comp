@@ -33,30 +33,17 @@ layout(push_constant) uniform Push {
     uint capacity;
 } pc;
 
-// cos and sin of position p times inverse frequency i; the angle is reduced
-// to [-pi, pi] first (as rope.comp) so large positions keep their accuracy.
-vec2 rotation(uint p, uint i) {
-    precise float theta = float(p) * inv_freq[i];
-    precise float t = round(theta * 0.15915494309189535);
-    precise float r = (theta - t * 6.28125) - t * 0.0019353071795864769;
-    return vec2(cos(r), sin(r));
-}
+#include "rope.glsl"
 
 // k element e (of row position p) rotated.
-float k_rot(uint e, uint p, uint half_rot) {
+float k_rot(uint e, uint p) {
     uint d = e % pc.head_dim;
-    float val = k[e];
-    if (d < pc.rot_dim) {
-        // This element's pair: (i, i + half) for NeoX, (2i, 2i + 1) interleaved.
-        bool first = pc.neox != 0u ? d < half_rot : (d & 1u) == 0u;
-        uint i = pc.neox != 0u ? d % half_rot : d / 2u;
-        uint mate = pc.neox != 0u ? (first ? e + half_rot : e - half_rot) : (first ? e + 1u : e - 1u);
-        vec2 cs = rotation(p, i);
-        float x0 = first ? val : k[mate];
-        float x1 = first ? k[mate] : val;
-        val = first ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+    if (d >= pc.rot_dim) {
+        return k[e];
     }
-    return val;
+    bool neox = pc.neox != 0u;
+    vec2 cs = rope_rotation(p, inv_freq[rope_freq(d, pc.rot_dim, neox)]);
+    return rope_apply(d, k[e], k[e - d + rope_mate(d, pc.rot_dim, neox)], cs, pc.rot_dim, neox);
 }
 
 void main() {
@@ -74,7 +61,7 @@ void main() {
             uint i = g % half_rot;
             uint head = g / half_rot;
             uint base = head * pc.head_dim;
-            vec2 cs = rotation(pos[head / pc.n_heads], i);
+            vec2 cs = rope_rotation(pos[head / pc.n_heads], inv_freq[i]);
             uint a = pc.neox != 0u ? base + i : base + 2u * i;
             uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
             float x0 = q[a];
@@ -96,7 +83,7 @@ void main() {
         }
         uint at = p * kvd + (e - r * kvd);
         if (KV_F16 != 0u) {
-            vec2 pair = is_v ? vec2(v[e], v[e + 1u]) : vec2(k_rot(e, p, half_rot), k_rot(e + 1u, p, half_rot));
+            vec2 pair = is_v ? vec2(v[e], v[e + 1u]) : vec2(k_rot(e, p), k_rot(e + 1u, p));
             if (is_v) {
                 vc16[at >> 1] = packHalf2x16(pair);
             } else {
@@ -105,7 +92,7 @@ void main() {
         } else if (is_v) {
             vc[at] = v[e];
         } else {
-            kc[at] = k_rot(e, p, half_rot);
+            kc[at] = k_rot(e, p);
         }
     }
 }

@@ -284,17 +284,6 @@ impl Stage {
                 base: lc.rope_base,
                 style: c.rope.map_or(RopeStyle::Neox, |r| r.style),
             };
-            self.be.rope_store(
-                &q,
-                &k,
-                &s.v,
-                &s.pos,
-                &self.k_cache[i],
-                &self.v_cache[i],
-                &rope,
-                c.n_head_kv,
-                kv.dtype,
-            )?;
             let ap = AttentionParams {
                 rows: m,
                 n_heads: c.n_head,
@@ -305,8 +294,17 @@ impl Stage {
                 window: lc.window,
                 kv_dtype: kv.dtype,
             };
-            self.be
-                .attention(&q, &self.k_cache[i], &self.v_cache[i], &s.pos, &s.att, &ap)?;
+            self.be.rope_store_attention(
+                &q,
+                &k,
+                &s.v,
+                &s.pos,
+                &self.k_cache[i],
+                &self.v_cache[i],
+                &rope,
+                &ap,
+                &s.att,
+            )?;
             self.residual(c, &lw.o, lw.attn_post_norm, s.att, m)?;
             // Feed-forward block.
             let (h, nw) = self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?;

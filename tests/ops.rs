@@ -1477,6 +1477,222 @@ test_device!(
     attention_f16_cache_vulkan
 );
 
+fn rope_store_attention_appends_and_attends((name, mut b): Named) {
+    // The decode step's attention front as one op (Vulkan: attention_decode.comp
+    // ropes q as it loads it and appends the row's k and v in the workgroups
+    // holding its position) against rope_store then attention on the same
+    // backend and against the reference. The cache rows equal rope_store's
+    // (v exactly; k within 1e-6, or one f16 ulp for f16 caches: the same
+    // rotation code in another shader) and every other row is untouched; k
+    // is within 1e-5 of the reference plus one f32 ulp of the angle p·θ
+    // (|k| <= 4·√2 after rotation; a device may keep p·θ unrounded in a fused
+    // multiply-add: up to 5.5e-3 at position 8191, measured 7.3e-4 on an
+    // H100), plus one f16 ulp for f16 caches; q as rope_store rotates it is
+    // within the same bound of the reference; and the attention equals the
+    // reference's over the caches the op left and that q (4e-5 absolute, as
+    // attention's tests).
+    // Cases: GQA groups of 3, 4 and 16 (two head tiles), head_dim 64, 80,
+    // 128, 256 and 6 (the fallback kernels), partial and no rotation, both
+    // pair layouts, a window, positions at split boundaries and deep in an
+    // 8192-key cache, f32 and f16 caches (which the CPU refuses).
+    // (n_heads, n_kv_heads, head_dim, rot_dim, style, capacity, position, window, cache)
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        RopeStyle,
+        usize,
+        u32,
+        usize,
+        DType,
+    );
+    let cases: [Case; 10] = [
+        (9, 3, 64, 64, RopeStyle::Neox, 8192, 8191, 0, DType::F16),
+        (9, 3, 64, 64, RopeStyle::Neox, 8192, 600, 0, DType::F16),
+        (9, 3, 64, 64, RopeStyle::Neox, 8192, 0, 0, DType::F16),
+        (
+            9,
+            3,
+            64,
+            64,
+            RopeStyle::Interleaved,
+            8192,
+            32,
+            0,
+            DType::F32,
+        ),
+        (
+            32,
+            8,
+            128,
+            128,
+            RopeStyle::Interleaved,
+            8192,
+            4000,
+            0,
+            DType::F32,
+        ),
+        (32, 8, 128, 128, RopeStyle::Neox, 8192, 2047, 0, DType::F16),
+        (
+            16,
+            1,
+            64,
+            32,
+            RopeStyle::Interleaved,
+            8192,
+            100,
+            0,
+            DType::F32,
+        ),
+        (4, 4, 80, 0, RopeStyle::Neox, 8192, 31, 0, DType::F32),
+        (8, 2, 256, 256, RopeStyle::Neox, 8192, 5000, 512, DType::F16),
+        (2, 1, 6, 6, RopeStyle::Neox, 40, 39, 0, DType::F32),
+    ];
+    for (n_heads, n_kv, head_dim, rot_dim, style, capacity, pos, window, dtype) in cases {
+        let what = format!(
+            "{name} {n_heads}/{n_kv} hd={head_dim} rot={rot_dim} {style:?} pos={pos} {dtype:?}"
+        );
+        let kvd = n_kv * head_dim;
+        let rope = RopeParams {
+            rows: 1,
+            n_heads,
+            head_dim,
+            rot_dim,
+            base: 10000.0,
+            style,
+        };
+        let p = AttentionParams {
+            rows: 1,
+            n_heads,
+            n_kv_heads: n_kv,
+            head_dim,
+            capacity,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            kv_dtype: dtype,
+        };
+        let q: Vec<f32> = rand_f32(n_heads * head_dim, 91)
+            .iter()
+            .map(|v| v * 4.0)
+            .collect();
+        let k: Vec<f32> = rand_f32(kvd, 92).iter().map(|v| v * 4.0).collect();
+        let v = rand_f32(kvd, 93);
+        let k_old: Vec<f32> = rand_f32(capacity * kvd, 94)
+            .iter()
+            .map(|v| v * 4.0)
+            .collect();
+        let v_old = rand_f32(capacity * kvd, 95);
+        let f16 = dtype == DType::F16;
+        let upload_cache = |b: &mut dyn ComputeBackend, data: &[f32]| {
+            if f16 {
+                upload_f16(b, data)
+            } else {
+                (upload_f32(b, data), data.to_vec())
+            }
+        };
+        let download_cache = |b: &mut dyn ComputeBackend, buf: &vkllm::backend::Buffer| {
+            if f16 {
+                download_f16(b, buf, capacity * kvd)
+            } else {
+                download_f32(b, buf, capacity * kvd)
+            }
+        };
+        // The fused op, then rope_store alone on copies of the caches.
+        let (kcb, k_old) = upload_cache(b.as_mut(), &k_old);
+        let (vcb, v_old) = upload_cache(b.as_mut(), &v_old);
+        let (kcb2, _) = upload_cache(b.as_mut(), &k_old);
+        let (vcb2, _) = upload_cache(b.as_mut(), &v_old);
+        let [qb, qb2, kb, vb] = [&q, &q, &k, &v].map(|d| upload_f32(b.as_mut(), d));
+        let pb = upload_u32(b.as_mut(), &[pos]);
+        let out = b.alloc(q.len() * 4).unwrap();
+        b.begin_pass().unwrap();
+        let r = b.rope_store_attention(&qb, &kb, &vb, &pb, &kcb, &vcb, &rope, &p, &out);
+        b.end_pass().unwrap();
+        let bufs = [kcb, vcb, kcb2, vcb2, qb, qb2, kb, vb, pb, out];
+        if f16_unsupported(r, &name) {
+            bufs.into_iter().for_each(|buf| b.free(buf));
+            continue;
+        }
+        let got = download_f32(b.as_mut(), &out, q.len());
+        pass(b.as_mut(), |b| {
+            b.rope_store(&qb2, &kb, &vb, &pb, &kcb2, &vcb2, &rope, n_kv, dtype)
+                .unwrap()
+        });
+        let [kc, vc, kc2, vc2] = [kcb, vcb, kcb2, vcb2].map(|buf| download_cache(b.as_mut(), &buf));
+        // rope_store rotated q in place: the device's own rotation.
+        let q_dev = download_f32(b.as_mut(), &qb2, q.len());
+        bufs.into_iter().for_each(|buf| b.free(buf));
+        let row = pos as usize * kvd..(pos as usize + 1) * kvd;
+        if f16 {
+            assert_f16_close(
+                &kc[row.clone()],
+                &kc2[row.clone()],
+                &format!("{what}: k row vs rope_store"),
+            );
+        } else {
+            let err = max_abs_diff(&kc[row.clone()], &kc2[row.clone()]);
+            assert!(err <= 1e-6, "{what}: k row error {err} vs rope_store");
+        }
+        assert_eq!(vc, vc2, "{what}: v cache vs rope_store");
+        let mut k_roped = k.clone();
+        let kp = RopeParams {
+            n_heads: n_kv,
+            ..rope
+        };
+        reference::rope(&mut k_roped, &[pos], &kp).unwrap();
+        let angle = 4.0 * std::f32::consts::SQRT_2 * pos as f32 * f32::EPSILON;
+        let f16_ulp = |w: f32| {
+            if f16 {
+                w.abs().max(1.0 / 16384.0) / 1024.0
+            } else {
+                0.0
+            }
+        };
+        for (i, (g, w)) in kc[row.clone()].iter().zip(&k_roped).enumerate() {
+            let tol = 1e-5 + angle + f16_ulp(*w);
+            assert!(
+                (g - w).abs() <= tol,
+                "{what}: k row[{i}] {g} vs {w} (tolerance {tol})"
+            );
+        }
+        let v_row = if f16 { f16_of(&v).1 } else { v.clone() };
+        assert_eq!(vc[row.clone()], v_row[..], "{what}: v row");
+        for (cache, old, which) in [(&kc, &k_old, "k"), (&vc, &v_old, "v")] {
+            let outside = |c: &[f32]| [c[..row.start].to_vec(), c[row.end..].to_vec()].concat();
+            assert!(
+                outside(cache) == outside(old),
+                "{what}: {which} rows past the position changed"
+            );
+        }
+        let mut q_roped = q.clone();
+        reference::rope(&mut q_roped, &[pos], &rope).unwrap();
+        for (i, (g, w)) in q_dev.iter().zip(&q_roped).enumerate() {
+            let tol = 1e-5 + angle;
+            assert!(
+                (g - w).abs() <= tol,
+                "{what}: q[{i}] {g} vs {w} (tolerance {tol})"
+            );
+        }
+        let p32 = AttentionParams {
+            kv_dtype: DType::F32,
+            ..p
+        };
+        let want = reference::attention(&q_dev, &kc, &vc, &[pos], &p32).unwrap();
+        let err = max_abs_diff(&got, &want);
+        let tol = 4e-5;
+        assert!(
+            err <= tol,
+            "{what}: attention error {err} (tolerance {tol})"
+        );
+    }
+}
+test_device!(
+    rope_store_attention_appends_and_attends,
+    rope_store_attention_appends_and_attends_cpu,
+    rope_store_attention_appends_and_attends_vulkan
+);
+
 fn append_token_records_the_token_and_advances((name, mut b): Named) {
     let ids = upload_u32(b.as_mut(), &[42]);
     let pos = upload_u32(b.as_mut(), &[9]);

@@ -271,6 +271,10 @@ pub struct Kernels {
     /// memory. Small weights stay f32, where the extra dispatch costs more,
     /// unless their input is quantized already (K and V after Q).
     pub gemv_q8: bool,
+    /// A decode step's rope and cache append run inside the decode
+    /// attention kernel (one dependent dispatch fewer per layer);
+    /// `VKLLM_DECODE_ATTENTION=split` runs rope_store before it.
+    pub decode_rope: bool,
 }
 
 impl Kernels {
@@ -280,7 +284,7 @@ impl Kernels {
     /// cooperative-matrix kernel the device cannot run is an error) and
     /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup`,
     /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
-    /// dot products, by default).
+    /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`.
     pub fn choose(caps: &Caps) -> Result<Kernels> {
         use MatmulKernel::{CoopmatKhr, CoopmatNv, Tiles};
         let best_coopmat = [CoopmatKhr, CoopmatNv]
@@ -344,11 +348,21 @@ impl Kernels {
                 )))
             }
         };
+        let decode_rope = match std::env::var("VKLLM_DECODE_ATTENTION").as_deref() {
+            Err(_) | Ok("") | Ok("fused") => true,
+            Ok("split") => false,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_DECODE_ATTENTION={other} is not one of fused, split"
+                )))
+            }
+        };
         Ok(Kernels {
             matmul,
             attention,
             gemv,
             gemv_q8,
+            decode_rope,
         })
     }
 }
@@ -377,10 +391,15 @@ impl std::fmt::Display for Kernels {
         } else {
             ""
         };
+        let decode = if self.decode_rope {
+            "rope and cache append inside attention_decode, then attention_combine"
+        } else {
+            "rope_store, attention_decode, attention_combine"
+        };
         write!(
             f,
             "matmul (m > 4): {matmul}; prefill attention: {attention}; decode matmul (m <= 4): \
-             {gemv}{gemv_x}"
+             {gemv}{gemv_x}; decode attention: {decode}"
         )
     }
 }

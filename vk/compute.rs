@@ -285,6 +285,9 @@ impl ComputeBackend for VulkanBackend {
         "rope_store": fn rope_store(q: &Buffer, k: &Buffer, v: &Buffer, positions: &Buffer,
             k_cache: &Buffer, v_cache: &Buffer, p: &RopeParams, n_kv_heads: usize,
             kv_dtype: DType) => encode_rope_store;
+        "attention": fn rope_store_attention(q: &Buffer, k: &Buffer, v: &Buffer,
+            positions: &Buffer, k_cache: &Buffer, v_cache: &Buffer, rope: &RopeParams,
+            p: &AttentionParams, out: &Buffer) => encode_rope_store_attention;
         "append_token": fn append_token(ids: &Buffer, positions: &Buffer,
             history: &Buffer) => encode_append_token;
     }

@@ -8,7 +8,7 @@
 //! takes fall back to glsl/attention.comp (one workgroup per (head, row)).
 
 use super::Encoder;
-use super::{atomic, plain, read, u32_of, write};
+use super::{atomic, plain, read, read_or_write, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -69,9 +69,10 @@ fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
 }
 
 /// Shared memory attention_decode.comp declares for `gt` heads per tile and
-/// `tk` keys per tile (mirrors its declarations: qs, ks, ss4, red, red_l).
+/// `tk` keys per tile (mirrors its declarations: qs, ks, ss4, red, red_l,
+/// kf, vf).
 fn decode_shared_bytes(gt: usize, tk: usize, head_dim: usize) -> usize {
-    (gt * head_dim + tk * (head_dim + 4) + gt * tk + DECODE_WG * 5) * 4
+    (gt * head_dim + tk * (head_dim + 4) + gt * tk + DECODE_WG * 5 + 2 * head_dim) * 4
 }
 
 /// How attention_decode.comp runs one shape.
@@ -154,6 +155,20 @@ struct DecodePush {
     window: u32,
     n_split: u32,
     head_tiles: u32,
+    /// With an [`Append`]: its rotation (else 0).
+    rot_dim: u32,
+    neox: u32,
+}
+
+/// A decode step's rope and cache append, done by attention_decode.comp
+/// (its ROPE mode): the step's new k and v rows and the step's rotations
+/// (`Encoder::step_rotations`; any buffer when `rot_dim` is 0).
+pub(in crate::vk) struct Append<'a> {
+    pub k: &'a Buffer,
+    pub v: &'a Buffer,
+    pub rotations: Buffer,
+    pub rot_dim: u32,
+    pub neox: bool,
 }
 
 #[repr(C)]
@@ -245,7 +260,12 @@ impl Encoder<'_> {
         let group = p.n_heads / p.n_kv_heads;
         if p.rows <= SPLIT_MAX_ROWS {
             if let Some(t) = decode_tiles(group, p.head_dim, self.caps().max_shared_memory) {
-                return self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, t);
+                return self.encode_attention_decode(
+                    [q, k_cache, v_cache, positions, out],
+                    p,
+                    t,
+                    None,
+                );
             }
         }
         if p.rows > SPLIT_MAX_ROWS {
@@ -363,13 +383,15 @@ impl Encoder<'_> {
         ))
     }
 
-    /// attention_decode.comp tiled as `t`, then attention_combine.comp.
-    /// Shapes are checked by the caller.
-    fn encode_attention_decode(
+    /// attention_decode.comp tiled as `t`, with `append` (a single row)
+    /// roping q and appending the row's k and v too, then
+    /// attention_combine.comp. Shapes are checked by the caller.
+    pub(super) fn encode_attention_decode(
         &mut self,
         [q, k_cache, v_cache, positions, out]: [&Buffer; 5],
         p: &AttentionParams,
         t: DecodeTiles,
+        append: Option<Append>,
     ) -> Result<()> {
         const OP: &str = "attention";
         // The split count depends on the shape and capacity only, never on
@@ -393,6 +415,8 @@ impl Encoder<'_> {
             window: u32_of(OP, "window", p.window)?,
             n_split: n_split as u32,
             head_tiles: t.tiles as u32,
+            rot_dim: 0,
+            neox: 0,
         };
         let x = p
             .n_kv_heads
@@ -409,23 +433,36 @@ impl Encoder<'_> {
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
         // Specialization constant 0: head_dim | heads per tile << 16 |
-        // log2(32 / keys per tile) << 24 | (f16 cache) << 26.
+        // log2(32 / keys per tile) << 24 | (f16 cache) << 26 | ROPE << 27.
         let spec = p.head_dim as u32
             | ((t.heads as u32) << 16)
             | ((DECODE_TK[0] / t.keys).trailing_zeros() << 24)
-            | (u32::from(p.kv_dtype == DType::F16) << 26);
+            | (u32::from(p.kv_dtype == DType::F16) << 26)
+            | (u32::from(append.is_some()) << 27);
+        let push = DecodePush {
+            rot_dim: append.as_ref().map_or(0, |a| a.rot_dim),
+            neox: append.as_ref().map_or(0, |a| u32::from(a.neox)),
+            ..push
+        };
+        // Bindings a mode leaves unused get the status words, which no
+        // barrier tracking sees.
         let status = self.status;
+        let unused = || atomic(&status);
+        let appends = append.is_some();
         self.dispatch(
             OP,
             plain("attention_decode").spec(spec),
             &[
                 read(q),
-                read(k_cache),
-                read(v_cache),
+                read_or_write(k_cache, appends),
+                read_or_write(v_cache, appends),
                 read(positions),
                 write(out),
                 atomic(&status),
                 write(&part),
+                append.as_ref().map_or_else(unused, |a| read(a.k)),
+                append.as_ref().map_or_else(unused, |a| read(a.v)),
+                append.as_ref().map_or_else(unused, |a| read(&a.rotations)),
             ],
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],

@@ -22,6 +22,10 @@ use std::collections::HashMap;
 pub(in crate::vk) struct OpState {
     /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
     pub rope_tables: HashMap<(u32, u32), Buffer>,
+    /// A decode step's rotations by (rot_dim, base bits): the buffer, the
+    /// positions buffer they were made from and the recorder's number of
+    /// their write (valid while neither has been written since).
+    pub step_rotations: HashMap<(u32, u32), (Buffer, u32, u64)>,
     /// Attention's per-split partials (decode), grown on demand.
     pub attn_scratch: Option<Buffer>,
     /// `linear`'s normed input and product for many rows, grown on demand.

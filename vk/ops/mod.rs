@@ -16,6 +16,7 @@ mod matmul;
 mod rms_norm;
 mod rope;
 mod rope_store;
+mod rope_store_attention;
 mod scale;
 mod store_rows;
 
@@ -26,8 +27,8 @@ use crate::error::{Error, Result};
 
 pub(super) use encoder::{Encoder, OpState};
 
-/// Most storage buffers any kernel binds (attention: 6).
-const MAX_BINDINGS: usize = 7;
+/// Most storage buffers any kernel binds (attention_decode: 10).
+const MAX_BINDINGS: usize = 10;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {
@@ -63,6 +64,15 @@ pub(super) fn write(buf: &Buffer) -> Bind<'_> {
         write: true,
         tracked: true,
         may_alias: false,
+    }
+}
+
+/// A buffer the command writes when `written`, else only reads.
+pub(super) fn read_or_write(buf: &Buffer, written: bool) -> Bind<'_> {
+    if written {
+        write(buf)
+    } else {
+        read(buf)
     }
 }
 

@@ -90,4 +90,49 @@ impl Encoder<'_> {
             .insert((rot_dim, base.to_bits()), table);
         Ok(table)
     }
+
+    /// (cos, sin) of `positions[0]` times each frequency of (`rot_dim`,
+    /// `base`), `rot_dim / 2` of them (glsl/rope_rotations.comp), for a
+    /// decode step's fused attention: made once per pass and reused by every
+    /// layer while the positions are unchanged.
+    pub(super) fn step_rotations(
+        &mut self,
+        positions: &Buffer,
+        rot_dim: u32,
+        base: f32,
+    ) -> Result<Buffer> {
+        let key = (rot_dim, base.to_bits());
+        let kept = self.state.step_rotations.get(&key).copied();
+        if let Some((buf, pos, at)) = kept {
+            let valid = pos == positions.id
+                && self.rec.last_write(buf.id) == Some(at)
+                && self.rec.last_write(pos).is_none_or(|w| w < at);
+            if valid {
+                return Ok(buf);
+            }
+        }
+        let table = self.rope_table(rot_dim, base)?;
+        let half = rot_dim / 2;
+        let buf = match kept {
+            Some((buf, _, _)) => buf,
+            None => {
+                let bytes = half as usize * 8;
+                let (id, _, _) = self.mem.alloc(bytes)?;
+                Buffer::new(id, bytes)
+            }
+        };
+        self.dispatch(
+            "rope",
+            plain("rope_rotations"),
+            &[read(positions), read(&table), write(&buf)],
+            bytemuck::bytes_of(&half),
+            [half.div_ceil(64).max(1), 1, 1],
+        )?;
+        let at = self
+            .rec
+            .last_write(buf.id)
+            .ok_or_else(|| Error::op("rope", "the rotations were not recorded"))?;
+        self.state.step_rotations.insert(key, (buf, positions.id, at));
+        Ok(buf)
+    }
 }
