@@ -16,7 +16,8 @@
 //! Accepted on purpose (documented, tested as accepted): NaN or infinite
 //! values inside weight matrices and quantized block scales. Finding them
 //! would cost a pass over every weight at load; they give wrong text, never a
-//! crash. Non-finite norm weights are refused (they are few values).
+//! crash. Non-finite norm weights are refused (they are few values); a
+//! quantized norm weight is dequantized at load like any other.
 
 mod common;
 
@@ -113,6 +114,10 @@ fn table() -> Vec<Case> {
         case("gguf norm of the wrong length", Gguf(|g| g.reshape("blk.0.attn_norm.weight", &[128])), "generate -b cpu -m {model} -p hi",
             Fails(&["blk.0.attn_norm.weight"])),
         case("gguf norm stored as a 2-D matrix of its values (accepted)", Gguf(|g| g.reshape("output_norm.weight", &[128, 2])), "logits -b cpu -m {model} --prompt-ids 1",
+            Accepted),
+        case("gguf integer type for a weight", GgufBytes(|b| { let at = tensor_offset_at(b, "blk.0.attn_q.weight"); b[at - 4..at].copy_from_slice(&26u32.to_le_bytes()) }), "generate -b cpu -m {model} -p hi",
+            Fails(&["blk.0.attn_q.weight"])),
+        case("gguf quantized norm weight (accepted: dequantized at load)", Gguf(|g| g.retype("output_norm.weight", DType::Q8_0)), "logits -b cpu -m {model} --prompt-ids 1",
             Accepted),
         case("gguf NaN in a norm weight", Gguf(|g| g.poison_f32("output_norm.weight", f32::NAN)), "generate -b cpu -m {model} -p hi",
             Fails(&["output_norm.weight", "non-finite"])),
@@ -225,6 +230,20 @@ fn table() -> Vec<Case> {
             Usage(&["--repetitions"])),
         case("bench of a missing model", Plain, "bench -b cpu -m {dir}/missing.gguf -p 4 -n 2 -r 1 --copy-mib 0",
             Fails(&["missing.gguf"])),
+        case("chat without a chat template", Plain, "chat -b cpu -m {model}",
+            Fails(&["no chat template"])),
+        case("chat negative temperature", Plain, "chat -b cpu -m {model} --temperature=-1",
+            Usage(&["--temperature", "out of range"])),
+        case("chat of a truncated GGUF", GgufBytes(|b| b.truncate(100)), "chat -b cpu -m {model}",
+            Fails(&["not a valid GGUF file"])),
+        case("serve port out of range", Plain, "serve -b cpu -m {model} --port 70000",
+            Usage(&["--port", "70000"])),
+        case("serve of a truncated GGUF", GgufBytes(|b| b.truncate(100)), "serve -b cpu -m {model} --port 0",
+            Fails(&["not a valid GGUF file"])),
+        case("serve context too large for host memory", Plain, "serve -b cpu -m {model} --port 0 --ctx 100000000000",
+            Fails(&["out of host memory", "needs", "available"])),
+        case("serve on an address not of this host", Plain, "serve -b cpu -m {model} --host 192.0.2.1 --port 0",
+            Fails(&["cannot listen on 192.0.2.1"])),
         case("synth unknown shape", Plain, "synth --shape llama-99b -o {dir}/x.gguf",
             Usage(&["llama-99b"])),
         case("synth into a missing directory", Plain, "synth --shape tiny -o {dir}/no/such/x.gguf",
@@ -446,6 +465,13 @@ impl Gguf {
         let bytes = t.2.row_bytes(n as usize).unwrap();
         t.1 = dims.to_vec();
         t.3 = vec![0; bytes];
+    }
+    /// Another element type, with data of the matching size (zeros).
+    fn retype(&mut self, name: &str, dtype: DType) {
+        let t = self.tensor(name);
+        let n: u64 = t.1.iter().product();
+        t.2 = dtype;
+        t.3 = vec![0; dtype.row_bytes(n as usize).unwrap()];
     }
     fn poison_f32(&mut self, name: &str, x: f32) {
         let t = self.tensor(name);

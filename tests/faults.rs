@@ -1,10 +1,10 @@
 //! Faults leave clean errors and nothing behind: a Vulkan backend created
 //! and dropped 100 times, loads that fail halfway, device memory running out
 //! during a load or a pass (injected with `VKLLM_FAIL_ALLOC_AFTER`, see
-//! `vk::Options::fail_alloc_after`), the device lost mid-generation
-//! (`VKLLM_LOSE_DEVICE_AFTER`). Each test holds the Vulkan lock, so the
-//! tests of this file run one at a time and their process figures are their
-//! own.
+//! `vk::Options::fail_alloc_after`), the device lost mid-generation and at
+//! the drop's wait for idle (`VKLLM_LOSE_DEVICE_AFTER`). Each test holds the
+//! Vulkan lock, so the tests of this file run one at a time and their
+//! process figures are their own.
 
 mod common;
 
@@ -178,7 +178,58 @@ fn device_lost_during_generation_is_a_clean_error_and_the_model_drops() {
         let e = m.forward(&[1], Want::LastLogits).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DeviceLost, "{e}");
         drop(m);
+        // The drop's wait answered DeviceLost; it left no validation
+        // message (opening checks them).
+        VulkanBackend::new(&opts).unwrap();
     }
+}
+
+#[test]
+fn a_lost_device_waits_idle_as_lost_and_drops_cleanly() {
+    // A driver that lost the device answers vkDeviceWaitIdle, which the drop
+    // calls, with VK_ERROR_DEVICE_LOST; the injected loss does the same.
+    let Some(opts) = vulkan_options() else {
+        return;
+    };
+    let opts = Options {
+        lose_device_after: Some(1),
+        ..opts
+    };
+    // 16 MiB per round, so a backend whose memory outlived its drop shows.
+    let n = 4 << 20;
+    let mut warm = None;
+    for round in 0..20 {
+        // Opening fails on validation messages left by the last drop.
+        let mut be = VulkanBackend::new(&opts)
+            .unwrap_or_else(|e| panic!("backend after {round} lost ones: {e}"));
+        let x = common::upload_f32(&mut be, &vec![1.0; n]);
+        for pass in 0..2 {
+            be.begin_pass().unwrap();
+            be.scale(&x, 2.0, &x, n).unwrap();
+            match (pass, be.end_pass()) {
+                (0, r) => r.unwrap(),
+                (_, r) => assert_eq!(r.unwrap_err().kind(), ErrorKind::DeviceLost),
+            }
+        }
+        for _ in 0..2 {
+            let e = be.wait_idle().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::DeviceLost, "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("the device was lost while waiting for the device to be idle"),
+                "{e}"
+            );
+        }
+        let mut out = vec![0u8; 16];
+        let e = be.download(&x, 0, &mut out).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DeviceLost, "{e}");
+        drop(be);
+        if round == 4 {
+            warm = Some(process());
+        }
+    }
+    VulkanBackend::new(&opts).expect("no validation messages from the last drop");
+    assert_flat("lost devices dropped", warm.unwrap(), process(), 24);
 }
 
 #[test]

@@ -237,6 +237,13 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// Wait for the device to finish its work: `Error::DeviceLost` once it
+    /// is lost. Dropping the backend waits the same way, then frees
+    /// everything whatever the answer (valid on a lost device).
+    pub fn wait_idle(&mut self) -> Result<()> {
+        self.rec.wait_idle()
+    }
+
     fn caps(&self) -> &Caps {
         self.dev.caps()
     }
@@ -272,7 +279,8 @@ impl Drop for VulkanBackend {
     /// Waits for the GPU; the fields then drop in declaration order:
     /// recorder, pipelines, memory, device, and the hold on the (shared) instance last.
     fn drop(&mut self) {
-        // SAFETY: valid device; waiting has no preconditions.
-        let _ = unsafe { self.dev.device.device_wait_idle() };
+        // A lost device answers DeviceLost and its objects may still be
+        // destroyed; a drop has no one to report to.
+        let _ = self.wait_idle();
     }
 }

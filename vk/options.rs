@@ -17,9 +17,10 @@ pub struct Options {
     /// clean error and a backend that still drops cleanly.
     pub fail_alloc_after: Option<u64>,
     /// `VKLLM_LOSE_DEVICE_AFTER=N`: the first N compute passes run; the
-    /// next one, and every submit after it, fails as `VK_ERROR_DEVICE_LOST`
-    /// would. A fault injector: tests use it to check that a GPU that stops
-    /// answering mid-generation leaves a clean error and a model that drops.
+    /// next one, and every submit and wait for idle after it (the drop's
+    /// too), fails as `VK_ERROR_DEVICE_LOST` would. A fault injector: tests
+    /// use it to check that a GPU that stops answering mid-generation leaves
+    /// a clean error and a model that drops.
     pub lose_device_after: Option<u64>,
 }
 

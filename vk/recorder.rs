@@ -144,8 +144,9 @@ pub struct Recorder {
     /// Passes to run before an injected device loss
     /// (`Options::lose_device_after`).
     passes_left: Option<u64>,
-    /// The injected loss happened: every submit fails, as on a lost device.
-    lost: bool,
+    /// Set when the device is lost, injected or reported by the driver,
+    /// to how: every later submit and wait fails with it.
+    lost: Option<&'static str>,
 }
 
 impl Recorder {
@@ -177,7 +178,7 @@ impl Recorder {
             timestamps: None,
             retired_pools: Vec::new(),
             passes_left: None,
-            lost: false,
+            lost: None,
         };
         // SAFETY: valid device; on failure Drop destroys what exists.
         rec.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
@@ -533,33 +534,63 @@ impl Recorder {
     fn run(&mut self, cmd: vk::CommandBuffer, times: u32, pass: bool) -> Result<()> {
         if pass {
             if let Some(left) = &mut self.passes_left {
-                self.lost |= *left == 0;
+                if *left == 0 {
+                    self.lost = Some("a loss injected by VKLLM_LOSE_DEVICE_AFTER");
+                }
                 *left = left.saturating_sub(1);
             }
         }
-        if self.lost {
-            return Err(Error::DeviceLost(
-                "submitting work (a loss injected by VKLLM_LOSE_DEVICE_AFTER)".into(),
-            ));
+        if let Some(how) = self.lost {
+            return Err(Error::DeviceLost(format!("submitting work ({how})")));
         }
         let cmds = vec![cmd; times.max(1) as usize];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         // SAFETY: `cmd` is fully recorded and not pending (every submit is
         // waited for; repeats within a batch are kept passes, recorded for
         // simultaneous use); the fence is unsignalled (reset after every wait).
-        unsafe {
+        let result = unsafe {
             self.device
                 .queue_submit(self.queue, &submit, self.fence)
-                .map_err(vk_err("submitting work"))?;
-            let waiting = Instant::now();
-            let waited = self.device.wait_for_fences(&[self.fence], true, u64::MAX);
-            self.wait_ns += waiting.elapsed().as_nanos() as u64;
-            waited.map_err(vk_err("waiting for the GPU"))?;
-            self.device
-                .reset_fences(&[self.fence])
-                .map_err(vk_err("resetting the fence"))?;
+                .map_err(vk_err("submitting work"))
+                .and_then(|()| {
+                    let waiting = Instant::now();
+                    let waited = self.device.wait_for_fences(&[self.fence], true, u64::MAX);
+                    self.wait_ns += waiting.elapsed().as_nanos() as u64;
+                    waited.map_err(vk_err("waiting for the GPU"))
+                })
+                .and_then(|()| {
+                    self.device
+                        .reset_fences(&[self.fence])
+                        .map_err(vk_err("resetting the fence"))
+                })
+        };
+        // After a real loss the fence's state is unknown: later submits
+        // fail here instead of passing it to the driver again.
+        self.note_loss(&result);
+        result
+    }
+
+    /// Wait until the device has finished everything submitted. On a lost
+    /// device this fails with `DeviceLost`, as the driver's
+    /// vkDeviceWaitIdle does; the real wait runs first even then, so the
+    /// caller may destroy the device's objects either way.
+    pub fn wait_idle(&mut self) -> Result<()> {
+        // SAFETY: valid device; the recorder owns its only queue.
+        let waited = unsafe { self.device.device_wait_idle() }
+            .map_err(vk_err("waiting for the device to be idle"));
+        self.note_loss(&waited);
+        match (waited, self.lost) {
+            (Ok(()), Some(how)) => Err(Error::DeviceLost(format!(
+                "waiting for the device to be idle ({how})"
+            ))),
+            (other, _) => other,
         }
-        Ok(())
+    }
+
+    fn note_loss(&mut self, result: &Result<()>) {
+        if matches!(result, Err(Error::DeviceLost(_))) && self.lost.is_none() {
+            self.lost = Some("lost at an earlier call");
+        }
     }
 }
 
