@@ -27,8 +27,8 @@
 // the workgroups whose split holds that position rotate the new k, round k
 // and v as the cache stores them, take them from shared memory as a last
 // tile of one key (the cache row may not be written yet) and (head tile 0)
-// write them into the cache: rope_store's dispatch disappears. The first
-// cached tile's loads are issued before q is read, to overlap that work.
+// write them into the cache: rope_store's dispatch disappears. (Issuing the
+// first cached tile's loads before q is read was 2-3% slower on an H100.)
 //
 // Specialization constant 0: head_dim | heads per tile << 16 | key tile
 // code << 24 (0: 32 keys, 1: 16, 2: 8) | (f16 KV cache) << 26 | ROPE << 27.
@@ -99,9 +99,11 @@ shared vec4 ss4[GT * TK / 4u]; // the tile's scores, head-major
 // The key lanes' partial sums of one head, on their way to the first lane.
 shared vec4 red[WG];
 shared float red_l[WG];
-// ROPE: the row's own k and v as the cache holds them.
-shared vec4 kf[HD4];
-shared vec4 vf[HD4];
+// ROPE: the row's own k and v as the cache holds them: the stored words
+// (two f16 pairs in .xy, or four f32 bit patterns), unpacked as a cache
+// load would be, so no compiler can fold the f16 rounding away.
+shared uvec4 kf[HD4];
+shared uvec4 vf[HD4];
 
 // An f16 cache binds the same buffers as 4 halves per 8-byte word.
 layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
@@ -109,9 +111,12 @@ layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
 vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
-// A value as the cache stores it.
-vec4 as_stored(vec4 x) {
-    return KV_F16 ? vec4(unpackHalf2x16(packHalf2x16(x.xy)), unpackHalf2x16(packHalf2x16(x.zw))) : x;
+// Four values as the cache's words, and back.
+uvec4 stored(vec4 x) {
+    return KV_F16 ? uvec4(packHalf2x16(x.xy), packHalf2x16(x.zw), 0u, 0u) : floatBitsToUint(x);
+}
+vec4 unstored(uvec4 w) {
+    return KV_F16 ? halves4(w.xy) : uintBitsToFloat(w);
 }
 
 float score(uint hh, uint kk) {
@@ -139,11 +144,11 @@ void fetch(uint j0, uint j_end, uint lane, uint d4, uint stride4, uint koff4,
 // ROPE: the row's own key, a tile of one, from kf / vf.
 void fetch_own(uint lane, uint d4, out vec4 vr[VK], out vec4 kr[K_PER]) {
     [[unroll]] for (uint i = 0u; i < VK; i++) {
-        vr[i] = lane == 0u && i == 0u ? vf[d4] : vec4(0.0);
+        vr[i] = lane == 0u && i == 0u ? unstored(vf[d4]) : vec4(0.0);
     }
     [[unroll]] for (uint i = 0u; i < K_PER; i++) {
         uint u = gl_LocalInvocationID.x + i * WG;
-        kr[i] = u < HD4 ? kf[u] : vec4(0.0);
+        kr[i] = u < HD4 ? unstored(kf[u]) : vec4(0.0);
     }
 }
 
@@ -192,13 +197,15 @@ void own_kv(uint kvh, uint p, bool store) {
                           rotation(d), pc.rot_dim, neox);
     }
     vec4 v = vnew4[kvh * HD4 + t];
-    kf[t] = as_stored(k);
-    vf[t] = as_stored(v);
+    uvec4 kw = stored(k);
+    uvec4 vw = stored(v);
+    kf[t] = kw;
+    vf[t] = vw;
     if (store) {
         uint at = p * pc.n_kv_heads * HD4 + kvh * HD4 + t;
         if (KV_F16) {
-            kout16[at] = uvec2(packHalf2x16(k.xy), packHalf2x16(k.zw));
-            vout16[at] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+            kout16[at] = kw.xy;
+            vout16[at] = vw.xy;
         } else {
             kout4[at] = k;
             vout4[at] = v;
@@ -233,13 +240,6 @@ void main() {
     uint koff4 = kvh * HD4;
     uint lane = t / HD4; // key lane
     uint d4 = t - lane * HD4;
-    // The first cached tile's loads go out before q is read and rotated, so
-    // their latency hides that work.
-    vec4 vc[VK];
-    vec4 kr[K_PER];
-    if (j_cached > j_begin) {
-        fetch(j_begin, j_cached, lane, d4, stride4, koff4, vc, kr);
-    }
 
     // The tile's query vectors, pre-scaled (heads past the group read zeros);
     // with ROPE rotated as they load, each value's pair partner read too.
@@ -279,9 +279,11 @@ void main() {
         bool own_tile = own && tile + 1u == tiles;
         uint j0 = j_begin + tile * TK;
         uint nk = own_tile ? 1u : min(TK, j_cached - j0);
+        vec4 vc[VK];
+        vec4 kr[K_PER];
         if (own_tile) {
             fetch_own(lane, d4, vc, kr);
-        } else if (tile > 0u) {
+        } else {
             fetch(j0, j_cached, lane, d4, stride4, koff4, vc, kr);
         }
         barrier(); // the previous tile's readers are done (and qs is visible)

@@ -132,7 +132,9 @@ impl Encoder<'_> {
             .rec
             .last_write(buf.id)
             .ok_or_else(|| Error::op("rope", "the rotations were not recorded"))?;
-        self.state.step_rotations.insert(key, (buf, positions.id, at));
+        self.state
+            .step_rotations
+            .insert(key, (buf, positions.id, at));
         Ok(buf)
     }
 }
