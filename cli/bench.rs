@@ -76,7 +76,7 @@ pub struct BenchArgs {
     /// [default: the longest prompt, one pass]
     #[arg(long, value_name = "N")]
     ubatch: Option<NonZeroUsize>,
-    /// CPU: activations of decode matmuls with Q4_0..Q8_0, Q4_K, Q5_K, Q6_K weights
+    /// CPU: activations of matmuls with Q4_0..Q8_0, Q4_K, Q5_K, Q6_K weights (decode; prefill too on AVX2 / AVX-512)
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
     activations: ActivationsArg,
     /// Size of the copy-bandwidth probe in MiB (0 skips it and the roofline column)

@@ -113,7 +113,7 @@ pub struct BackendArgs {
     /// CPU threads [default: all cores]
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
-    /// CPU: activations of decode matmuls with Q4_0..Q8_0, Q4_K, Q5_K, Q6_K weights
+    /// CPU: activations of matmuls with Q4_0..Q8_0, Q4_K, Q5_K, Q6_K weights (decode; prefill too on AVX2 / AVX-512)
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
     pub activations: ActivationsArg,
     /// KV-cache size in positions [default: the model's context, at most 8192]

@@ -58,17 +58,47 @@ impl<T: ActInt> ActRows<T> {
             .chunks_exact(ACT_BLOCK)
             .zip(out.qs.chunks_exact_mut(ACT_BLOCK))
         {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / T::MAX;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, v) in qb.iter_mut().zip(xb) {
-                *q = T::from_rounded((v * id).round());
-                sum += (*q).into();
-            }
-            out.ds.push([d, d * sum as f32]);
+            out.ds.push(quantize_block(xb, qb));
         }
         out
+    }
+}
+
+/// One block of [`ActRows::quantize`]: `qb` set, `[d, d · Σq]` returned.
+fn quantize_block<T: ActInt>(xb: &[f32], qb: &mut [T]) -> [f32; 2] {
+    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / T::MAX;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, v) in qb.iter_mut().zip(xb) {
+        *q = T::from_rounded((v * id).round());
+        sum += (*q).into();
+    }
+    [d, d * sum as f32]
+}
+
+/// Up to `mr` activation rows quantized as [`ActRows::quantize`] does, laid
+/// out for the integer GEMM tiles, which broadcast one pair of values of each
+/// row at a time: `qs` is `[k / 2][mr]` pairs (value `2p` in the low 16 bits,
+/// `2p + 1` in the high; both 16-bit, whatever the width `T` rounded to), `ds`
+/// is `[k / 32][2][mr]` (each block's `d`, then its `d · Σq`). Rows past
+/// `x.len() / k` are zero.
+pub fn pack_rows<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: &mut [f32]) {
+    let nb = k / ACT_BLOCK;
+    assert!(k.is_multiple_of(ACT_BLOCK) && qs.len() == k / 2 * mr && ds.len() == nb * 2 * mr);
+    qs.fill(0);
+    ds.fill(0.0);
+    let mut qb = [T::default(); ACT_BLOCK];
+    for (i, row) in x.chunks_exact(k).take(mr).enumerate() {
+        for (b, xb) in row.chunks_exact(ACT_BLOCK).enumerate() {
+            let [d, s] = quantize_block(xb, &mut qb);
+            ds[b * 2 * mr + i] = d;
+            ds[b * 2 * mr + mr + i] = s;
+            for (p, q) in qb.chunks_exact(2).enumerate() {
+                let (lo, hi): (i32, i32) = (q[0].into(), q[1].into());
+                qs[(b * ACT_BLOCK / 2 + p) * mr + i] = (lo & 0xFFFF) | (hi << 16);
+            }
+        }
     }
 }
 

@@ -6,7 +6,12 @@
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`Activations`); other types, and
 //! `Activations::F32`, dequantize in registers and use f32 FMAs.
-//! Prefill: weight rows are dequantized once per panel of `NR` rows into an
+//! Prefill of those types with rounded activations, where the instruction
+//! set has integer kernels (`Isa::int_dots`): the activations are quantized
+//! once, as for decode, and each panel of weight rows is decoded once into
+//! 16-bit integers that the integer tile reuses across all `m` rows, with
+//! exact per-block integer sums; rayon splits the panels.
+//! Other prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
 //! `m` activation rows; rayon splits the panels.
 
@@ -15,6 +20,7 @@ use super::buffers::CpuWeight;
 use super::par::{self, Ctx};
 use super::simd::{self, ActQuant};
 use super::Activations;
+use rayon::prelude::*;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -45,9 +51,12 @@ pub(crate) fn run(
     if m == 0 || n == 0 {
         return;
     }
+    let int =
+        ctx.acts != Activations::F32 && act::supports(w.dtype) && w.cols.is_multiple_of(ACT_BLOCK);
     match ctx.isa.gemm_tile() {
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
+        _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => gemm_int(ctx, w, x, y, m),
         Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
         _ => gemv(ctx, w, x, y, m),
     }
@@ -185,4 +194,56 @@ fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32],
             },
         );
     }
+}
+
+/// Prefill with integer dots: activations quantized once into groups of
+/// `mr` rows (`act::pack_rows`), then per panel of `nr` weight rows one
+/// decode into 16-bit integers (`simd::pack_int_panel`), reused by every
+/// group's tile.
+fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+    let isa = ctx.isa;
+    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let (mr, nr) = simd::int_gemm_tile(isa);
+    let groups = m.div_ceil(mr);
+    let (gq, gd) = (k / 2 * mr, k / ACT_BLOCK * 2 * mr);
+    let mut xq = vec![0i32; groups * gq];
+    let mut xd = vec![0f32; groups * gd];
+    let pack = |(g, (q, d)): (usize, (&mut [i32], &mut [f32]))| {
+        let rows = &x[g * mr * k..((g + 1) * mr).min(m) * k];
+        match ctx.acts {
+            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, d),
+            _ => act::pack_rows::<i16>(rows, k, mr, q, d),
+        }
+    };
+    if ctx.par {
+        let it = xq.par_chunks_mut(gq).zip(xd.par_chunks_mut(gd));
+        it.enumerate().for_each(pack);
+    } else {
+        xq.chunks_mut(gq)
+            .zip(xd.chunks_mut(gd))
+            .enumerate()
+            .for_each(pack);
+    }
+    let yp = OutPtr(y.as_mut_ptr());
+    par::range_init(
+        ctx.par,
+        n.div_ceil(nr),
+        || (simd::IntPanel::new(isa, k), vec![0f32; mr * nr]),
+        |(panel, tile), p| {
+            let r0 = p * nr;
+            let nc = nr.min(n - r0);
+            simd::pack_int_panel(isa, w.dtype, &w.data[r0 * rb..(r0 + nc) * rb], rb, k, panel);
+            for g in 0..groups {
+                let (q, d) = (&xq[g * gq..(g + 1) * gq], &xd[g * gd..(g + 1) * gd]);
+                simd::int_gemm_tile_run(isa, panel, q, d, tile);
+                for i in 0..mr.min(m - g * mr) {
+                    for (j, v) in tile[i * nr..i * nr + nc].iter().enumerate() {
+                        // SAFETY: (g·mr + i, r0 + j) lies in the [m, n] output;
+                        // columns r0..r0 + nc belong to this panel alone.
+                        unsafe { *yp.get().add((g * mr + i) * n + r0 + j) = *v };
+                    }
+                }
+            }
+        },
+    );
 }

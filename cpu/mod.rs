@@ -36,9 +36,10 @@ use buffers::{CpuWeight, Slot, Store};
 use par::Ctx;
 use rayon::ThreadPool;
 
-/// What decode matmuls (up to 4 activation rows) of Q4_0 / Q4_1 / Q5_0 / Q5_1
-/// / Q8_0 / Q4_K / Q5_K / Q6_K weights do with the f32 activations. Prefill,
-/// the other weight types and every other op always work in f32.
+/// What matmuls of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
+/// weights do with the f32 activations: decode (up to 4 activation rows)
+/// everywhere, prefill on AVX2 and AVX-512 (elsewhere prefill is f32). The
+/// other weight types and every other op always work in f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// f32 against weights dequantized in registers: exact up to f32 rounding.
@@ -136,8 +137,8 @@ impl CpuBackend {
         self.isa
     }
 
-    /// How decode matmuls (up to 4 rows) of integer-dot weight types
-    /// treat the activations; see [`Activations`].
+    /// How matmuls of integer-dot weight types treat the activations; see
+    /// [`Activations`].
     pub fn with_activations(mut self, acts: Activations) -> CpuBackend {
         self.acts = acts;
         self

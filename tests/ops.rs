@@ -23,8 +23,8 @@ use vkllm::{reference, DType};
 
 /// A backend under test and the name failures print.
 type Named = (String, Box<dyn ComputeBackend>);
-/// A matmul backend under test: name, backend, and how its decode matmuls
-/// round activations.
+/// A matmul backend under test: name, backend, and how its matmuls round
+/// activations.
 type Rounded = (String, Box<dyn ComputeBackend>, Rounding);
 
 /// The CPU with the best instruction set here, then with each other one this
@@ -84,7 +84,7 @@ fn matmul_vulkan_backends() -> Vec<Rounded> {
         };
         let coopmat = b.kernels().matmul;
         let rounding = match kind {
-            "vulkan-q8" if b.kernels().gemv_q8 => Rounding::Steps(127.0 * 254.0),
+            "vulkan-q8" if b.kernels().gemv_q8 => Rounding::DecodeSteps(127.0 * 254.0),
             "vulkan-coopmat" if coopmat != MatmulKernel::Tiles => Rounding::F16Gemm,
             "vulkan" => Rounding::None,
             _ => continue,
@@ -103,9 +103,12 @@ fn matmul_vulkan_backends() -> Vec<Rounded> {
 enum Rounding {
     /// Not at all: f32 throughout.
     None,
-    /// Decode (m <= 4) activations of the integer-dot weight types, to steps
-    /// of max|x_block| / .0.
+    /// Activations of the integer-dot weight types, to steps of
+    /// max|x_block| / .0 (the CPU: decode, and prefill where it has integer
+    /// kernels; the bound holds for its f32 prefill elsewhere too).
     Steps(f32),
+    /// As `Steps`, in decode (m <= 4) only.
+    DecodeSteps(f32),
     /// Prefill (m > 4) weights and activations to f16 (the cooperative-
     /// matrix GEMM).
     F16Gemm,
@@ -124,7 +127,7 @@ impl Rounding {
 /// The most that rounding the inputs as `r` can move output `r` of row `x`
 /// (`k` values) of a matmul with `m` rows. Integer steps: each value moves
 /// by at most half a step, `max|x_block| / (2·MAX)`, times `|w|` (zero for
-/// other weight types and prefill). F16 GEMM: w and x each within 2⁻¹¹
+/// other weight types, and for prefill with `DecodeSteps`). F16 GEMM: w and x each within 2⁻¹¹
 /// relative (plus half f16's subnormal spacing, 2⁻²⁵), so each product
 /// within 2⁻¹⁰·|w·x| + 2⁻²⁵·(|w| + |x|) (zero for decode).
 fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
@@ -139,8 +142,9 @@ fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -
                 .sum();
             return terms * 1.01;
         }
-        _ if !act::supports(dtype) || m > 4 || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
-        Rounding::Steps(max) => max,
+        Rounding::DecodeSteps(_) if m > 4 => return 0.0,
+        _ if !act::supports(dtype) || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
+        Rounding::Steps(max) | Rounding::DecodeSteps(max) => max,
     };
     w.chunks(ACT_BLOCK)
         .zip(x.chunks(ACT_BLOCK))
@@ -226,9 +230,69 @@ test_device!(
     matmul_every_dtype_matches_reference_vulkan: matmul_vulkan_backends
 );
 
-/// The SIMD integer-dot kernels (AVX2, AVX-512 VNNI) against the scalar
-/// integer dot on the same quantized activations: the integer sums are
-/// exact, so only the f32 scaling may differ (1e-5 of Σ|w·x|).
+/// Integer-dot weight types.
+const INT_DTYPES: [DType; 8] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
+/// `matmul` of `wb` (`[rows, cols]` of `dtype`) with `x` (`[m, cols]`) on `b`,
+/// against the scalar integer dot (`act::dot_row`) on the same quantized
+/// activations: the integer sums are exact, so only the f32 scaling may
+/// differ (1e-5 of Σ|w·x|).
+#[allow(clippy::too_many_arguments)]
+fn check_integer_matmul(
+    b: &mut dyn ComputeBackend,
+    label: &str,
+    acts: Activations,
+    dtype: DType,
+    wb: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    m: usize,
+) {
+    let rb = dtype.row_bytes(cols).unwrap();
+    let wf = reference::dequantize(dtype, wb, rows, cols).unwrap();
+    let w = b.upload_weight(dtype, rows, cols, wb).unwrap();
+    let (xb, yb) = (upload_f32(b, x), b.alloc(m * rows * 4).unwrap());
+    pass(b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+    let got = download_f32(b, &yb, m * rows);
+    let (q16, q8) = (
+        ActRows::<i16>::quantize(x, m, cols),
+        ActRows::<i8>::quantize(x, m, cols),
+    );
+    for i in 0..m {
+        for r in 0..rows {
+            let wrow = &wb[r * rb..(r + 1) * rb];
+            let want = match acts {
+                Activations::Q16 => act::dot_row(dtype, wrow, &q16, i),
+                _ => act::dot_row(dtype, wrow, &q8, i),
+            };
+            let mag: f32 = (0..cols)
+                .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
+                .sum();
+            let g = got[i * rows + r];
+            assert!(
+                (g - want).abs() <= 1e-5 * mag + 1e-7,
+                "{label} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
+                acts.name()
+            );
+        }
+    }
+    b.free_weight(w);
+}
+
+/// The SIMD integer-dot kernels (AVX2, AVX-512 VNNI), decode (m <= 4) and
+/// prefill GEMM tiles (m > 4: row and weight counts that are not multiples
+/// of the tiles, reductions that are odd numbers of blocks), against the
+/// scalar integer dot on the same quantized activations.
 #[test]
 fn matmul_integer_activations_match_the_scalar_integer_dot() {
     for isa in Isa::ALL {
@@ -237,17 +301,9 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
                 continue;
             };
             let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
-            for dtype in [
-                DType::Q4_0,
-                DType::Q4_1,
-                DType::Q5_0,
-                DType::Q5_1,
-                DType::Q8_0,
-                DType::Q4K,
-                DType::Q5K,
-                DType::Q6K,
-            ] {
-                // Odd block counts (96 = 3 blocks) exercise the kernels' tail.
+            for dtype in INT_DTYPES {
+                // (rows, cols, m); odd block counts (96 = 3 blocks) exercise
+                // the kernels' tail.
                 let shapes: &[(usize, usize, usize)] = if dtype.block_elems() == 256 {
                     &[
                         (1, 256, 1),
@@ -255,6 +311,10 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
                         (70, 512, 1),
                         (9, 1536, 3),
                         (5, 2304, 4),
+                        (37, 768, 5),
+                        (21, 512, 17),
+                        (17, 1536, 64),
+                        (8, 256, 9),
                     ]
                 } else {
                     &[
@@ -263,49 +323,61 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
                         (70, 576, 1),
                         (9, 576, 3),
                         (5, 1536, 4),
+                        (37, 96, 5),
+                        (70, 576, 17),
+                        (19, 1536, 64),
+                        (16, 32, 9),
                     ]
                 };
                 for &(rows, cols, m) in shapes {
-                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
-                    let rb = dtype.row_bytes(cols).unwrap();
-                    let x = rand_f32(m * cols, 3 + m as u64);
-                    let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
-                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
-                    let (xb, yb) = (upload_f32(b.as_mut(), &x), b.alloc(m * rows * 4).unwrap());
-                    pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-                    let got = download_f32(b.as_mut(), &yb, m * rows);
-                    for i in 0..m {
-                        for r in 0..rows {
-                            let wrow = &wb[r * rb..(r + 1) * rb];
-                            let want = match acts {
-                                Activations::Q16 => act::dot_row(
-                                    dtype,
-                                    wrow,
-                                    &ActRows::<i16>::quantize(&x, m, cols),
-                                    i,
-                                ),
-                                _ => act::dot_row(
-                                    dtype,
-                                    wrow,
-                                    &ActRows::<i8>::quantize(&x, m, cols),
-                                    i,
-                                ),
-                            };
-                            let mag: f32 = (0..cols)
-                                .map(|c| (wf[r * cols + c] * x[i * cols + c]).abs())
-                                .sum();
-                            let g = got[i * rows + r];
-                            assert!(
-                                (g - want).abs() <= 1e-5 * mag + 1e-7,
-                                "{} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
-                                isa.name(),
-                                acts.name()
-                            );
-                        }
+                    // Prefill has integer tiles on x86 only (f32 elsewhere).
+                    if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
+                        continue;
                     }
-                    b.free_weight(w);
+                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                    let x = rand_f32(m * cols, 3 + m as u64);
+                    let label = isa.name();
+                    check_integer_matmul(b.as_mut(), label, acts, dtype, &wb, rows, cols, &x, m);
                 }
             }
+        }
+    }
+}
+
+/// Q6_K at its integer extremes: every scale −128 and every value q − 32 =
+/// −32 (each scaled weight 4096) against activations all at their largest
+/// quantized magnitude (32767), decode and prefill. A 16-value half-block
+/// then sums to 16 · 4096 · 32767, just inside i32; a kernel summing more
+/// products in one i32 lane would overflow.
+#[test]
+fn matmul_q6_k_integer_extremes_do_not_overflow() {
+    let (rows, cols) = (19, 512);
+    let mut block = [0u8; 210];
+    block[192..208].fill(0x80);
+    block[208..210].copy_from_slice(&half::f16::from_f32(1e-3).to_bits().to_le_bytes());
+    let wb = block.repeat(rows * cols / 256);
+    for isa in Isa::ALL {
+        let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
+            continue;
+        };
+        let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(Activations::Q16));
+        for m in [1, 4, 13] {
+            if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
+                continue;
+            }
+            let x = vec![0.75f32; m * cols];
+            let label = isa.name();
+            check_integer_matmul(
+                b.as_mut(),
+                label,
+                Activations::Q16,
+                DType::Q6K,
+                &wb,
+                rows,
+                cols,
+                &x,
+                m,
+            );
         }
     }
 }
@@ -341,8 +413,8 @@ fn activation_quantization_rounds_to_the_nearest_step() {
 fn matmul_long_reductions_match_reference((name, mut b, acts): Rounded) {
     // Reductions longer than 1536 are split into chunks on the CPU GEMM path
     // (partial sums added into y); odd float lengths leave a ragged last
-    // chunk. Same tolerance as above: 1e-5 of Σ|w·x| (m = 13 is prefill,
-    // f32 in every CPU mode).
+    // chunk. Same tolerance as above: 1e-5 of Σ|w·x| (m = 13 is prefill:
+    // integer dots for Q8_0 / Q4_K / Q6_K with rounded activations).
     for (dtype, cols) in [
         (DType::F32, 1601),
         (DType::F16, 2048),

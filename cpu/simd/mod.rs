@@ -99,6 +99,12 @@ impl Isa {
         }
     }
 
+    /// Whether `dot_rows_int` has SIMD kernels here (AVX2, AVX-512), fast
+    /// enough to serve prefill too.
+    pub(crate) fn int_dots(self) -> bool {
+        cfg!(target_arch = "x86_64") && matches!(self, Isa::Avx512 | Isa::Avx2)
+    }
+
     /// GEMM microkernel tile (activation rows, weight rows), or `None` when
     /// this instruction set has no GEMM kernel (row dots serve every `m` then).
     pub(crate) fn gemm_tile(self) -> Option<(usize, usize)> {
@@ -274,6 +280,135 @@ pub(crate) fn dot_rows_int(
                 ActQuant::I16(x) => act::dot_row(dtype, row, x, i),
                 ActQuant::I8(x) => act::dot_row(dtype, row, x, i),
             };
+        }
+    }
+}
+
+/// Integer GEMM tile of `isa` (activation rows, weight rows): AVX-512 VNNI's
+/// or AVX2's. Only for instruction sets with [`Isa::int_dots`].
+pub(crate) fn int_gemm_tile(isa: Isa) -> (usize, usize) {
+    assert!(isa.int_dots());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        if isa == Isa::Avx512 && has_vnni() {
+            vnni::GEMM_TILE
+        } else {
+            avx2::GEMM_TILE
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("integer GEMM kernels exist on x86-64 only")
+}
+
+/// Up to one tile's worth of weight rows (`nr` of [`int_gemm_tile`])
+/// decoded for the integer GEMM: 16-bit values in pairs, interleaved across
+/// the rows, and per scale group each row's scale and offset (see the x86
+/// `pack_panel`). Reused from panel to panel by one worker.
+pub(crate) struct IntPanel {
+    nr: usize,
+    /// Reduction length and pairs per scale group of the rows packed last.
+    k: usize,
+    g: usize,
+    pw: Vec<i32>,
+    ps: Vec<f32>,
+    po: Vec<f32>,
+}
+
+impl IntPanel {
+    /// Room for rows of up to `k` values; `k` a multiple of 32.
+    pub(crate) fn new(isa: Isa, k: usize) -> IntPanel {
+        let nr = int_gemm_tile(isa).1;
+        // Q6_K has two scale groups per block.
+        let groups = 2 * (k / act::ACT_BLOCK);
+        IntPanel {
+            nr,
+            k: 0,
+            g: 16,
+            pw: vec![0; k / 2 * nr],
+            ps: vec![0.0; groups * nr],
+            po: vec![0.0; groups * nr],
+        }
+    }
+}
+
+/// The weight rows `w` (rows of `row_bytes`, at most the panel's `nr`, of
+/// `k` values of a type with `act::supports`) decoded into `panel`; rows
+/// past them are zero.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn pack_int_panel(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    panel: &mut IntPanel,
+) {
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
+    let nr = panel.nr;
+    assert!(act::supports(dtype) && k.is_multiple_of(act::ACT_BLOCK) && rows <= nr);
+    assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
+    assert!(nr == int_gemm_tile(isa).1 && panel.pw.len() >= k / 2 * nr);
+    assert!(panel.ps.len().min(panel.po.len()) >= 2 * (k / act::ACT_BLOCK) * nr);
+    if rows < nr {
+        panel.pw.fill(0);
+        panel.ps.fill(0.0);
+        panel.po.fill(0.0);
+    }
+    panel.k = k;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        let nb = k / act::ACT_BLOCK;
+        let (pw, ps, po) = (
+            panel.pw.as_mut_ptr(),
+            panel.ps.as_mut_ptr(),
+            panel.po.as_mut_ptr(),
+        );
+        // SAFETY: the instruction set was checked when the backend was made
+        // (VNNI here); the panel holds `nb` blocks' pairs, scales and
+        // offsets (two groups a block) for `nr` rows, and `w` `rows` rows of
+        // `nb` blocks, all asserted above.
+        panel.g = unsafe {
+            if nr == vnni::GEMM_TILE.1 {
+                vnni::pack_panel_typed::<16>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
+            } else {
+                avx2::pack_panel_typed::<8>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
+            }
+        };
+    }
+}
+
+/// One tile of the integer GEMM: the activation rows packed by
+/// `act::pack_rows` (`xq`, `xd`, with [`int_gemm_tile`]'s `mr`) against
+/// `panel`, into `out` (`[mr][nr]`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn int_gemm_tile_run(
+    isa: Isa,
+    panel: &IntPanel,
+    xq: &[i32],
+    xd: &[f32],
+    out: &mut [f32],
+) {
+    let (mr, nr) = int_gemm_tile(isa);
+    let k = panel.k;
+    let groups = k / 2 / panel.g;
+    assert!(panel.nr == nr && xq.len() == k / 2 * mr && xd.len() == k / act::ACT_BLOCK * 2 * mr);
+    assert!(out.len() >= mr * nr && panel.pw.len() >= k / 2 * nr);
+    assert!(panel.ps.len().min(panel.po.len()) >= groups * nr);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        let (pw, ps, po) = (panel.pw.as_ptr(), panel.ps.as_ptr(), panel.po.as_ptr());
+        let (xq, xd, o) = (xq.as_ptr(), xd.as_ptr(), out.as_mut_ptr());
+        // SAFETY: instruction set (and VNNI for its tile) checked when the
+        // backend was made; the lengths were asserted above.
+        unsafe {
+            if nr == vnni::GEMM_TILE.1 {
+                vnni::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)
+            } else {
+                avx2::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)
+            }
         }
     }
 }

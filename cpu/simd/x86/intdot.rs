@@ -302,6 +302,96 @@ macro_rules! intdot_kernels {
             }
         }
 
+        /// The `rows` (at most `NR`) weight rows at `w` (`row_bytes` apart,
+        /// `nb` 32-value blocks each) as the integer GEMM panel: `pw`
+        /// `[nb · 16][NR]` pairs of 16-bit values (as `act::pack_rows` pairs
+        /// activations), `ps` / `po` `[groups][NR]` each scale group's `s`
+        /// and `o` (the values are `s·q + o`, see `act::block_weights`).
+        /// Groups are whole blocks, except Q6_K's 16-value halves: its
+        /// scales go into the integers (|sc·(q − 32)| <= 4096), and 16 such
+        /// products with 16-bit activations are the most an i32 lane holds.
+        #[target_feature(enable = $feat)]
+        unsafe fn pack_panel<const D: u8, const NR: usize>(
+            w: *const u8,
+            row_bytes: usize,
+            rows: usize,
+            nb: usize,
+            pw: *mut i32,
+            ps: *mut f32,
+            po: *mut f32,
+        ) {
+            let mut pairs = [0i32; 16];
+            for j in 0..rows {
+                let wr = w.add(j * row_bytes);
+                for b in 0..nb {
+                    let (lo, hi) = if D == Q6_K {
+                        let (q, sa, sb, dw) = weights_q6_k(wr, b);
+                        let d = _mm_cvtss_f32(dw);
+                        for t in [2 * b, 2 * b + 1] {
+                            *ps.add(t * NR + j) = d;
+                            *po.add(t * NR + j) = 0.0;
+                        }
+                        (
+                            _mm256_mullo_epi16(
+                                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+                                _mm256_set1_epi16(sa),
+                            ),
+                            _mm256_mullo_epi16(
+                                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
+                                _mm256_set1_epi16(sb),
+                            ),
+                        )
+                    } else {
+                        let (q, so) = weights::<D>(wr, b);
+                        *ps.add(b * NR + j) = _mm_cvtss_f32(so);
+                        *po.add(b * NR + j) = _mm_cvtss_f32(_mm_movehdup_ps(so));
+                        let (l, h) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+                        if D == Q8_0 {
+                            (_mm256_cvtepi8_epi16(l), _mm256_cvtepi8_epi16(h))
+                        } else {
+                            (_mm256_cvtepu8_epi16(l), _mm256_cvtepu8_epi16(h))
+                        }
+                    };
+                    _mm256_storeu_si256(pairs.as_mut_ptr() as *mut __m256i, lo);
+                    _mm256_storeu_si256(pairs.as_mut_ptr().add(8) as *mut __m256i, hi);
+                    for (p, v) in pairs.iter().enumerate() {
+                        *pw.add((16 * b + p) * NR + j) = *v;
+                    }
+                }
+            }
+        }
+
+        /// [`pack_panel`] for `dtype` (one of `act::supports`); returns the
+        /// pairs per scale group (16, or 8 for Q6_K).
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn pack_panel_typed<const NR: usize>(
+            dtype: DType,
+            w: *const u8,
+            row_bytes: usize,
+            rows: usize,
+            nb: usize,
+            pw: *mut i32,
+            ps: *mut f32,
+            po: *mut f32,
+        ) -> usize {
+            let a = (w, row_bytes, rows, nb, pw, ps, po);
+            match dtype {
+                DType::Q4_0 => pack_panel::<Q4_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q4_1 => pack_panel::<Q4_1, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q5_0 => pack_panel::<Q5_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q5_1 => pack_panel::<Q5_1, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q4K => pack_panel::<Q4_K, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q5K => pack_panel::<Q5_K, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q6K => {
+                    pack_panel::<Q6_K, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6);
+                    return 8;
+                }
+                _ => pack_panel::<Q8_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+            }
+            16
+        }
+
         /// See `cpu::simd::dot_rows_int`: the kernel of `dtype` for
         /// activations of width `T` (i16 or i8).
         #[target_feature(enable = $feat)]
@@ -359,6 +449,71 @@ pub(crate) mod avx2 {
         _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1))
     }
 
+    /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
+    pub(crate) const GEMM_TILE: (usize, usize) = (4, 8);
+
+    /// `MR` packed activation rows (`act::pack_rows`: pairs `xq`, scales
+    /// `xd`) against an 8-row panel (`pack_panel`, `G` pairs per scale
+    /// group, `groups` groups) into `out` (`[MR][8]`). Per group the
+    /// products of each (activation row, weight row) are summed exactly in
+    /// one i32 lane (`vpmaddwd` pairs), then scaled into f32 as `step` does.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const MR: usize, const G: usize>(
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); MR];
+        for t in 0..groups {
+            let mut sums = [_mm256_setzero_si256(); MR];
+            for p in t * G..(t + 1) * G {
+                let w = _mm256_loadu_si256(pw.add(p * 8) as *const __m256i);
+                for (i, s) in sums.iter_mut().enumerate() {
+                    let x = _mm256_set1_epi32(*xq.add(p * MR + i));
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(w, x));
+                }
+            }
+            let (s, o) = (
+                _mm256_loadu_ps(ps.add(t * 8)),
+                _mm256_loadu_ps(po.add(t * 8)),
+            );
+            let d = xd.add(t * G / 16 * 2 * MR);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i]), scale, *a);
+                *a = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * 8), *a);
+        }
+    }
+
+    /// [`tile`] with [`GEMM_TILE`]'s rows, `g` pairs per scale group (16 or 8).
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm_tile(
+        g: usize,
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        if g == 8 {
+            tile::<4, 8>(pw, ps, po, groups, xq, xd, out)
+        } else {
+            tile::<4, 16>(pw, ps, po, groups, xq, xd, out)
+        }
+    }
+
     /// Σ w·x over a block with 8-bit activations, as 8 i32 lanes. Q8_0 goes
     /// as |w| × (x with w's sign), so `vpmaddubsw`'s i16 pair sums cannot
     /// saturate: at most 2 · 128 · 127 = 32,512.
@@ -404,6 +559,66 @@ pub(crate) mod vnni {
         let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q), sc);
         let s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x as *const _));
         _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+    }
+
+    /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
+    pub(crate) const GEMM_TILE: (usize, usize) = (8, 16);
+
+    /// The AVX2 `tile` with 16 weight rows per `vpdpwssd`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const MR: usize, const G: usize>(
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for t in 0..groups {
+            let mut sums = [_mm512_setzero_si512(); MR];
+            for p in t * G..(t + 1) * G {
+                let w = _mm512_loadu_si512(pw.add(p * 16) as *const _);
+                for (i, s) in sums.iter_mut().enumerate() {
+                    *s = _mm512_dpwssd_epi32(*s, w, _mm512_set1_epi32(*xq.add(p * MR + i)));
+                }
+            }
+            let (s, o) = (
+                _mm512_loadu_ps(ps.add(t * 16)),
+                _mm512_loadu_ps(po.add(t * 16)),
+            );
+            let d = xd.add(t * G / 16 * 2 * MR);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let scale = _mm512_mul_ps(s, _mm512_set1_ps(*d.add(i)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i]), scale, *a);
+                *a = _mm512_fmadd_ps(o, _mm512_set1_ps(*d.add(MR + i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(i * 16), *a);
+        }
+    }
+
+    /// [`tile`] with [`GEMM_TILE`]'s rows, `g` pairs per scale group (16 or 8).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm_tile(
+        g: usize,
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        if g == 8 {
+            tile::<8, 8>(pw, ps, po, groups, xq, xd, out)
+        } else {
+            tile::<8, 16>(pw, ps, po, groups, xq, xd, out)
+        }
     }
 
     /// Σ w·x over a block with 8-bit activations: one `vpdpbusd`
