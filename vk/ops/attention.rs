@@ -415,8 +415,8 @@ impl Encoder<'_> {
             window: u32_of(OP, "window", p.window)?,
             n_split: n_split as u32,
             head_tiles: t.tiles as u32,
-            rot_dim: 0,
-            neox: 0,
+            rot_dim: append.as_ref().map_or(0, |a| a.rot_dim),
+            neox: append.as_ref().map_or(0, |a| u32::from(a.neox)),
         };
         let x = p
             .n_kv_heads
@@ -439,11 +439,6 @@ impl Encoder<'_> {
             | ((DECODE_TK[0] / t.keys).trailing_zeros() << 24)
             | (u32::from(p.kv_dtype == DType::F16) << 26)
             | (u32::from(append.is_some()) << 27);
-        let push = DecodePush {
-            rot_dim: append.as_ref().map_or(0, |a| a.rot_dim),
-            neox: append.as_ref().map_or(0, |a| u32::from(a.neox)),
-            ..push
-        };
         // Bindings a mode leaves unused get the status words, which no
         // barrier tracking sees.
         let status = self.status;
