@@ -172,6 +172,43 @@ fn two_logical_vulkan_devices_equal_one() {
     assert_eq!(ranges, [0..1, 1..30]);
 }
 
+/// Two physical GPUs (the GPU machine's two-GPU kind; skipped elsewhere):
+/// every tiny architecture split over them gives the first GPU's logits
+/// and tokens bit for bit, each side of the boundary on its own device.
+#[test]
+fn two_gpus_equal_one() {
+    let Ok(devices) = vkllm::vk::list_devices() else {
+        return;
+    };
+    let gpus: Vec<usize> = devices
+        .iter()
+        .filter(|d| d.kind.ends_with("GPU"))
+        .map(|d| d.index)
+        .collect();
+    if gpus.len() < 2 {
+        eprintln!("skipping: {} GPU(s)", gpus.len());
+        return;
+    }
+    let on = |i: usize| {
+        let opts = vkllm::vk::Options {
+            device: Some(i.to_string()),
+            ..vkllm::vk::Options::from_env()
+        };
+        Box::new(common::vulkan_with(&opts).unwrap()) as Box<dyn ComputeBackend>
+    };
+    for arch in ARCHS {
+        check_split(
+            arch,
+            &tiny(arch),
+            on(gpus[0]),
+            vec![on(gpus[0]), on(gpus[1])],
+            None,
+            &small_batches(),
+            TINY,
+        );
+    }
+}
+
 /// By default the layers follow each device's free memory: one device
 /// opened twice has the same on both, so SmolLM2's 30 split 15:15; the CPU
 /// cannot tell, so its backends get equal shares.
