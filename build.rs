@@ -39,7 +39,7 @@ const VARIANTS: &[(&str, &str, &str, &[&str])] = &[(
     "mul_mat_vec",
     "-DQ8X",
     "mul_mat_vec_q8",
-    &["q4_0", "q4_1", "q8_0", "q4_k"],
+    &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
 )];
 
 /// Cooperative-matrix shaders that name `TILE_SMALL` are built once per

@@ -13,7 +13,7 @@
 // SUBGROUP_ROWS flag, each subgroup on rows of its own (subgroup sums only;
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
-// Built with Q8X (mul_mat_vec_q8, for q4_k, q4_0, q4_1 and q8_0), x comes
+// Built with Q8X (mul_mat_vec_q8, for q4_k, q6_k, q4_0, q4_1 and q8_0), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -210,6 +210,63 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     }
     return dm.x * (sm0.x * sums.x * digits(acc.x, acc.y) + sm1.x * sums.z * digits(acc.z, acc.w))
          - dm.y * (sm0.y * sums.y + sm1.y * sums.w);
+}
+
+#elif defined(Q8X) && defined(TYPE_Q6_K)
+const uint QK = 256u;
+const uint BWORDS = 53u;
+// Slot s: half h = s/2, positions l = 16(s%2)..+15 of the half's four
+// quarters t (elements 128h + 32t + l, each quarter one 16-value sub-block).
+const uint LANES = 4u;
+const uint XN = 8u;
+
+// xs[t]: hi digits of quarter t's 16 values, xs[4 + t] the lo ones; sums[t]:
+// the scale d of quarter t's block of 32.
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint col = col0 + 128u * (sub >> 1) + 16u * (sub & 1u);
+    uint row = r * xq_stride();
+    uint d = row + pc.k / 2u + 2u * (col / 32u);
+    [[unroll]] for (uint t = 0u; t < 4u; t++) {
+        uint w4 = (row + (col + 32u * t) / 4u) / 4u;
+        xs[t] = xq4[w4];
+        xs[4u + t] = xq4[w4 + lo4()];
+        sums[t] = xqf[d + 2u * t];
+    }
+}
+
+// Each 6-bit quant q goes to the top of its byte with the high bit flipped:
+// the signed byte 4(q - 32), so a packed dot takes the zero point for free
+// (its sums are 4x, undone at the end). Quarter t's two high bits are bits
+// 2t..2t+1 of the qh byte; flipping the upper of each pair once per word
+// (0xAA) flips every quarter's sign bit.
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uint h = sub >> 1;
+    uint j = sub & 1u;
+    uint qa = base + 16u * h + 4u * j; // ql bytes 64h + 16j..: quarters 0 (low), 2 (high)
+    uint qb = qa + 8u;                 // ql bytes 64h + 32 + 16j..: quarters 1, 3
+    uint qhw = base + 32u + 8u * h + 4u * j;
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint a = wdata[qa + w];
+        uint b = wdata[qb + w];
+        uint e = wdata[qhw + w] ^ 0xAAAAAAAAu;
+        uvec4 q = uvec4(((a << 2) & 0x3C3C3C3Cu) | ((e << 6) & 0xC0C0C0C0u),
+                        ((b << 2) & 0x3C3C3C3Cu) | ((e << 4) & 0xC0C0C0C0u),
+                        ((a >> 2) & 0x3C3C3C3Cu) | ((e << 2) & 0xC0C0C0C0u),
+                        ((b >> 2) & 0x3C3C3C3Cu) | (e & 0xC0C0C0C0u));
+        [[unroll]] for (uint t = 0u; t < 4u; t++) {
+            hi[t] = dot8(q[t], xs[t][w], hi[t]);
+            lo[t] = dot8(q[t], xs[4u + t][w], lo[t]);
+        }
+    }
+    // Scales 8h + j + 2t: bytes j, 2 + j of words 48 + 2h (t = 0, 1) and 49 + 2h (t = 2, 3).
+    int s01 = int(wdata[base + 48u + 2u * h]);
+    int s23 = int(wdata[base + 49u + 2u * h]);
+    vec4 sc = vec4(bitfieldExtract(s01, int(8u * j), 8), bitfieldExtract(s01, int(8u * j + 16u), 8),
+                   bitfieldExtract(s23, int(8u * j), 8), bitfieldExtract(s23, int(8u * j + 16u), 8));
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
+    return 0.25 * unpackHalf2x16(wdata[base + 52u]).x * dot(sc * sums, dots);
 }
 
 #elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0))

@@ -73,7 +73,7 @@ fn gemv_allowed(
         .iter()
         .map(|s| tol * s)
         .collect();
-    let q8 = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K);
+    let q8 = vkllm::vk::gemv_int_dot(dtype);
     if !(b.kernels().gemv_q8 && q8 && m <= 4) {
         return allowed;
     }

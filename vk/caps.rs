@@ -387,7 +387,7 @@ impl std::fmt::Display for Kernels {
             GemvKernel::Auto => "2 rows per subgroup with integer dots, 4 per workgroup in f32",
         };
         let gemv_x = if self.gemv_q8 {
-            ", integer dot products for q4_0/q4_1/q8_0/q4_k weights over 8 MiB (mul_mat_vec_q8)"
+            ", integer dot products for q4_0/q4_1/q8_0/q4_k/q6_k weights over 8 MiB (mul_mat_vec_q8)"
         } else {
             ""
         };

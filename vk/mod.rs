@@ -26,6 +26,7 @@ mod instance;
 mod layout;
 mod memory;
 pub use memory::STAGING_CAP;
+pub use ops::matmul::q8_dtype as gemv_int_dot;
 mod ops;
 mod options;
 mod pass;

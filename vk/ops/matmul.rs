@@ -100,8 +100,11 @@ struct QuantizePush {
 }
 
 /// Whether the integer-dot GEMV (mul_mat_vec_q8) has a variant for `dtype`.
-fn q8_dtype(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K)
+pub fn q8_dtype(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K | DType::Q6K
+    )
 }
 
 /// Words of one quantize_q8 row of `k` values: two int8 digits per value,
@@ -115,7 +118,7 @@ fn q8_stride(k: usize) -> usize {
 /// slots: LANES per block of the blockwise types, 4 values otherwise).
 fn gemv_slots(dtype: DType, k: usize, q8: bool) -> usize {
     if q8 {
-        return if dtype == DType::Q4K {
+        return if matches!(dtype, DType::Q4K | DType::Q6K) {
             k / 256 * 4
         } else {
             k / 32

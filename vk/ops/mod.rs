@@ -12,7 +12,7 @@ mod embedding;
 mod encoder;
 mod glu;
 mod layer_norm;
-mod matmul;
+pub(super) mod matmul;
 mod rms_norm;
 mod rope;
 mod rope_store;
