@@ -154,17 +154,17 @@ layout(binding = 0) readonly buffer W4 { uvec4 wdata4[]; };
 #endif
 
 #if defined(TYPE_Q4_K)
-uint sbyte(uvec3 s, uint b) {
-    return (s[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu;
-}
-
-// ggml get_scale_min_k4 on the 12 scale bytes held in registers.
-vec2 k_sm(uvec3 s, uint j) {
-    if (j < 4u) {
-        return vec2(sbyte(s, j) & 63u, sbyte(s, j + 4u) & 63u);
-    }
-    return vec2((sbyte(s, j + 4u) & 0xFu) | ((sbyte(s, j - 4u) >> 6) << 4),
-                (sbyte(s, j + 4u) >> 4) | ((sbyte(s, j) >> 6) << 4));
+// ggml get_scale_min_k4 for sub-blocks 2c and 2c + 1 on the 12 scale bytes
+// held in registers: (scale, min) of each, (sc0, m0, sc1, m1). Both byte
+// pairs sit at bytes 2(c % 2) of each word; every invocation computes both
+// of ggml's cases and selects, so lanes on different c do not diverge.
+vec4 k_sm2(uvec3 s, uint c) {
+    uvec3 p = (s >> (16u * (c & 1u))) & 0xFFFFu;
+    uvec2 lo = uvec2(p.x, p.y) & 0x3F3Fu;
+    uvec2 hi = uvec2((p.z & 0x0F0Fu) | ((p.x >> 2) & 0x3030u),
+                     ((p.z >> 4) & 0x0F0Fu) | ((p.y >> 2) & 0x3030u));
+    uvec2 v = c < 2u ? lo : hi;
+    return vec4(v.x & 0xFFu, v.y & 0xFFu, v.x >> 8, v.y >> 8);
 }
 #endif
 
@@ -193,8 +193,9 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     uvec4 head = wdata4[base >> 2];
     vec2 dm = unpackHalf2x16(head.x);
     uvec3 s = head.yzw;
-    vec2 sm0 = k_sm(s, 2u * sub);
-    vec2 sm1 = k_sm(s, 2u * sub + 1u);
+    vec4 sm = k_sm2(s, sub);
+    vec2 sm0 = sm.xy;
+    vec2 sm1 = sm.zw;
     uint q0 = (base + 4u + 8u * sub) >> 2;
     ivec4 acc = ivec4(0); // (sub-block 2s hi, lo, 2s + 1 hi, lo)
     [[unroll]] for (uint h = 0u; h < 2u; h++) {
@@ -344,8 +345,9 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     uvec4 head = wdata4[base >> 2];
     vec2 dm = unpackHalf2x16(head.x);
     uvec3 s = head.yzw;
-    vec2 sm0 = k_sm(s, 2u * c);
-    vec2 sm1 = k_sm(s, 2u * c + 1u);
+    vec4 sm = k_sm2(s, c);
+    vec2 sm0 = sm.xy;
+    vec2 sm1 = sm.zw;
     uvec4 q = wdata4[(base + 4u + 8u * c + 4u * (sub & 1u)) >> 2];
     vec4 dlo = vec4(0.0), dhi = vec4(0.0);
     [[unroll]] for (uint w = 0u; w < 4u; w++) {
