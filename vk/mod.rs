@@ -26,7 +26,6 @@ mod instance;
 mod layout;
 mod memory;
 pub use memory::STAGING_CAP;
-pub use ops::matmul::q8_dtype as gemv_int_dot;
 mod ops;
 mod options;
 mod pass;
@@ -39,6 +38,7 @@ mod tests;
 mod transfer;
 
 pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use ops::matmul::gemv_int_dot;
 pub use options::Options;
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;

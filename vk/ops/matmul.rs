@@ -100,7 +100,7 @@ struct QuantizePush {
 }
 
 /// Whether the integer-dot GEMV (mul_mat_vec_q8) has a variant for `dtype`.
-pub fn q8_dtype(dtype: DType) -> bool {
+pub fn gemv_int_dot(dtype: DType) -> bool {
     matches!(
         dtype,
         DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K | DType::Q6K
@@ -261,7 +261,7 @@ impl Encoder<'_> {
         // Small weights take the f32 kernel unless x is quantized already
         // (K and V after Q): quantizing is a dispatch of its own.
         let q8 = self.kernels.gemv_q8
-            && q8_dtype(w.dtype)
+            && gemv_int_dot(w.dtype)
             && w.cols.is_multiple_of(32)
             && (w.buf.bytes >= self.gemv_q8_min_bytes
                 || self
