@@ -18,6 +18,7 @@ mod glu;
 mod layer_norm;
 mod matmul;
 mod par;
+mod repack;
 mod rms_norm;
 mod rope;
 mod rope_store;
@@ -68,6 +69,8 @@ pub struct CpuBackend {
     threads: usize,
     isa: Isa,
     acts: Activations,
+    /// Repack the weights of `repack::packs` types at upload.
+    repack: bool,
     store: Store,
     in_pass: bool,
 }
@@ -114,6 +117,8 @@ impl CpuBackend {
             pool,
             isa: Isa::from_env(),
             acts: Activations::default(),
+            // `VKLLM_CPU_REPACK=off` keeps GGUF rows (to time the row kernels).
+            repack: std::env::var("VKLLM_CPU_REPACK").map_or(true, |v| v.trim() != "off"),
             store: Store::default(),
             in_pass: false,
         }
@@ -135,6 +140,14 @@ impl CpuBackend {
 
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Whether weights uploaded from now on are repacked for the decode
+    /// kernels where they have them (default: yes, unless
+    /// `VKLLM_CPU_REPACK=off`).
+    pub fn with_repack(mut self, repack: bool) -> CpuBackend {
+        self.repack = repack;
+        self
     }
 
     /// How matmuls of integer-dot weight types treat the activations; see
@@ -318,12 +331,25 @@ impl ComputeBackend for CpuBackend {
                 data.len()
             )));
         }
+        // Repacked where the decode kernels read groups of rows (integer
+        // dots on x86); f32 activations never meet them.
+        let packed = self.repack
+            && self.isa.int_dots()
+            && self.acts != Activations::F32
+            && repack::packs(dtype)
+            && rows >= repack::R;
         let w = CpuWeight {
-            data: data.to_vec(),
+            data: if packed {
+                self.pool
+                    .install(|| repack::pack(dtype, data, rows, row_bytes))
+            } else {
+                data.to_vec()
+            },
             dtype,
             rows,
             cols,
             row_bytes,
+            packed,
         };
         let buf = self.store.insert(Slot::Weight(w), need)?;
         Ok(Weight {
