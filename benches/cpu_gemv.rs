@@ -18,12 +18,18 @@ use vkllm::DType;
 const ROTATE_BYTES: usize = 192 << 20;
 const PASSES: usize = 5;
 
-/// (rows, cols): Llama-3.2-1B / TinyLlama's decode matmuls.
-const SHAPES: [(usize, usize); 3] = [(2048, 2048), (5632, 2048), (2048, 8192)];
+/// (rows, cols): TinyLlama / Llama-3.2-1B's decode matmuls (K or V, Q or O,
+/// TinyLlama's gate or up, Llama's down).
+const SHAPES: [(usize, usize); 4] = [(256, 2048), (2048, 2048), (5632, 2048), (2048, 8192)];
 
 fn gbs(b: &mut CpuBackend, dtype: DType, rows: usize, cols: usize) -> f64 {
     let bytes = dtype.row_bytes(cols).unwrap() * rows;
-    let copies = ROTATE_BYTES.div_ceil(bytes).max(2);
+    // `VKLLM_BENCH_ROTATE_MB` (e.g. 1: in cache) times the kernels' compute.
+    let rotate = std::env::var("VKLLM_BENCH_ROTATE_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(ROTATE_BYTES, |mb| mb << 20);
+    let copies = rotate.div_ceil(bytes).max(1);
     let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
     let mut data = Vec::with_capacity(bytes);
     for r in 0..rows {
@@ -38,14 +44,18 @@ fn gbs(b: &mut CpuBackend, dtype: DType, rows: usize, cols: usize) -> f64 {
         .unwrap();
     let y = b.alloc(rows * 4).unwrap();
     let mut best = f64::INFINITY;
+    // Small weights run several rounds a pass, so a pass is long enough to time.
+    let rounds = (64 << 20) / (bytes * copies) + 1;
     for _ in 0..=PASSES {
         let t = Instant::now();
         b.begin_pass().unwrap();
-        for w in &ws {
-            b.matmul(w, None, &x, &y, 1).unwrap();
+        for _ in 0..rounds {
+            for w in &ws {
+                b.matmul(w, None, &x, &y, 1).unwrap();
+            }
         }
         b.end_pass().unwrap();
-        best = best.min(t.elapsed().as_secs_f64());
+        best = best.min(t.elapsed().as_secs_f64() / rounds as f64);
     }
     for w in ws {
         b.free_weight(w);

@@ -10,6 +10,10 @@
 //! Two instances: AVX-512 VNNI (16 lanes, `vpdpbusd`) and AVX2 (8 lanes,
 //! `vpmaddubsw` + `vpmaddwd`, each group in two halves).
 
+/// How far ahead (bytes) the kernels prefetch weights.
+pub(crate) static PREFETCH: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(2048);
+
 /// One activation row, as the kernels read it: `hi` / `lo` bytes
 /// (`lo` unused for 8-bit activations), per 32-value block `[d, d·Σq]`,
 /// and per 16 values `32·Σq`.
@@ -23,7 +27,7 @@ pub(crate) struct Xrow {
 
 macro_rules! packed_kernels {
     ($feat:literal) => {
-        use super::Xrow;
+        use super::{Xrow, PREFETCH};
         use crate::dtype::DType;
         use core::arch::x86_64::*;
 
@@ -32,6 +36,21 @@ macro_rules! packed_kernels {
         /// Bytes of a 64-byte dword group (and of a 16-byte plane, f16 run)
         /// one half reads.
         const HB: usize = 4 * L;
+
+        /// Bytes ahead of the current 64-byte group the kernels prefetch: the
+        /// hardware prefetcher alone leaves the loads waiting on DRAM (one
+        /// task's rows are a short stream).
+
+        /// Prefetch the line `AHEAD` bytes past `p` (on the first half only:
+        /// the halves share lines).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn pf(p: *const u8, h: usize) {
+            let a = PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
+            if h == 0 && a > 0 {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(a) as *const i8);
+            }
+        }
 
         #[inline]
         #[target_feature(enable = $feat)]
@@ -58,6 +77,7 @@ macro_rules! packed_kernels {
                 for h in 0..H {
                     let mut a = Acc::new();
                     for c in 0..4 {
+                        pf(p.add(32 + 64 * c), h);
                         let (wl, wh) = nib(ld(p.add(32 + 64 * c + HB * h)));
                         let o = 32 * b + 4 * c;
                         dot::<LO>(&mut a, wl, x.hi.add(o), x.lo.add(o));
@@ -95,7 +115,9 @@ macro_rules! packed_kernels {
         }
 
         /// Q4_K: `nsb` super-blocks of 2304 bytes (`d[16]`, `dmin[16]`, 12
-        /// scale planes, 32 dword groups of `qs`).
+        /// scale planes, 32 dword groups of `qs`). Per super-block the
+        /// sub-blocks' `sc · d_x · Σ` and `m · d_x Σq_x` are summed first,
+        /// then scaled by the rows' `d` and `dmin` once.
         #[target_feature(enable = $feat)]
         unsafe fn q4_k<const LO: bool>(w: *const u8, nsb: usize, x: Xrow, out: *mut f32) {
             let mut acc = [fzero(); H];
@@ -103,10 +125,11 @@ macro_rules! packed_kernels {
             for sb in 0..nsb {
                 let p = w.add(sb * 2304);
                 for h in 0..H {
-                    let (d, dmin) = (f16(p.add(HB / 2 * h)), f16(p.add(32 + HB / 2 * h)));
+                    let (mut sacc, mut soff) = (fzero(), fzero());
                     for q in 0..4 {
                         let (mut a0, mut a1) = (Acc::new(), Acc::new());
                         for g in 0..8 {
+                            pf(p.add(256 + 64 * (8 * q + g)), h);
                             let (wl, wh) = nib(ld(p.add(256 + 64 * (8 * q + g) + HB * h)));
                             let o = 256 * sb + 64 * q + 4 * g;
                             dot::<LO>(&mut a0, wl, x.hi.add(o), x.lo.add(o));
@@ -115,11 +138,13 @@ macro_rules! packed_kernels {
                         for (s, a) in [(2 * q, a0), (2 * q + 1, a1)] {
                             let (sc, m) = scale_min(p.add(64 + L * h), s);
                             let [dx, sx] = *x.ds.add(8 * sb + s);
-                            let scale = mul(mul(d, u8f(sc)), fsplat(dx));
-                            acc[h] = fmadd(cvt(total::<LO>(a)), scale, acc[h]);
-                            off[h] = fmadd(mul(dmin, u8f(m)), fsplat(sx), off[h]);
+                            sacc = fmadd(cvt(total::<LO>(a)), mul(u8f(sc), fsplat(dx)), sacc);
+                            soff = fmadd(u8f(m), fsplat(sx), soff);
                         }
                     }
+                    let (d, dmin) = (f16(p.add(HB / 2 * h)), f16(p.add(32 + HB / 2 * h)));
+                    acc[h] = fmadd(d, sacc, acc[h]);
+                    off[h] = fmadd(dmin, soff, off[h]);
                 }
             }
             for h in 0..H {
@@ -128,9 +153,10 @@ macro_rules! packed_kernels {
         }
 
         /// Q6_K: `nsb` super-blocks of 3360 bytes (`d[16]`, 16 scale planes,
-        /// 16 steps of two `ql` dword groups and one `qh`). Per 16-value sub-block the
-        /// exact `Σ (q − 32)·x` (below 2²⁴, so its f32 is exact) times the
-        /// sub-block's scale, then `d · d_x`.
+        /// 16 steps of two `ql` dword groups and one `qh`). Per 16-value
+        /// sub-block the exact `Σ (q − 32)·x` (below 2²⁴, so its f32 is
+        /// exact) times the sub-block's scale and `d_x`, summed over the
+        /// super-block, then times the rows' `d`.
         #[target_feature(enable = $feat)]
         unsafe fn q6_k<const LO: bool>(w: *const u8, nsb: usize, x: Xrow, out: *mut f32) {
             let mut acc = [fzero(); H];
@@ -138,18 +164,23 @@ macro_rules! packed_kernels {
             for sb in 0..nsb {
                 let p = w.add(sb * 3360);
                 for h in 0..H {
-                    let d = f16(p.add(HB / 2 * h));
+                    let mut sacc = fzero();
                     for n in 0..2 {
                         for is in 0..2 {
                             let mut a = [Acc::new(); 4];
                             for l4 in 4 * is..4 * is + 4 {
-                                let step = p.add(288 + 192 * (8 * n + l4) + HB * h);
+                                let step = p.add(288 + 192 * (8 * n + l4));
+                                for line in 0..3 {
+                                    pf(step.add(64 * line), h);
+                                }
+                                let step = step.add(HB * h);
                                 let (qa, qb, qh) = (ld(step), ld(step.add(64)), ld(step.add(128)));
+                                // Low nibbles from `ql`, bits 4-5 from `qh`.
                                 let q = [
-                                    or(and(qa, m4), and(slli16::<4>(qh), m30)),
-                                    or(and(qb, m4), and(slli16::<2>(qh), m30)),
-                                    or(and(srli16::<4>(qa), m4), and(qh, m30)),
-                                    or(and(srli16::<4>(qb), m4), and(srli16::<2>(qh), m30)),
+                                    merge(qa, and(slli16::<4>(qh), m30), m4),
+                                    merge(qb, and(slli16::<2>(qh), m30), m4),
+                                    merge(srli16::<4>(qa), and(qh, m30), m4),
+                                    merge(srli16::<4>(qb), and(srli16::<2>(qh), m30), m4),
                                 ];
                                 for t in 0..4 {
                                     let o = 256 * sb + 128 * n + 32 * t + 4 * l4;
@@ -161,10 +192,11 @@ macro_rules! packed_kernels {
                                 let s = sub32(total::<LO>(a), isplat(*x.x32.add(2 * b + is)));
                                 let sc = i8f(bytes(p.add(32 + 16 * (8 * n + is + 2 * t) + L * h)));
                                 let [dx, _] = *x.ds.add(b);
-                                acc[h] = fmadd(mul(cvt(s), sc), mul(d, fsplat(dx)), acc[h]);
+                                sacc = fmadd(cvt(s), mul(sc, fsplat(dx)), sacc);
                             }
                         }
                     }
+                    acc[h] = fmadd(f16(p.add(HB / 2 * h)), sacc, acc[h]);
                 }
             }
             for h in 0..H {
@@ -227,13 +259,14 @@ pub(crate) mod vnni {
     }
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn or(a: V, b: V) -> V {
-        _mm512_or_si512(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm512_sub_epi32(a, b)
+    }
+    /// `(a & m) | b` in one instruction.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn merge(a: V, b: V, m: V) -> V {
+        _mm512_ternarylogic_epi32::<0xEC>(a, b, m)
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
@@ -371,13 +404,14 @@ pub(crate) mod avx2 {
     }
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn or(a: V, b: V) -> V {
-        _mm256_or_si256(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm256_sub_epi32(a, b)
+    }
+    /// `(a & m) | b`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn merge(a: V, b: V, m: V) -> V {
+        _mm256_or_si256(_mm256_and_si256(a, m), b)
     }
     #[inline]
     #[target_feature(enable = "avx2")]
