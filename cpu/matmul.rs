@@ -1,7 +1,7 @@
 //! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
 //! Decode (`m <= GEMV_MAX_M`): each weight row is read once against up to
-//! four activation rows; rayon splits the output rows. Rows of the types of
+//! four activation rows; the team splits the output rows. Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`Activations`); other types, and
@@ -10,10 +10,10 @@
 //! set has integer kernels (`Isa::int_dots`): the activations are quantized
 //! once, as for decode, and each panel of weight rows is decoded once into
 //! 16-bit integers that the integer tile reuses across all `m` rows, with
-//! exact per-block integer sums; rayon splits the panels.
+//! exact per-block integer sums; the team splits the panels.
 //! Other prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
-//! `m` activation rows; rayon splits the panels.
+//! `m` activation rows; the team splits the panels.
 
 use super::act::{self, ActDigits, ActInt, ActRows, ACT_BLOCK};
 use super::buffers::CpuWeight;
@@ -21,7 +21,6 @@ use super::par::{self, Ctx};
 use super::repack::R;
 use super::simd::{self, ActQuant};
 use super::Activations;
-use rayon::prelude::*;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -89,7 +88,7 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
         Some(a) if packed_rows > 0 => Some(a.digits()),
         _ => None,
     };
-    let mut per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
+    let mut per_task = (n / (par::threads() * 8)).clamp(8, 256);
     if w.packed {
         per_task = per_task.next_multiple_of(R);
     }
@@ -236,22 +235,19 @@ fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     let (gq, gd) = (k / 2 * mr, k / ACT_BLOCK * 2 * mr);
     let mut xq = vec![0i32; groups * gq];
     let mut xd = vec![0f32; groups * gd];
-    let pack = |(g, (q, d)): (usize, (&mut [i32], &mut [f32]))| {
+    // Scales first (serially: small), then the values per group in parallel.
+    let mut dgroups: Vec<&mut [f32]> = xd.chunks_mut(gd).collect();
+    let dgroups: Vec<std::sync::Mutex<&mut [f32]>> =
+        dgroups.drain(..).map(std::sync::Mutex::new).collect();
+    par::chunks(ctx.par, &mut xq, gq, |g, q| {
         let rows = &x[g * mr * k..((g + 1) * mr).min(m) * k];
+        let mut d = dgroups[g].lock().unwrap_or_else(|e| e.into_inner());
         match ctx.acts {
-            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, d),
-            _ => act::pack_rows::<i16>(rows, k, mr, q, d),
+            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, &mut d),
+            _ => act::pack_rows::<i16>(rows, k, mr, q, &mut d),
         }
-    };
-    if ctx.par {
-        let it = xq.par_chunks_mut(gq).zip(xd.par_chunks_mut(gd));
-        it.enumerate().for_each(pack);
-    } else {
-        xq.chunks_mut(gq)
-            .zip(xd.chunks_mut(gd))
-            .enumerate()
-            .for_each(pack);
-    }
+    });
+    drop(dgroups);
     let yp = OutPtr(y.as_mut_ptr());
     par::range_init(
         ctx.par,

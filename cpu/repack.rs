@@ -80,9 +80,8 @@ fn table(dtype: DType) -> Vec<usize> {
 /// `data` (`rows` GGUF rows of `row_bytes`) repacked: whole groups of
 /// [`R`] rows interleaved, the rest copied. `data.len()` must be
 /// `rows * row_bytes`, a type with [`packs`]. Groups are packed in
-/// parallel on the current rayon pool.
+/// parallel on the current team (`par::with_team`).
 pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8> {
-    use rayon::prelude::*;
     assert!(packs(dtype) && data.len() == rows * row_bytes);
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
@@ -91,23 +90,19 @@ pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8>
     let gb = R * row_bytes;
     let whole = rows / R * gb;
     out[whole..].copy_from_slice(&data[whole..]);
-    out[..whole]
-        .par_chunks_mut(gb)
-        .zip(data[..whole].par_chunks(gb))
-        .for_each(|(dst, src)| {
-            for j in 0..R {
-                let tj = &t[j * bb..(j + 1) * bb];
-                for b in 0..nb {
-                    let (o, s) = (
-                        &mut dst[b * R * bb..(b + 1) * R * bb],
-                        &src[j * row_bytes + b * bb..],
-                    );
-                    for (i, &d) in tj.iter().enumerate() {
-                        o[d] = s[i];
-                    }
+    super::par::chunks(true, &mut out[..whole], gb, |g, dst| {
+        let src = &data[g * gb..(g + 1) * gb];
+        for j in 0..R {
+            let tj = &t[j * bb..(j + 1) * bb];
+            for b in 0..nb {
+                let o = &mut dst[b * R * bb..(b + 1) * R * bb];
+                let s = &src[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
+                for (&d, &v) in tj.iter().zip(s) {
+                    o[d] = v;
                 }
             }
-        });
+        }
+    });
     out
 }
 

@@ -310,10 +310,6 @@ pub(crate) fn dot_rows_packed(
     #[cfg(target_arch = "x86_64")]
     {
         use x86::packed::{avx2, vnni, Xrow};
-        if let Ok(v) = std::env::var("VKLLM_PF") {
-            x86::packed::PREFETCH
-                .store(v.parse().unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
-        }
         let blocks = row_bytes / dtype.block_bytes();
         let (lo, vnni) = (!x.lo.is_empty(), isa == Isa::Avx512 && has_vnni());
         let mut tmp = [0f32; R];

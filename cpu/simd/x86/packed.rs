@@ -10,9 +10,9 @@
 //! Two instances: AVX-512 VNNI (16 lanes, `vpdpbusd`) and AVX2 (8 lanes,
 //! `vpmaddubsw` + `vpmaddwd`, each group in two halves).
 
-/// How far ahead (bytes) the kernels prefetch weights.
-pub(crate) static PREFETCH: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(2048);
+/// How far ahead (bytes) the kernels prefetch weights: one task's rows are
+/// a short stream, which the hardware prefetcher is slow to pick up.
+const PREFETCH: usize = 2048;
 
 /// One activation row, as the kernels read it: `hi` / `lo` bytes
 /// (`lo` unused for 8-bit activations), per 32-value block `[d, d·Σq]`,
@@ -37,18 +37,13 @@ macro_rules! packed_kernels {
         /// one half reads.
         const HB: usize = 4 * L;
 
-        /// Bytes ahead of the current 64-byte group the kernels prefetch: the
-        /// hardware prefetcher alone leaves the loads waiting on DRAM (one
-        /// task's rows are a short stream).
-
-        /// Prefetch the line `AHEAD` bytes past `p` (on the first half only:
+        /// Prefetch the line `PREFETCH` bytes past `p` (on the first half only:
         /// the halves share lines).
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn pf(p: *const u8, h: usize) {
-            let a = PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
-            if h == 0 && a > 0 {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(a) as *const i8);
+            if h == 0 {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
             }
         }
 
