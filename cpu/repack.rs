@@ -77,6 +77,48 @@ fn table(dtype: DType) -> Vec<usize> {
     t
 }
 
+/// [`table`] as runs of consecutive bytes, per row: `(src, dst, len)`,
+/// `len` 1, 2 or 4 (the dwords move as words, so repacking and unpacking
+/// run at copy speed rather than a byte at a time).
+fn runs(dtype: DType) -> Vec<Vec<(usize, usize, usize)>> {
+    let bb = dtype.block_bytes();
+    let t = table(dtype);
+    (0..R)
+        .map(|j| {
+            let tj = &t[j * bb..(j + 1) * bb];
+            let mut v: Vec<(usize, usize, usize)> = Vec::new();
+            for (i, &d) in tj.iter().enumerate() {
+                match v.last_mut() {
+                    Some((s0, d0, len)) if *len < 4 && *s0 + *len == i && *d0 + *len == d => {
+                        *len += 1
+                    }
+                    _ => v.push((i, d, 1)),
+                }
+            }
+            // Runs of 3 never occur in these layouts; split them anyway.
+            v.into_iter()
+                .flat_map(|(s, d, len)| match len {
+                    3 => vec![(s, d, 2), (s + 2, d + 2, 1)],
+                    _ => vec![(s, d, len)],
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `dst[d..d + len] = src[s..s + len]` for each run.
+#[inline]
+fn copy_runs(runs: &[(usize, usize, usize)], src: &[u8], dst: &mut [u8], inverse: bool) {
+    for &(s, d, len) in runs {
+        let (s, d) = if inverse { (d, s) } else { (s, d) };
+        match len {
+            4 => dst[d..d + 4].copy_from_slice(&src[s..s + 4]),
+            2 => dst[d..d + 2].copy_from_slice(&src[s..s + 2]),
+            _ => dst[d] = src[s],
+        }
+    }
+}
+
 /// `data` (`rows` GGUF rows of `row_bytes`) repacked: whole groups of
 /// [`R`] rows interleaved, the rest copied. `data.len()` must be
 /// `rows * row_bytes`, a type with [`packs`]. Groups are packed in
@@ -85,21 +127,18 @@ pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8>
     assert!(packs(dtype) && data.len() == rows * row_bytes);
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
-    let t = table(dtype);
+    let runs = runs(dtype);
     let mut out = vec![0u8; data.len()];
     let gb = R * row_bytes;
     let whole = rows / R * gb;
     out[whole..].copy_from_slice(&data[whole..]);
     super::par::chunks(true, &mut out[..whole], gb, |g, dst| {
         let src = &data[g * gb..(g + 1) * gb];
-        for j in 0..R {
-            let tj = &t[j * bb..(j + 1) * bb];
+        for (j, rj) in runs.iter().enumerate() {
             for b in 0..nb {
                 let o = &mut dst[b * R * bb..(b + 1) * R * bb];
                 let s = &src[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
-                for (&d, &v) in tj.iter().zip(s) {
-                    o[d] = v;
-                }
+                copy_runs(rj, s, o, false);
             }
         }
     });
@@ -121,20 +160,17 @@ pub fn unpack_rows(
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
     let packed_rows = rows / R * R;
-    let t = (r0 < packed_rows).then(|| table(dtype));
+    let runs = (r0 < packed_rows).then(|| runs(dtype));
     for r in r0..r1 {
         let dst = &mut out[(r - r0) * row_bytes..(r - r0 + 1) * row_bytes];
-        let Some(t) = t.as_ref().filter(|_| r < packed_rows) else {
+        let Some(runs) = runs.as_ref().filter(|_| r < packed_rows) else {
             dst.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
             continue;
         };
         let base = r / R * R * row_bytes;
-        let tj = &t[r % R * bb..(r % R + 1) * bb];
         for b in 0..nb {
             let src = &data[base + b * R * bb..base + (b + 1) * R * bb];
-            for (o, &d) in dst[b * bb..(b + 1) * bb].iter_mut().zip(tj) {
-                *o = src[d];
-            }
+            copy_runs(&runs[r % R], src, &mut dst[b * bb..(b + 1) * bb], true);
         }
     }
 }
