@@ -75,8 +75,11 @@ macro_rules! packed_kernels {
                     for c in 0..4 {
                         let (wl, wh) = nib(ld(p.add(32 + 64 * c + HB * h)));
                         let o = 32 * b + 4 * c;
-                        dot::<LO>(&mut a, wl, x.hi.add(o), x.lo.add(o));
-                        dot::<LO>(&mut a, wh, x.hi.add(o + 16), x.lo.add(o + 16));
+                        dot4::<LO>(&mut a, wl, x.hi.add(o), x.lo.add(o));
+                        dot4::<LO>(&mut a, wh, x.hi.add(o + 16), x.lo.add(o + 16));
+                        if c % 2 == 1 {
+                            settle::<LO>(&mut a);
+                        }
                     }
                     let d = f16(p.add(HB / 2 * h));
                     acc[h] = fmadd(cvt(total::<LO>(a)), mul(d, fsplat(dx)), acc[h]);
@@ -126,8 +129,12 @@ macro_rules! packed_kernels {
                         for g in 0..8 {
                             let (wl, wh) = nib(ld(p.add(256 + 64 * (8 * q + g) + HB * h)));
                             let o = 256 * sb + 64 * q + 4 * g;
-                            dot::<LO>(&mut a0, wl, x.hi.add(o), x.lo.add(o));
-                            dot::<LO>(&mut a1, wh, x.hi.add(o + 32), x.lo.add(o + 32));
+                            dot4::<LO>(&mut a0, wl, x.hi.add(o), x.lo.add(o));
+                            dot4::<LO>(&mut a1, wh, x.hi.add(o + 32), x.lo.add(o + 32));
+                            if g % 4 == 3 {
+                                settle::<LO>(&mut a0);
+                                settle::<LO>(&mut a1);
+                            }
                         }
                         for (s, a) in [(2 * q, a0), (2 * q + 1, a1)] {
                             let (sc, m) = scale_min(p.add(64 + L * h), s);
@@ -294,6 +301,15 @@ pub(crate) mod vnni {
             a.1 = _mm512_dpbusd_epi32(a.1, word(xl), w);
         }
     }
+    /// [`dot`] for 4-bit weights; VNNI sums into i32 directly.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
+        dot::<LO>(a, w, xh, xl)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn settle<const LO: bool>(_: &mut Acc) {}
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn total<const LO: bool>(a: Acc) -> V {
@@ -420,20 +436,27 @@ pub(crate) mod avx2 {
 
     /// Exact `Σ w·x` per lane: `vpmaddubsw` pairs (at most 2·63·128 for
     /// `hi`, 2·255·63 for `lo`: no saturation), widened by `vpmaddwd` with
-    /// 256 (`hi`) and 1 (`lo`) into one i32 sum.
+    /// 256 (`hi`) and 1 (`lo`) into one i32 sum. 4-bit weights ([`dot4`])
+    /// first add up to four pairs in i16 (at most 4·2·15·255 = 30,600),
+    /// widened by [`settle`].
     #[derive(Clone, Copy)]
-    struct Acc(V);
+    struct Acc(V, V, V);
     impl Acc {
         #[inline]
         #[target_feature(enable = "avx2")]
         unsafe fn new() -> Acc {
-            Acc(_mm256_setzero_si256())
+            let z = _mm256_setzero_si256();
+            Acc(z, z, z)
         }
     }
     #[inline]
     #[target_feature(enable = "avx2")]
+    unsafe fn word(p: *const u8) -> V {
+        _mm256_set1_epi32(core::ptr::read_unaligned(p as *const i32))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
     unsafe fn dot<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
-        let word = |p: *const u8| _mm256_set1_epi32(core::ptr::read_unaligned(p as *const i32));
         let h = _mm256_maddubs_epi16(w, word(xh as *const u8));
         if LO {
             let l = _mm256_maddubs_epi16(word(xl), w);
@@ -445,6 +468,28 @@ pub(crate) mod avx2 {
         } else {
             a.0 = _mm256_add_epi32(a.0, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
         }
+    }
+    /// [`dot`] for weights below 16, kept in i16 until [`settle`] (at most
+    /// four calls apart).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
+        a.1 = _mm256_add_epi16(a.1, _mm256_maddubs_epi16(w, word(xh as *const u8)));
+        if LO {
+            a.2 = _mm256_add_epi16(a.2, _mm256_maddubs_epi16(word(xl), w));
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn settle<const LO: bool>(a: &mut Acc) {
+        let hs = if LO { 256 } else { 1 };
+        let mut s = _mm256_madd_epi16(a.1, _mm256_set1_epi16(hs));
+        if LO {
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(a.2, _mm256_set1_epi16(1)));
+        }
+        a.0 = _mm256_add_epi32(a.0, s);
+        a.1 = _mm256_setzero_si256();
+        a.2 = _mm256_setzero_si256();
     }
     #[inline]
     #[target_feature(enable = "avx2")]
