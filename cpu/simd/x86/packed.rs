@@ -70,17 +70,30 @@ macro_rules! packed_kernels {
             for b in 0..nb {
                 let p = w.add(b * 288);
                 let [dx, sx] = *x.ds.add(b);
-                for h in 0..H {
-                    let mut a = Acc::new();
-                    for c in 0..4 {
+                // Both halves in one pass: each activation word is
+                // broadcast once for the whole group.
+                let mut a = [Acc::new(); H];
+                for c in 0..4 {
+                    let o = 32 * b + 4 * c;
+                    let xw = |o: usize| {
+                        let lo = if LO {
+                            xword(x.lo.add(o))
+                        } else {
+                            xword(x.hi.add(o).cast())
+                        };
+                        (xword(x.hi.add(o).cast()), lo)
+                    };
+                    let ((h0, l0), (h1, l1)) = (xw(o), xw(o + 16));
+                    for (h, a) in a.iter_mut().enumerate() {
                         let (wl, wh) = nib(ld(p.add(32 + 64 * c + HB * h)));
-                        let o = 32 * b + 4 * c;
-                        dot4::<LO>(&mut a, wl, x.hi.add(o), x.lo.add(o));
-                        dot4::<LO>(&mut a, wh, x.hi.add(o + 16), x.lo.add(o + 16));
+                        dot4::<LO>(a, wl, h0, l0);
+                        dot4::<LO>(a, wh, h1, l1);
                         if c % 2 == 1 {
-                            settle::<LO>(&mut a);
+                            settle::<LO>(a);
                         }
                     }
+                }
+                for (h, a) in a.into_iter().enumerate() {
                     let d = f16(p.add(HB / 2 * h));
                     acc[h] = fmadd(cvt(total::<LO>(a)), mul(d, fsplat(dx)), acc[h]);
                     off[h] = fmadd(d, fsplat(sx), off[h]);
@@ -129,8 +142,17 @@ macro_rules! packed_kernels {
                         for g in 0..8 {
                             let (wl, wh) = nib(ld(p.add(256 + 64 * (8 * q + g) + HB * h)));
                             let o = 256 * sb + 64 * q + 4 * g;
-                            dot4::<LO>(&mut a0, wl, x.hi.add(o), x.lo.add(o));
-                            dot4::<LO>(&mut a1, wh, x.hi.add(o + 32), x.lo.add(o + 32));
+                            let xw = |o: usize| {
+                                let lo = if LO {
+                                    xword(x.lo.add(o))
+                                } else {
+                                    xword(x.hi.add(o).cast())
+                                };
+                                (xword(x.hi.add(o).cast()), lo)
+                            };
+                            let ((h0, l0), (h1, l1)) = (xw(o), xw(o + 32));
+                            dot4::<LO>(&mut a0, wl, h0, l0);
+                            dot4::<LO>(&mut a1, wh, h1, l1);
                             if g % 4 == 3 {
                                 settle::<LO>(&mut a0);
                                 settle::<LO>(&mut a1);
@@ -301,11 +323,21 @@ pub(crate) mod vnni {
             a.1 = _mm512_dpbusd_epi32(a.1, word(xl), w);
         }
     }
-    /// [`dot`] for 4-bit weights; VNNI sums into i32 directly.
+    /// [`dot`] for 4-bit weights, activation words broadcast ([`xword`]);
+    /// VNNI sums into i32 directly.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
-        dot::<LO>(a, w, xh, xl)
+    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: V, xl: V) {
+        a.0 = _mm512_dpbusd_epi32(a.0, w, xh);
+        if LO {
+            a.1 = _mm512_dpbusd_epi32(a.1, xl, w);
+        }
+    }
+    /// The activation word at `p` in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn xword(p: *const u8) -> V {
+        _mm512_set1_epi32(core::ptr::read_unaligned(p as *const i32))
     }
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -469,15 +501,21 @@ pub(crate) mod avx2 {
             a.0 = _mm256_add_epi32(a.0, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
         }
     }
-    /// [`dot`] for weights below 16, kept in i16 until [`settle`] (at most
-    /// four calls apart).
+    /// [`dot`] for weights below 16 (activation words broadcast by
+    /// [`xword`]), kept in i16 until [`settle`] (at most four calls apart).
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
-        a.1 = _mm256_add_epi16(a.1, _mm256_maddubs_epi16(w, word(xh as *const u8)));
+    unsafe fn dot4<const LO: bool>(a: &mut Acc, w: V, xh: V, xl: V) {
+        a.1 = _mm256_add_epi16(a.1, _mm256_maddubs_epi16(w, xh));
         if LO {
-            a.2 = _mm256_add_epi16(a.2, _mm256_maddubs_epi16(word(xl), w));
+            a.2 = _mm256_add_epi16(a.2, _mm256_maddubs_epi16(xl, w));
         }
+    }
+    /// The activation word at `p` in every lane.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn xword(p: *const u8) -> V {
+        word(p)
     }
     #[inline]
     #[target_feature(enable = "avx2")]
