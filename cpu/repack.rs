@@ -27,95 +27,78 @@ pub fn packs(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_0 | DType::Q4K | DType::Q6K)
 }
 
-/// Where each byte of one row's block goes in its group's block: byte `i`
-/// of row `j` lands at `table[j * block_bytes + i]`.
-fn table(dtype: DType) -> Vec<usize> {
-    let bb = dtype.block_bytes();
-    let mut t = vec![0; R * bb];
-    for j in 0..R {
-        let t = &mut t[j * bb..(j + 1) * bb];
-        // Dword `g` of a row (bytes `src0 + 4g..`) at `dst(g) + 4j`.
-        let mut dwords = |src0: usize, n: usize, dst: &dyn Fn(usize) -> usize| {
-            for g in 0..n {
-                for b in 0..4 {
-                    t[src0 + 4 * g + b] = dst(g) + 4 * j + b;
-                }
-            }
-        };
-        match dtype {
-            DType::Q4_0 => {
-                dwords(2, 4, &|g| 32 + 64 * g);
-                t[0] = 2 * j;
-                t[1] = 2 * j + 1;
-            }
-            DType::Q4K => {
-                dwords(16, 32, &|g| 256 + 64 * g);
-                for b in 0..2 {
-                    t[b] = 2 * j + b;
-                    t[2 + b] = 32 + 2 * j + b;
-                }
-                for i in 0..12 {
-                    t[4 + i] = 64 + 16 * i + j;
-                }
-            }
-            DType::Q6K => {
-                // In the kernel's reading order: per half `n` and step
-                // `l4`, the `ql` dwords `16n + l4` and `16n + 8 + l4`, then
-                // the `qh` dword `8n + l4` (192 bytes a step).
-                let step = |n: usize, l4: usize| 288 + 192 * (8 * n + l4);
-                dwords(0, 32, &|g| step(g / 16, g % 8) + 64 * ((g % 16) / 8));
-                dwords(128, 16, &|g| step(g / 8, g % 8) + 128);
-                for i in 0..16 {
-                    t[192 + i] = 32 + 16 * i + j;
-                }
-                t[208] = 2 * j;
-                t[209] = 2 * j + 1;
-            }
-            _ => unreachable!("only types with `packs` are repacked"),
+/// A run of `n` equal pieces (`width` bytes: 1, 2 or 4) of a row's block:
+/// piece `i` of row `j` moves from `src + width·i` to
+/// `dst + stride·i + width·j` of its group's block.
+struct Seg {
+    src: usize,
+    n: usize,
+    width: usize,
+    dst: usize,
+    stride: usize,
+}
+
+const fn seg(src: usize, n: usize, width: usize, dst: usize, stride: usize) -> Seg {
+    Seg {
+        src,
+        n,
+        width,
+        dst,
+        stride,
+    }
+}
+
+/// Where every byte of a row's block goes (the layouts of the module doc).
+fn segments(dtype: DType) -> &'static [Seg] {
+    const Q4_0: [Seg; 2] = [seg(0, 1, 2, 0, 0), seg(2, 4, 4, 32, 64)];
+    const Q4K: [Seg; 4] = [
+        seg(0, 1, 2, 0, 0),
+        seg(2, 1, 2, 32, 0),
+        seg(4, 12, 1, 64, 16),
+        seg(16, 32, 4, 256, 64),
+    ];
+    // ql dword `16n + 8·slot + l4` and qh dword `8n + l4` go to step
+    // `8n + l4` (192 bytes each, from 288): ql at slot·64, qh at 128.
+    const Q6K: [Seg; 8] = [
+        seg(208, 1, 2, 0, 0),
+        seg(192, 16, 1, 32, 16),
+        seg(0, 8, 4, 288, 192),
+        seg(32, 8, 4, 288 + 64, 192),
+        seg(64, 8, 4, 288 + 1536, 192),
+        seg(96, 8, 4, 288 + 1536 + 64, 192),
+        seg(128, 8, 4, 288 + 128, 192),
+        seg(160, 8, 4, 288 + 1536 + 128, 192),
+    ];
+    match dtype {
+        DType::Q4_0 => &Q4_0,
+        DType::Q4K => &Q4K,
+        DType::Q6K => &Q6K,
+        _ => unreachable!("only types with `packs` are repacked"),
+    }
+}
+
+/// `f(r, g, width)` for every piece of row `j`'s block: row offset `r`,
+/// group offset `g`.
+#[inline]
+fn for_pieces(segs: &[Seg], j: usize, mut f: impl FnMut(usize, usize, usize)) {
+    for sg in segs {
+        for i in 0..sg.n {
+            f(
+                sg.src + sg.width * i,
+                sg.dst + sg.stride * i + sg.width * j,
+                sg.width,
+            );
         }
     }
-    t
 }
 
-/// [`table`] as runs of consecutive bytes, per row: `(src, dst, len)`,
-/// `len` 1, 2 or 4 (the dwords move as words, so repacking and unpacking
-/// run at copy speed rather than a byte at a time).
-fn runs(dtype: DType) -> Vec<Vec<(usize, usize, usize)>> {
-    let bb = dtype.block_bytes();
-    let t = table(dtype);
-    (0..R)
-        .map(|j| {
-            let tj = &t[j * bb..(j + 1) * bb];
-            let mut v: Vec<(usize, usize, usize)> = Vec::new();
-            for (i, &d) in tj.iter().enumerate() {
-                match v.last_mut() {
-                    Some((s0, d0, len)) if *len < 4 && *s0 + *len == i && *d0 + *len == d => {
-                        *len += 1
-                    }
-                    _ => v.push((i, d, 1)),
-                }
-            }
-            // Runs of 3 never occur in these layouts; split them anyway.
-            v.into_iter()
-                .flat_map(|(s, d, len)| match len {
-                    3 => vec![(s, d, 2), (s + 2, d + 2, 1)],
-                    _ => vec![(s, d, len)],
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// `dst[d..d + len] = src[s..s + len]` for each run.
+/// `to[t..t + w] = from[s..s + w]` for the widths the layouts use.
 #[inline]
-fn copy_runs(runs: &[(usize, usize, usize)], src: &[u8], dst: &mut [u8], inverse: bool) {
-    for &(s, d, len) in runs {
-        let (s, d) = if inverse { (d, s) } else { (s, d) };
-        match len {
-            4 => dst[d..d + 4].copy_from_slice(&src[s..s + 4]),
-            2 => dst[d..d + 2].copy_from_slice(&src[s..s + 2]),
-            _ => dst[d] = src[s],
-        }
+fn piece(from: &[u8], s: usize, to: &mut [u8], t: usize, w: usize) {
+    match w {
+        4 => to[t..t + 4].copy_from_slice(&from[s..s + 4]),
+        2 => to[t..t + 2].copy_from_slice(&from[s..s + 2]),
+        _ => to[t] = from[s],
     }
 }
 
@@ -127,18 +110,17 @@ pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8>
     assert!(packs(dtype) && data.len() == rows * row_bytes);
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
-    let runs = runs(dtype);
+    let segs = segments(dtype);
     let mut out = vec![0u8; data.len()];
     let gb = R * row_bytes;
     let whole = rows / R * gb;
     out[whole..].copy_from_slice(&data[whole..]);
     super::par::chunks(true, &mut out[..whole], gb, |g, dst| {
-        let src = &data[g * gb..(g + 1) * gb];
-        for (j, rj) in runs.iter().enumerate() {
+        for j in 0..R {
             for b in 0..nb {
-                let o = &mut dst[b * R * bb..(b + 1) * R * bb];
-                let s = &src[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
-                copy_runs(rj, s, o, false);
+                let s = g * gb + j * row_bytes + b * bb;
+                let (row, group) = (&data[s..s + bb], &mut dst[b * R * bb..(b + 1) * R * bb]);
+                for_pieces(segs, j, |r, g, w| piece(row, r, group, g, w));
             }
         }
     });
@@ -160,17 +142,18 @@ pub fn unpack_rows(
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
     let packed_rows = rows / R * R;
-    let runs = (r0 < packed_rows).then(|| runs(dtype));
+    let segs = segments(dtype);
     for r in r0..r1 {
         let dst = &mut out[(r - r0) * row_bytes..(r - r0 + 1) * row_bytes];
-        let Some(runs) = runs.as_ref().filter(|_| r < packed_rows) else {
+        if r >= packed_rows {
             dst.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
             continue;
-        };
+        }
         let base = r / R * R * row_bytes;
         for b in 0..nb {
-            let src = &data[base + b * R * bb..base + (b + 1) * R * bb];
-            copy_runs(&runs[r % R], src, &mut dst[b * bb..(b + 1) * bb], true);
+            let group = &data[base + b * R * bb..base + (b + 1) * R * bb];
+            let row = &mut dst[b * bb..(b + 1) * bb];
+            for_pieces(segs, r % R, |r, g, w| piece(group, g, row, r, w));
         }
     }
 }
