@@ -102,6 +102,50 @@ pub fn pack_rows<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: 
     }
 }
 
+/// Activation rows split for the repacked weight kernels (`cpu::repack`),
+/// whose byte dot products (`vpdpbusd`, `vpmaddubsw`) take one unsigned and
+/// one signed byte: a 16-bit value is `256·hi + lo` (`hi` signed, `lo`
+/// unsigned), summed exactly as two byte dots; 8-bit values are `hi` alone
+/// (`lo` empty). `x32` holds 32 × the sum of each 16 integers, Q6_K's
+/// `q − 32` offset.
+#[derive(Clone, Debug, Default)]
+pub struct ActDigits {
+    pub m: usize,
+    pub k: usize,
+    pub hi: Vec<i8>,
+    pub lo: Vec<u8>,
+    pub x32: Vec<i32>,
+}
+
+impl ActDigits {
+    pub fn new<T: ActInt>(x: &ActRows<T>) -> ActDigits {
+        let wide = T::MAX > 127.0;
+        let n = x.qs.len();
+        let mut d = ActDigits {
+            m: x.m,
+            k: x.k,
+            hi: Vec::with_capacity(n),
+            lo: Vec::with_capacity(if wide { n } else { 0 }),
+            x32: Vec::with_capacity(n / 16),
+        };
+        for c in x.qs.chunks_exact(16) {
+            let mut sum = 0i32;
+            for &q in c {
+                let v: i32 = q.into();
+                sum += v;
+                if wide {
+                    d.hi.push((v >> 8) as i8);
+                    d.lo.push((v & 0xFF) as u8);
+                } else {
+                    d.hi.push(v as i8);
+                }
+            }
+            d.x32.push(32 * sum);
+        }
+        d
+    }
+}
+
 impl<T> ActRows<T> {
     /// Blocks per row.
     pub fn blocks(&self) -> usize {

@@ -35,13 +35,30 @@ pub fn host_available() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
-/// A weight as uploaded (GGUF block bytes, row-major).
+/// A weight as uploaded (GGUF block bytes, row-major), or repacked.
 pub(crate) struct CpuWeight {
     pub data: Vec<u8>,
     pub dtype: DType,
     pub rows: usize,
     pub cols: usize,
     pub row_bytes: usize,
+    /// Whole groups of `repack::R` rows are interleaved for the decode
+    /// kernels (`cpu::repack`); read rows through [`CpuWeight::rows_at`].
+    pub packed: bool,
+}
+
+impl CpuWeight {
+    /// GGUF rows `r0..r1` (`r0 <= r1 <= rows`): borrowed from `data`, or
+    /// rebuilt into `scratch` when the weight is repacked.
+    pub fn rows_at<'a>(&'a self, r0: usize, r1: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        let rb = self.row_bytes;
+        if !self.packed {
+            return &self.data[r0 * rb..r1 * rb];
+        }
+        scratch.resize((r1 - r0) * rb, 0);
+        super::repack::unpack_rows(self.dtype, &self.data, self.rows, rb, r0, r1, scratch);
+        scratch
+    }
 }
 
 pub(crate) enum Slot {
@@ -90,7 +107,12 @@ impl Store {
     pub fn bytes(&self, op: &'static str, what: &str, buf: &Buffer) -> Result<&[u8]> {
         match self.slot(op, what, buf)? {
             Slot::Data { words, bytes } => Ok(&bytemuck::cast_slice(words)[..*bytes]),
-            Slot::Weight(w) => Ok(&w.data),
+            Slot::Weight(w) if !w.packed => Ok(&w.data),
+            // Its bytes are no longer GGUF rows.
+            Slot::Weight(_) => Err(Error::op(
+                op,
+                format!("{what}: buffer {} is a repacked weight", buf.id()),
+            )),
         }
     }
 

@@ -17,7 +17,8 @@ pub(crate) fn run(ctx: Ctx, w: &CpuWeight, ids: &[u32], out: &mut [f32]) -> Resu
     }
     par::chunks(ctx.par, out, w.cols, |i, dst| {
         let r = ids[i] as usize;
-        let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+        let mut scratch = Vec::new();
+        let row = w.rows_at(r, r + 1, &mut scratch);
         simd::dequant_row(ctx.isa, w.dtype, row, dst);
     });
     Ok(())

@@ -1,7 +1,7 @@
 //! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
 //! Decode (`m <= GEMV_MAX_M`): each weight row is read once against up to
-//! four activation rows; rayon splits the output rows. Rows of the types of
+//! four activation rows; the team splits the output rows. Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`Activations`); other types, and
@@ -10,17 +10,17 @@
 //! set has integer kernels (`Isa::int_dots`): the activations are quantized
 //! once, as for decode, and each panel of weight rows is decoded once into
 //! 16-bit integers that the integer tile reuses across all `m` rows, with
-//! exact per-block integer sums; rayon splits the panels.
+//! exact per-block integer sums; the team splits the panels.
 //! Other prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
-//! `m` activation rows; rayon splits the panels.
+//! `m` activation rows; the team splits the panels.
 
-use super::act::{self, ActInt, ActRows, ACT_BLOCK};
+use super::act::{self, ActDigits, ActInt, ActRows, ACT_BLOCK};
 use super::buffers::CpuWeight;
 use super::par::{self, Ctx};
+use super::repack::R;
 use super::simd::{self, ActQuant};
 use super::Activations;
-use rayon::prelude::*;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -81,44 +81,55 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
         Activations::Q8 if quantized => Some(IntActs::I8(quantize_rows(x, m, k))),
         _ => None,
     };
-    let per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
+    // Repacked groups (rows below `packed_rows`) take the group kernels,
+    // which read the activations split into bytes.
+    let packed_rows = if w.packed { n / R * R } else { 0 };
+    let digits = match &int_acts {
+        Some(a) if packed_rows > 0 => Some(a.digits()),
+        _ => None,
+    };
+    let mut per_task = (n / (par::threads() * 8)).clamp(8, 256);
+    if w.packed {
+        per_task = per_task.next_multiple_of(R);
+    }
     let tasks = n.div_ceil(per_task);
     let yp = OutPtr(y.as_mut_ptr());
-    par::range_init(
-        ctx.par,
-        tasks,
-        || (),
-        |_, t| {
-            let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
-            let rows = &w.data[r0 * rb..r1 * rb];
-            let mut tmp = vec![0f32; (r1 - r0) * 4];
-            for i0 in (0..m).step_by(4) {
-                let mm = (m - i0).min(4);
-                match &int_acts {
-                    Some(a) => {
-                        simd::dot_rows_int(isa, w.dtype, rows, rb, a.chunk(i0 / 4), &mut tmp)
-                    }
-                    None => simd::dot_rows(
-                        isa,
-                        w.dtype,
-                        rows,
-                        rb,
-                        k,
-                        &x[i0 * k..(i0 + mm) * k],
-                        mm,
-                        &mut tmp,
-                    ),
+    par::range_init(ctx.par, tasks, Vec::new, |scratch, t| {
+        let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
+        let mut tmp = vec![0f32; (r1 - r0) * 4];
+        for i0 in (0..m).step_by(4) {
+            let mm = (m - i0).min(4);
+            let c = i0 / 4;
+            // r0 is a multiple of R whenever it is below `packed_rows`.
+            let mut r = r0;
+            if let (Some(a), Some(dg)) = (&int_acts, &digits) {
+                let pr1 = r1.min(packed_rows);
+                if pr1 > r0 {
+                    let (wd, out) = (&w.data[r0 * rb..pr1 * rb], &mut tmp[..(pr1 - r0) * mm]);
+                    simd::dot_rows_packed(isa, w.dtype, wd, rb, a.ds(c), &dg[c], out);
+                    r = pr1;
                 }
-                for r in 0..r1 - r0 {
-                    for i in 0..mm {
-                        // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
-                        // and owned by this task alone (rows r0..r1).
-                        unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
+            }
+            if r < r1 {
+                let rows = w.rows_at(r, r1, scratch);
+                let out = &mut tmp[(r - r0) * mm..(r1 - r0) * mm];
+                match &int_acts {
+                    Some(a) => simd::dot_rows_int(isa, w.dtype, rows, rb, a.chunk(c), out),
+                    None => {
+                        let xs = &x[i0 * k..(i0 + mm) * k];
+                        simd::dot_rows(isa, w.dtype, rows, rb, k, xs, mm, out)
                     }
                 }
             }
-        },
-    );
+            for r in 0..r1 - r0 {
+                for i in 0..mm {
+                    // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
+                    // and owned by this task alone (rows r0..r1).
+                    unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
+                }
+            }
+        }
+    });
 }
 
 /// Decode activations quantized for the integer kernels, one entry per
@@ -133,6 +144,22 @@ impl IntActs {
         match self {
             IntActs::I16(v) => ActQuant::I16(&v[c]),
             IntActs::I8(v) => ActQuant::I8(&v[c]),
+        }
+    }
+
+    /// Chunk `c`'s per-block scales.
+    fn ds(&self, c: usize) -> &[[f32; 2]] {
+        match self {
+            IntActs::I16(v) => &v[c].ds,
+            IntActs::I8(v) => &v[c].ds,
+        }
+    }
+
+    /// Every chunk split into bytes for the repacked kernels.
+    fn digits(&self) -> Vec<ActDigits> {
+        match self {
+            IntActs::I16(v) => v.iter().map(ActDigits::new).collect(),
+            IntActs::I8(v) => v.iter().map(ActDigits::new).collect(),
         }
     }
 }
@@ -154,7 +181,7 @@ const K_SPLIT_ABOVE: usize = 1536;
 const KC: usize = 256;
 
 fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
-    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let (n, k) = (w.rows, w.cols);
     let (be, bb) = (w.dtype.block_elems(), w.dtype.block_bytes());
     // Chunks hold whole blocks (and whole 16-value float steps).
     let kc = if k > K_SPLIT_ABOVE {
@@ -171,15 +198,15 @@ fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32],
         par::range_init(
             ctx.par,
             n.div_ceil(nr),
-            || (vec![0f32; kc * nr], vec![0f32; kc]),
-            |(panel, row), p| {
+            || (vec![0f32; kc * nr], vec![0f32; kc], Vec::new()),
+            |(panel, row, scratch), p| {
                 let r0 = p * nr;
                 let nc = nr.min(n - r0);
                 let row = &mut row[..kn];
                 for j in 0..nr {
                     if j < nc {
-                        let start = (r0 + j) * rb;
-                        let bytes = &w.data[start + k0 / be * bb..start + k1 / be * bb];
+                        let whole = w.rows_at(r0 + j, r0 + j + 1, scratch);
+                        let bytes = &whole[k0 / be * bb..k1 / be * bb];
                         simd::dequant_row(isa, w.dtype, bytes, row);
                     } else {
                         row.fill(0.0);
@@ -208,31 +235,29 @@ fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     let (gq, gd) = (k / 2 * mr, k / ACT_BLOCK * 2 * mr);
     let mut xq = vec![0i32; groups * gq];
     let mut xd = vec![0f32; groups * gd];
-    let pack = |(g, (q, d)): (usize, (&mut [i32], &mut [f32]))| {
+    // Scales first (serially: small), then the values per group in parallel.
+    let mut dgroups: Vec<&mut [f32]> = xd.chunks_mut(gd).collect();
+    let dgroups: Vec<std::sync::Mutex<&mut [f32]>> =
+        dgroups.drain(..).map(std::sync::Mutex::new).collect();
+    par::chunks(ctx.par, &mut xq, gq, |g, q| {
         let rows = &x[g * mr * k..((g + 1) * mr).min(m) * k];
+        let mut d = dgroups[g].lock().unwrap_or_else(|e| e.into_inner());
         match ctx.acts {
-            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, d),
-            _ => act::pack_rows::<i16>(rows, k, mr, q, d),
+            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, &mut d),
+            _ => act::pack_rows::<i16>(rows, k, mr, q, &mut d),
         }
-    };
-    if ctx.par {
-        let it = xq.par_chunks_mut(gq).zip(xd.par_chunks_mut(gd));
-        it.enumerate().for_each(pack);
-    } else {
-        xq.chunks_mut(gq)
-            .zip(xd.chunks_mut(gd))
-            .enumerate()
-            .for_each(pack);
-    }
+    });
+    drop(dgroups);
     let yp = OutPtr(y.as_mut_ptr());
     par::range_init(
         ctx.par,
         n.div_ceil(nr),
-        || (simd::IntPanel::new(isa, k), vec![0f32; mr * nr]),
-        |(panel, tile), p| {
+        || (simd::IntPanel::new(isa, k), vec![0f32; mr * nr], Vec::new()),
+        |(panel, tile, scratch), p| {
             let r0 = p * nr;
             let nc = nr.min(n - r0);
-            simd::pack_int_panel(isa, w.dtype, &w.data[r0 * rb..(r0 + nc) * rb], rb, k, panel);
+            let rows = w.rows_at(r0, r0 + nc, scratch);
+            simd::pack_int_panel(isa, w.dtype, rows, rb, k, panel);
             for g in 0..groups {
                 let (q, d) = (&xq[g * gq..(g + 1) * gq], &xd[g * gd..(g + 1) * gd]);
                 simd::int_gemm_tile_run(isa, panel, q, d, tile);

@@ -18,12 +18,14 @@ mod glu;
 mod layer_norm;
 mod matmul;
 mod par;
+mod repack;
 mod rms_norm;
 mod rope;
 mod rope_store;
 mod scale;
 pub mod simd;
 mod store_rows;
+mod team;
 
 pub use simd::Isa;
 
@@ -34,7 +36,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use buffers::{CpuWeight, Slot, Store};
 use par::Ctx;
-use rayon::ThreadPool;
+use team::Team;
 
 /// What matmuls of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
 /// weights do with the f32 activations: decode (up to 4 activation rows)
@@ -64,10 +66,12 @@ impl Activations {
 }
 
 pub struct CpuBackend {
-    pool: ThreadPool,
+    team: Team,
     threads: usize,
     isa: Isa,
     acts: Activations,
+    /// Repack the weights of `repack::packs` types at upload.
+    repack: bool,
     store: Store,
     in_pass: bool,
 }
@@ -108,12 +112,16 @@ impl CpuBackend {
     /// A backend on `threads` threads (`None`: every core) using the best
     /// instruction set this CPU has (or `VKLLM_CPU_ISA`'s: [`Isa::from_env`]).
     pub fn new(threads: Option<usize>) -> CpuBackend {
-        let pool = build_pool(threads);
+        let team = Team::new(
+            threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        );
         CpuBackend {
-            threads: pool.current_num_threads(),
-            pool,
+            threads: team.threads(),
+            team,
             isa: Isa::from_env(),
             acts: Activations::default(),
+            // `VKLLM_CPU_REPACK=off` keeps GGUF rows (to time the row kernels).
+            repack: std::env::var("VKLLM_CPU_REPACK").map_or(true, |v| v.trim() != "off"),
             store: Store::default(),
             in_pass: false,
         }
@@ -135,6 +143,14 @@ impl CpuBackend {
 
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Whether weights uploaded from now on are repacked for the decode
+    /// kernels where they have them (default: yes, unless
+    /// `VKLLM_CPU_REPACK=off`).
+    pub fn with_repack(mut self, repack: bool) -> CpuBackend {
+        self.repack = repack;
+        self
     }
 
     /// How matmuls of integer-dot weight types treat the activations; see
@@ -191,7 +207,7 @@ impl CpuBackend {
                     },
                 );
                 if par {
-                    self.pool.install(|| f(store, dst, ctx))
+                    par::with_team(&self.team, || f(store, dst, ctx))
                 } else {
                     f(store, dst, ctx)
                 }
@@ -205,18 +221,6 @@ impl CpuBackend {
         self.store.restore(out, slot);
         result
     }
-}
-
-fn build_pool(threads: Option<usize>) -> ThreadPool {
-    let builder = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .thread_name(|i| format!("vkllm-cpu-{i}"));
-    // If the OS refuses more threads, fall back to one worker; failing even
-    // that means the process cannot run anything, not a bad input.
-    builder
-        .build()
-        .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build())
-        .expect("the OS refused to start a single rayon worker thread")
 }
 
 impl ComputeBackend for CpuBackend {
@@ -318,12 +322,24 @@ impl ComputeBackend for CpuBackend {
                 data.len()
             )));
         }
+        // Repacked where the decode kernels read groups of rows (integer
+        // dots on x86); f32 activations never meet them.
+        let packed = self.repack
+            && self.isa.int_dots()
+            && self.acts != Activations::F32
+            && repack::packs(dtype)
+            && rows >= repack::R;
         let w = CpuWeight {
-            data: data.to_vec(),
+            data: if packed {
+                par::with_team(&self.team, || repack::pack(dtype, data, rows, row_bytes))
+            } else {
+                data.to_vec()
+            },
             dtype,
             rows,
             cols,
             row_bytes,
+            packed,
         };
         let buf = self.store.insert(Slot::Weight(w), need)?;
         Ok(Weight {

@@ -284,6 +284,70 @@ pub(crate) fn dot_rows_int(
     }
 }
 
+/// Dots of the weight rows in `w`, whole groups of `repack::R` rows (of
+/// `row_bytes`) repacked by `cpu::repack`, with the `m` (1..=4) activation
+/// rows of `x` (scales `ds`, `[m, k / 32]`); `out` is `[rows, m]`. Only for
+/// instruction sets with [`Isa::int_dots`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn dot_rows_packed(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    ds: &[[f32; 2]],
+    x: &act::ActDigits,
+    out: &mut [f32],
+) {
+    use crate::cpu::repack::{self, R};
+    let (m, k) = (x.m, x.k);
+    let gb = R * row_bytes;
+    let groups = w.len().checked_div(gb).unwrap_or(0);
+    assert!(isa.int_dots() && repack::packs(dtype) && quant_row_ok(dtype, row_bytes, k));
+    assert!((1..=4).contains(&m) && k.is_multiple_of(act::ACT_BLOCK) && w.len() == groups * gb);
+    assert!(x.hi.len() == m * k && (x.lo.is_empty() || x.lo.len() == m * k));
+    assert!(x.x32.len() == m * k / 16 && ds.len() == m * k / act::ACT_BLOCK);
+    assert!(out.len() >= groups * R * m);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::packed::{avx2, vnni, Xrow};
+        let blocks = row_bytes / dtype.block_bytes();
+        let (lo, vnni) = (!x.lo.is_empty(), isa == Isa::Avx512 && has_vnni());
+        let mut tmp = [0f32; R];
+        for g in 0..groups {
+            for i in 0..m {
+                // SAFETY: row i's slices hold k values (k / 32 blocks, k / 16
+                // sums), asserted above; `lo` is read only when present.
+                let xr = unsafe {
+                    Xrow {
+                        hi: x.hi.as_ptr().add(i * k),
+                        lo: if lo {
+                            x.lo.as_ptr().add(i * k)
+                        } else {
+                            x.hi.as_ptr().cast()
+                        },
+                        ds: ds.as_ptr().add(i * k / act::ACT_BLOCK),
+                        x32: x.x32.as_ptr().add(i * k / 16),
+                    }
+                };
+                let wg = w[g * gb..].as_ptr();
+                // SAFETY: the instruction set (and VNNI where used) was
+                // checked when the backend was made; group g holds `blocks`
+                // blocks of 16 rows; `tmp` takes 16 values.
+                unsafe {
+                    if vnni {
+                        vnni::group(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
+                    } else {
+                        avx2::group(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
+                    }
+                }
+                for (j, v) in tmp.iter().enumerate() {
+                    out[(g * R + j) * m + i] = *v;
+                }
+            }
+        }
+    }
+}
+
 /// Integer GEMM tile of `isa` (activation rows, weight rows): AVX-512 VNNI's
 /// or AVX2's. Only for instruction sets with [`Isa::int_dots`].
 pub(crate) fn int_gemm_tile(isa: Isa) -> (usize, usize) {

@@ -669,3 +669,4 @@ pub(crate) static BIT_TO_0X10: [u64; 256] = {
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod intdot;
+pub(crate) mod packed;
