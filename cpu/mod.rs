@@ -1,5 +1,5 @@
 //! CPU backend: SIMD kernels (AVX-512 / AVX2+FMA chosen at run time, NEON on
-//! aarch64, scalar elsewhere) on a private rayon pool. Ops run as soon as they
+//! aarch64, scalar elsewhere) on a fork-join team (team.rs). Ops run as soon as they
 //! are recorded; `begin_pass`/`end_pass` only keep the bookkeeping honest.
 //!
 //! One file per op, named as its Vulkan encoder in vk/ops/ (matmul.rs also
