@@ -3,6 +3,7 @@
 
 use super::instance::Instance;
 use super::vk_err;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 use std::ffi::CStr;
@@ -387,9 +388,18 @@ impl std::fmt::Display for Kernels {
             GemvKernel::Auto => "2 rows per subgroup with integer dots, 4 per workgroup in f32",
         };
         let gemv_x = if self.gemv_q8 {
-            ", integer dot products for q4_0/q4_1/q8_0/q4_k/q6_k weights over 8 MiB (mul_mat_vec_q8)"
+            let types: Vec<&str> = DType::ALL
+                .into_iter()
+                .filter(|&d| super::gemv_int_dot(d))
+                .map(DType::name)
+                .collect();
+            format!(
+                ", integer dot products for {} weights over {} MiB (mul_mat_vec_q8)",
+                types.join("/"),
+                super::GEMV_Q8_MIN_BYTES >> 20
+            )
         } else {
-            ""
+            String::new()
         };
         let decode = if self.decode_rope {
             "rope and cache append inside attention_decode, then attention_combine"
