@@ -26,6 +26,39 @@ pub(crate) fn zeroed_words(n: usize) -> Option<Vec<u32>> {
     Some(unsafe { Vec::from_raw_parts(ptr.cast::<u32>(), n, n) })
 }
 
+/// Zeroed bytes in an anonymous mapping of their own. Weights are large
+/// and live as long as the model: unmapped on drop, they go straight back
+/// to the OS, where freed heap blocks stayed resident in a malloc arena
+/// (a load failing halfway kept ~40 MiB, `tests/faults.rs`).
+pub(crate) struct HostBytes {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl HostBytes {
+    /// `len` zeroed bytes, or `None` when the OS refuses the mapping.
+    pub fn zeroed(len: usize) -> Option<HostBytes> {
+        // A mapping cannot be empty.
+        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        Some(HostBytes { map, len })
+    }
+}
+
+impl std::ops::Deref for HostBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for HostBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
+    }
+}
+
 /// Host memory the OS can still give (`MemAvailable` in /proc/meminfo), or
 /// `None` where that is unknown.
 pub fn host_available() -> Option<u64> {
@@ -37,7 +70,7 @@ pub fn host_available() -> Option<u64> {
 
 /// A weight as uploaded (GGUF block bytes, row-major), or repacked.
 pub(crate) struct CpuWeight {
-    pub data: Vec<u8>,
+    pub data: HostBytes,
     pub dtype: DType,
     pub rows: usize,
     pub cols: usize,

@@ -34,7 +34,7 @@ use crate::backend::{
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use buffers::{CpuWeight, Slot, Store};
+use buffers::{CpuWeight, HostBytes, Slot, Store};
 use par::Ctx;
 use team::Team;
 
@@ -329,12 +329,20 @@ impl ComputeBackend for CpuBackend {
             && self.acts != Activations::F32
             && repack::packs(dtype)
             && rows >= repack::R;
+        let mut bytes = HostBytes::zeroed(need).ok_or_else(|| Error::OutOfHostMemory {
+            what: format!("allocating a CPU weight of {need} bytes"),
+            needed: Some(need as u64),
+            available: buffers::host_available(),
+        })?;
+        if packed {
+            par::with_team(&self.team, || {
+                repack::pack(dtype, data, rows, row_bytes, &mut bytes)
+            });
+        } else {
+            bytes.copy_from_slice(data);
+        }
         let w = CpuWeight {
-            data: if packed {
-                par::with_team(&self.team, || repack::pack(dtype, data, rows, row_bytes))
-            } else {
-                data.to_vec()
-            },
+            data: bytes,
             dtype,
             rows,
             cols,

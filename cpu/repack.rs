@@ -102,16 +102,15 @@ fn piece(from: &[u8], s: usize, to: &mut [u8], t: usize, w: usize) {
     }
 }
 
-/// `data` (`rows` GGUF rows of `row_bytes`) repacked: whole groups of
-/// [`R`] rows interleaved, the rest copied. `data.len()` must be
-/// `rows * row_bytes`, a type with [`packs`]. Groups are packed in
-/// parallel on the current team (`par::with_team`).
-pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8> {
-    assert!(packs(dtype) && data.len() == rows * row_bytes);
+/// `data` (`rows` GGUF rows of `row_bytes`) repacked into `out` (as long
+/// as `data`): whole groups of [`R`] rows interleaved, the rest copied.
+/// `data.len()` must be `rows * row_bytes`, a type with [`packs`]. Groups
+/// are packed in parallel on the current team (`par::with_team`).
+pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize, out: &mut [u8]) {
+    assert!(packs(dtype) && data.len() == rows * row_bytes && out.len() == data.len());
     let bb = dtype.block_bytes();
     let nb = row_bytes / bb;
     let segs = segments(dtype);
-    let mut out = vec![0u8; data.len()];
     let gb = R * row_bytes;
     let whole = rows / R * gb;
     out[whole..].copy_from_slice(&data[whole..]);
@@ -124,7 +123,6 @@ pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8>
             }
         }
     });
-    out
 }
 
 /// GGUF rows `r0..r1` of a weight repacked by [`pack`] (`rows` rows of
@@ -164,13 +162,19 @@ mod tests {
 
     /// Packing permutes bytes within each group and unpacking restores
     /// every row, including rows past the last whole group.
+    fn packed(dtype: DType, data: &[u8], rows: usize, rb: usize) -> Vec<u8> {
+        let mut out = vec![0u8; data.len()];
+        pack(dtype, data, rows, rb, &mut out);
+        out
+    }
+
     #[test]
     fn pack_round_trips() {
         for dtype in [DType::Q4_0, DType::Q4K, DType::Q6K] {
             let rb = dtype.row_bytes(512).unwrap();
             let rows = 2 * R + 3;
             let data: Vec<u8> = (0..rows * rb).map(|i| (i * 7 + i / 251) as u8).collect();
-            let p = pack(dtype, &data, rows, rb);
+            let p = packed(dtype, &data, rows, rb);
             let mut sorted = (p.clone(), data.clone());
             sorted.0.sort_unstable();
             sorted.1.sort_unstable();
@@ -226,7 +230,7 @@ mod tests {
 
     fn check<T: ActInt>(isa: Isa, dtype: DType, data: &[u8], rows: usize, k: usize, x: &[f32]) {
         let rb = dtype.row_bytes(k).unwrap();
-        let packed = pack(dtype, data, rows, rb);
+        let packed = packed(dtype, data, rows, rb);
         let mut wf = vec![0f32; k];
         for m in 1..=4 {
             let xq = ActRows::<T>::quantize(x, m, k);
