@@ -1,4 +1,4 @@
-//! GPU/host profiling: the events a backend records with profiling on, the
+//! Profiling: the events a backend (GPU or CPU) records with profiling on, the
 //! Chrome trace writer (opens in Perfetto or chrome://tracing) and the
 //! per-op summary table.
 
@@ -10,7 +10,7 @@ use std::path::Path;
 /// Which timeline an event belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Track {
-    /// Device work: one event per dispatch or copy.
+    /// Device work: one event per dispatch or copy (GPU), per op (CPU).
     Gpu,
     /// Host work: recording and submitting passes.
     Host,
@@ -72,7 +72,7 @@ pub fn write_chrome_trace(path: &Path, events: &[ProfileEvent]) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io_write(path, e))
 }
 
-/// Totals of one op over the GPU events.
+/// Totals of one op over the device events.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTotal {
     pub name: &'static str,
@@ -81,7 +81,7 @@ pub struct OpTotal {
     pub bytes: u64,
 }
 
-/// GPU time per op, most expensive first.
+/// Device time per op, most expensive first.
 pub fn op_totals(events: &[ProfileEvent]) -> Vec<OpTotal> {
     let mut by_name: HashMap<&'static str, OpTotal> = HashMap::new();
     for e in events.iter().filter(|e| e.track == Track::Gpu) {
@@ -105,12 +105,12 @@ pub fn summary(events: &[ProfileEvent]) -> String {
     let totals = op_totals(events);
     let gpu_us: f64 = totals.iter().map(|t| t.total_us).sum();
     let mut s = String::from(
-        "GPU profile (bytes: sizes of the buffers each dispatch binds, so matmul = \
-         weight + activation buffers; copy = 2 x bytes copied)\n",
+        "Device profile (GPU dispatches or CPU ops; bytes: sizes of the buffers each \
+         op binds, so matmul = weight + activation buffers; copy = 2 x bytes copied)\n",
     );
     s += &format!(
         "{:<12} {:>7} {:>12} {:>7} {:>9}\n",
-        "op", "count", "total us", "% gpu", "GB/s"
+        "op", "count", "total us", "% dev", "GB/s"
     );
     for t in &totals {
         let pct = if gpu_us > 0.0 {

@@ -34,8 +34,10 @@ use crate::backend::{
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::profile::{ProfileEvent, Track};
 use buffers::{CpuWeight, HostBytes, Slot, Store};
 use par::Ctx;
+use std::time::Instant;
 use team::Team;
 
 /// What matmuls of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
@@ -74,6 +76,8 @@ pub struct CpuBackend {
     repack: bool,
     store: Store,
     in_pass: bool,
+    /// While profiling: when it began, and the ops timed since.
+    profile: Option<(Instant, Vec<ProfileEvent>)>,
 }
 
 /// CPU features relevant to the kernels, space-separated (e.g. "avx512f avx2 fma").
@@ -124,6 +128,7 @@ impl CpuBackend {
             repack: std::env::var("VKLLM_CPU_REPACK").map_or(true, |v| v.trim() != "off"),
             store: Store::default(),
             in_pass: false,
+            profile: None,
         }
     }
 
@@ -172,6 +177,45 @@ impl CpuBackend {
     /// or multiply-add) is worth a thread wake-up, else inline. `inputs` must
     /// not alias `out`.
     fn with_out<R: Send>(
+        &mut self,
+        op: &'static str,
+        out: &Buffer,
+        n: usize,
+        work: usize,
+        inputs: &[&Buffer],
+        f: impl FnOnce(&Store, &mut [f32], Ctx) -> Result<R> + Send,
+    ) -> Result<R> {
+        let bytes = inputs.iter().chain([&out]).map(|b| b.bytes as u64).sum();
+        self.timed(op, bytes, |b| {
+            b.with_out_untimed(op, out, n, work, inputs, f)
+        })
+    }
+
+    /// `f`, recorded as one event of `op` (binding `bytes`) while profiling.
+    fn timed<R>(
+        &mut self,
+        op: &'static str,
+        bytes: u64,
+        f: impl FnOnce(&mut Self) -> Result<R>,
+    ) -> Result<R> {
+        if self.profile.is_none() {
+            return f(self);
+        }
+        let start = Instant::now();
+        let r = f(self);
+        if let Some((origin, events)) = &mut self.profile {
+            events.push(ProfileEvent {
+                name: op,
+                track: Track::Gpu,
+                start_us: start.duration_since(*origin).as_secs_f64() * 1e6,
+                dur_us: start.elapsed().as_secs_f64() * 1e6,
+                bytes,
+            });
+        }
+        r
+    }
+
+    fn with_out_untimed<R: Send>(
         &mut self,
         op: &'static str,
         out: &Buffer,
@@ -356,6 +400,21 @@ impl ComputeBackend for CpuBackend {
             rows,
             cols,
         })
+    }
+
+    fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if self.in_pass {
+            return Err(Error::Invalid("set_profiling inside a pass".into()));
+        }
+        self.profile = on.then(|| (Instant::now(), Vec::new()));
+        Ok(())
+    }
+
+    fn take_profile(&mut self) -> Vec<ProfileEvent> {
+        self.profile
+            .as_mut()
+            .map(|(_, events)| std::mem::take(events))
+            .unwrap_or_default()
     }
 
     fn begin_pass(&mut self) -> Result<()> {
@@ -584,7 +643,9 @@ impl ComputeBackend for CpuBackend {
         bytes: usize,
     ) -> Result<()> {
         self.in_pass("copy")?;
-        copy::copy(&mut self.store, src, src_offset, dst, dst_offset, bytes)
+        self.timed("copy", 2 * bytes as u64, |b| {
+            copy::copy(&mut b.store, src, src_offset, dst, dst_offset, bytes)
+        })
     }
 
     fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
@@ -609,12 +670,17 @@ impl ComputeBackend for CpuBackend {
     ) -> Result<()> {
         self.in_pass("store_rows")?;
         f32_cache("store_rows", dst_dtype)?;
-        store_rows::run(&mut self.store, src, dst, positions, rows, row_len)
+        let bytes = (src.bytes + dst.bytes) as u64;
+        self.timed("store_rows", bytes, |b| {
+            store_rows::run(&mut b.store, src, dst, positions, rows, row_len)
+        })
     }
 
     fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()> {
         self.in_pass("append_token")?;
-        append_token::run(&mut self.store, ids, positions, history)
+        self.timed("append_token", 0, |b| {
+            append_token::run(&mut b.store, ids, positions, history)
+        })
     }
 
     fn rope_store(
@@ -631,16 +697,18 @@ impl ComputeBackend for CpuBackend {
     ) -> Result<()> {
         f32_cache("rope_store", kv_dtype)?;
         self.rope(q, positions, p)?;
-        rope_store::store_kv(
-            &mut self.store,
-            k,
-            v,
-            positions,
-            k_cache,
-            v_cache,
-            p,
-            n_kv_heads,
-        )
+        self.timed("rope_store", (k.bytes + v.bytes) as u64, |b| {
+            rope_store::store_kv(
+                &mut b.store,
+                k,
+                v,
+                positions,
+                k_cache,
+                v_cache,
+                p,
+                n_kv_heads,
+            )
+        })
     }
 }
 

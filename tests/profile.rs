@@ -1,5 +1,6 @@
-//! GPU profiling: one timestamped GPU event per dispatch and copy, a valid
-//! Chrome trace, the per-op summary, and `--profile` on the CLI.
+//! Profiling: one timestamped device event per GPU dispatch and copy, or
+//! per CPU op, a valid Chrome trace, the per-op summary, and `--profile` on
+//! the CLI.
 
 mod common;
 
@@ -148,15 +149,62 @@ fn profile_of_a_model_forward_matches_the_pass_stats() {
     }
 }
 
-/// The CPU backend says profiling is unsupported, in a typed error.
+/// The CPU backend times each op of a pass: one device event per op, named
+/// by it, in order, with the bytes of the buffers it binds; nothing while
+/// off, and no switching inside a pass.
 #[test]
-fn cpu_profiling_is_unsupported() {
+fn cpu_profile_times_each_op() {
     let mut b = common::cpu();
-    match b.set_profiling(true) {
-        Err(vkllm::Error::Unsupported(msg)) => assert!(msg.contains("profiling"), "{msg}"),
-        other => panic!("expected Unsupported, got {other:?}"),
+    let n = 256;
+    let x = common::upload_f32(b.as_mut(), &common::rand_f32(n, 1));
+    let w = common::upload_f32(b.as_mut(), &common::rand_f32(n, 2));
+    let y = b.alloc(4 * n).unwrap();
+    let z = b.alloc(4 * n).unwrap();
+    let weight = b
+        .upload_weight(
+            DType::F32,
+            n,
+            n,
+            bytemuck::cast_slice(&common::rand_f32(n * n, 3)),
+        )
+        .unwrap();
+    let pass = |b: &mut dyn ComputeBackend| {
+        b.begin_pass().unwrap();
+        b.add(&x, &w, &y, n).unwrap();
+        b.rms_norm(&y, &w, &z, 1, n, 1e-5).unwrap();
+        b.copy(&z, 0, &y, 0, 4 * n).unwrap();
+        b.matmul(&weight, None, &y, &z, 1).unwrap();
+        b.end_pass().unwrap();
+    };
+    pass(b.as_mut());
+    assert!(b.take_profile().is_empty());
+
+    b.set_profiling(true).unwrap();
+    pass(b.as_mut());
+    b.begin_pass().unwrap();
+    assert!(b.set_profiling(false).is_err(), "switched inside a pass");
+    b.end_pass().unwrap();
+    let events = b.take_profile();
+    assert!(b.take_profile().is_empty(), "take_profile drains");
+    let names: Vec<&str> = events.iter().map(|e| e.name).collect();
+    assert_eq!(names, ["add", "rms_norm", "copy", "matmul"]);
+    for (e, next) in events.iter().zip(&events[1..]) {
+        assert_eq!(e.track, Track::Gpu);
+        assert!(next.start_us >= e.start_us + e.dur_us, "{events:?}");
     }
-    assert!(b.set_profiling(false).is_ok());
+    assert_eq!(events[2].bytes, 8 * n as u64, "copy: read and written");
+    assert_eq!(
+        events[3].bytes,
+        (4 * n * n + 8 * n) as u64,
+        "matmul: weight, x and y"
+    );
+    let table = summary(&events);
+    for op in names {
+        assert!(table.lines().any(|l| l.starts_with(op)), "{op}:\n{table}");
+    }
+
+    b.set_profiling(false).unwrap();
+    pass(b.as_mut());
     assert!(b.take_profile().is_empty());
 }
 
@@ -182,7 +230,7 @@ fn generate_profile_writes_a_chrome_trace() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains("GPU profile") && err.contains("% gpu"),
+        err.contains("Device profile") && err.contains("% dev"),
         "{err}"
     );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();

@@ -45,8 +45,9 @@ pub fn settle(b: &mut dyn ComputeBackend, record: impl Fn(&mut dyn ComputeBacken
     }
 }
 
-/// Seconds the GPU spent in the dispatches and copies of one pass of
-/// `record`, by the backend's timestamp queries.
+/// Seconds the device spent in the ops of one pass of `record`: the GPU's
+/// dispatches and copies by its timestamp queries, the CPU's ops by the
+/// wall clock.
 pub fn gpu_pass_seconds(
     b: &mut dyn ComputeBackend,
     record: impl FnOnce(&mut dyn ComputeBackend),
