@@ -128,6 +128,21 @@ fn quantize_block<T: ActInt>(xb: &[f32; ACT_BLOCK], qb: &mut [T]) -> [f32; 2] {
 pub fn pack_rows<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: &mut [f32]) {
     let nb = k / ACT_BLOCK;
     assert!(k.is_multiple_of(ACT_BLOCK) && qs.len() == k / 2 * mr && ds.len() == nb * 2 * mr);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: &mut [f32]) {
+            pack_rows_in::<T>(x, k, mr, qs, ds)
+        }
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { avx2::<T>(x, k, mr, qs, ds) };
+    }
+    pack_rows_in::<T>(x, k, mr, qs, ds)
+}
+
+/// The body of [`pack_rows`] (its quantizer vectorizes where inlined).
+#[inline(always)]
+fn pack_rows_in<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: &mut [f32]) {
     qs.fill(0);
     ds.fill(0.0);
     let mut qb = [T::default(); ACT_BLOCK];

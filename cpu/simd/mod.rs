@@ -434,10 +434,10 @@ pub(crate) fn pack_int_panel(
         // offsets (two groups a block) for `nr` rows, and `w` `rows` rows of
         // `nb` blocks, all asserted above.
         panel.g = unsafe {
-            if nr == vnni::GEMM_TILE.1 {
+            if isa == Isa::Avx512 && has_vnni() {
                 vnni::pack_panel_typed::<16>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
             } else {
-                avx2::pack_panel_typed::<8>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
+                avx2::pack_panel_typed::<16>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
             }
         };
     }
@@ -468,7 +468,7 @@ pub(crate) fn int_gemm_tile_run(
         // SAFETY: instruction set (and VNNI for its tile) checked when the
         // backend was made; the lengths were asserted above.
         unsafe {
-            if nr == vnni::GEMM_TILE.1 {
+            if isa == Isa::Avx512 && has_vnni() {
                 vnni::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)
             } else {
                 avx2::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)

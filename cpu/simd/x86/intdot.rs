@@ -450,13 +450,14 @@ pub(crate) mod avx2 {
     }
 
     /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
-    pub(crate) const GEMM_TILE: (usize, usize) = (4, 8);
+    pub(crate) const GEMM_TILE: (usize, usize) = (3, 16);
 
     /// `MR` packed activation rows (`act::pack_rows`: pairs `xq`, scales
-    /// `xd`) against an 8-row panel (`pack_panel`, `G` pairs per scale
-    /// group, `groups` groups) into `out` (`[MR][8]`). Per group the
-    /// products of each (activation row, weight row) are summed exactly in
-    /// one i32 lane (`vpmaddwd` pairs), then scaled into f32 as `step` does.
+    /// `xd`) against a 16-row panel (`pack_panel`, `G` pairs per scale
+    /// group, `groups` groups) into `out` (`[MR][16]`), in two 8-row
+    /// halves. Per group the products of each (activation row, weight row)
+    /// are summed exactly in one i32 lane (`vpmaddwd` pairs), then scaled
+    /// into f32 as `step` does.
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile<const MR: usize, const G: usize>(
@@ -468,29 +469,34 @@ pub(crate) mod avx2 {
         xd: *const f32,
         out: *mut f32,
     ) {
-        let mut acc = [_mm256_setzero_ps(); MR];
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for t in 0..groups {
-            let mut sums = [_mm256_setzero_si256(); MR];
+            let mut sums = [[_mm256_setzero_si256(); 2]; MR];
             for p in t * G..(t + 1) * G {
-                let w = _mm256_loadu_si256(pw.add(p * 8) as *const __m256i);
+                let w0 = _mm256_loadu_si256(pw.add(p * 16) as *const __m256i);
+                let w1 = _mm256_loadu_si256(pw.add(p * 16 + 8) as *const __m256i);
                 for (i, s) in sums.iter_mut().enumerate() {
                     let x = _mm256_set1_epi32(*xq.add(p * MR + i));
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(w, x));
+                    s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(w0, x));
+                    s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(w1, x));
                 }
             }
-            let (s, o) = (
-                _mm256_loadu_ps(ps.add(t * 8)),
-                _mm256_loadu_ps(po.add(t * 8)),
-            );
             let d = xd.add(t * G / 16 * 2 * MR);
-            for (i, a) in acc.iter_mut().enumerate() {
-                let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i]), scale, *a);
-                *a = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), *a);
+            for h in 0..2 {
+                let (s, o) = (
+                    _mm256_loadu_ps(ps.add(t * 16 + 8 * h)),
+                    _mm256_loadu_ps(po.add(t * 16 + 8 * h)),
+                );
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
+                    a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][h]), scale, a[h]);
+                    a[h] = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), a[h]);
+                }
             }
         }
         for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(i * 8), *a);
+            _mm256_storeu_ps(out.add(i * 16), a[0]);
+            _mm256_storeu_ps(out.add(i * 16 + 8), a[1]);
         }
     }
 
@@ -508,9 +514,9 @@ pub(crate) mod avx2 {
         out: *mut f32,
     ) {
         if g == 8 {
-            tile::<4, 8>(pw, ps, po, groups, xq, xd, out)
+            tile::<3, 8>(pw, ps, po, groups, xq, xd, out)
         } else {
-            tile::<4, 16>(pw, ps, po, groups, xq, xd, out)
+            tile::<3, 16>(pw, ps, po, groups, xq, xd, out)
         }
     }
 
