@@ -240,6 +240,16 @@ pub trait ComputeBackend: Send {
     fn download(&mut self, buf: &Buffer, offset: usize, out: &mut [u8]) -> Result<()>;
     /// Release a buffer. Freeing an unknown handle is a no-op.
     fn free(&mut self, buf: Buffer);
+    /// A buffer of at least `bytes` bytes, contents unspecified, for an
+    /// intermediate of the default fused ops (`linear`, ...): backends may
+    /// keep and reuse them instead of allocating on every call.
+    fn alloc_temp(&mut self, bytes: usize) -> Result<Buffer> {
+        self.alloc(bytes)
+    }
+    /// Give back a buffer of [`ComputeBackend::alloc_temp`].
+    fn free_temp(&mut self, buf: Buffer) {
+        self.free(buf)
+    }
 
     /// Upload a `[rows, cols]` weight stored as `dtype` (GGUF block bytes).
     /// Backends may repack the data for their kernels.
@@ -308,10 +318,10 @@ pub trait ComputeBackend: Send {
         };
         let normed = match o.norm {
             Some((nw, eps)) => {
-                let t = self.alloc(elems(w.cols)?.saturating_mul(4))?;
+                let t = self.alloc_temp(elems(w.cols)?.saturating_mul(4))?;
                 let done = self.rms_norm(x, nw, &t, m, w.cols, eps);
                 if let Err(e) = done {
-                    self.free(t);
+                    self.free_temp(t);
                     return Err(e);
                 }
                 Some(t)
@@ -320,12 +330,12 @@ pub trait ComputeBackend: Send {
         };
         let input = normed.as_ref().unwrap_or(x);
         let result = if o.add {
-            match self.alloc(elems(w.rows)?.saturating_mul(4)) {
+            match self.alloc_temp(elems(w.rows)?.saturating_mul(4)) {
                 Ok(t) => {
                     let r = self
                         .matmul(w, o.bias, input, &t, m)
                         .and_then(|()| self.add(y, &t, y, m * w.rows));
-                    self.free(t);
+                    self.free_temp(t);
                     r
                 }
                 Err(e) => Err(e),
@@ -334,7 +344,7 @@ pub trait ComputeBackend: Send {
             self.matmul(w, o.bias, input, y, m)
         };
         if let Some(t) = normed {
-            self.free(t);
+            self.free_temp(t);
         }
         result
     }

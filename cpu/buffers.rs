@@ -246,4 +246,20 @@ mod tests {
         }
         assert!(b.alloc(0).is_ok() && b.alloc(12).is_ok());
     }
+
+    /// Intermediates come back for reuse: the smallest one that fits, else
+    /// a new buffer.
+    #[test]
+    fn temps_are_reused_smallest_fit_first() {
+        let mut b = crate::cpu::CpuBackend::new(Some(1));
+        let (big, small) = (b.alloc_temp(4096).unwrap(), b.alloc_temp(64).unwrap());
+        assert_ne!(big.id(), small.id());
+        b.free_temp(big);
+        b.free_temp(small);
+        assert_eq!(b.alloc_temp(32).unwrap().id(), small.id());
+        assert_eq!(b.alloc_temp(100).unwrap().id(), big.id());
+        let fresh = b.alloc_temp(100).unwrap();
+        assert!(fresh.id() != big.id() && fresh.id() != small.id());
+        assert!(fresh.bytes >= 100);
+    }
 }

@@ -223,6 +223,11 @@ fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32],
     }
 }
 
+thread_local! {
+    /// `gemm_int`'s packed activations, reused by the next call on this thread.
+    static PACKED_X: std::cell::Cell<(Vec<i32>, Vec<f32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
 /// Prefill with integer dots: activations quantized once into groups of
 /// `mr` rows (`act::pack_rows`), then per panel of `nr` weight rows one
 /// decode into 16-bit integers (`simd::pack_int_panel`), reused by every
@@ -233,8 +238,10 @@ fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     let (mr, nr) = simd::int_gemm_tile(isa);
     let groups = m.div_ceil(mr);
     let (gq, gd) = (k / 2 * mr, k / ACT_BLOCK * 2 * mr);
-    let mut xq = vec![0i32; groups * gq];
-    let mut xd = vec![0f32; groups * gd];
+    // Kept from call to call (a fresh allocation page-faults on first write).
+    let (mut xq, mut xd) = PACKED_X.take();
+    xq.resize(groups * gq, 0);
+    xd.resize(groups * gd, 0.0);
     // Scales first (serially: small), then the values per group in parallel.
     let mut dgroups: Vec<&mut [f32]> = xd.chunks_mut(gd).collect();
     let dgroups: Vec<std::sync::Mutex<&mut [f32]>> =
@@ -271,4 +278,5 @@ fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
             }
         },
     );
+    PACKED_X.set((xq, xd));
 }
