@@ -62,6 +62,15 @@ macro_rules! packed_kernels {
             (and(v, m4), and(srli16::<4>(v), m4))
         }
 
+        /// The activation words at value `o` of `x`, broadcast: `hi` bytes
+        /// and (16-bit activations) `lo` bytes.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn xw<const LO: bool>(x: Xrow, o: usize) -> (V, V) {
+            let hi = xword(x.hi.add(o).cast());
+            (hi, if LO { xword(x.lo.add(o)) } else { hi })
+        }
+
         /// Q4_0: `nb` blocks of 288 bytes (`d[16]`, 4 chunks of 64 qs bytes).
         #[target_feature(enable = $feat)]
         unsafe fn q4_0<const LO: bool>(w: *const u8, nb: usize, x: Xrow, out: *mut f32) {
@@ -75,15 +84,7 @@ macro_rules! packed_kernels {
                 let mut a = [Acc::new(); H];
                 for c in 0..4 {
                     let o = 32 * b + 4 * c;
-                    let xw = |o: usize| {
-                        let lo = if LO {
-                            xword(x.lo.add(o))
-                        } else {
-                            xword(x.hi.add(o).cast())
-                        };
-                        (xword(x.hi.add(o).cast()), lo)
-                    };
-                    let ((h0, l0), (h1, l1)) = (xw(o), xw(o + 16));
+                    let ((h0, l0), (h1, l1)) = (xw::<LO>(x, o), xw::<LO>(x, o + 16));
                     for (h, a) in a.iter_mut().enumerate() {
                         let (wl, wh) = nib(ld(p.add(32 + 64 * c + HB * h)));
                         dot4::<LO>(a, wl, h0, l0);
@@ -142,15 +143,7 @@ macro_rules! packed_kernels {
                         for g in 0..8 {
                             let (wl, wh) = nib(ld(p.add(256 + 64 * (8 * q + g) + HB * h)));
                             let o = 256 * sb + 64 * q + 4 * g;
-                            let xw = |o: usize| {
-                                let lo = if LO {
-                                    xword(x.lo.add(o))
-                                } else {
-                                    xword(x.hi.add(o).cast())
-                                };
-                                (xword(x.hi.add(o).cast()), lo)
-                            };
-                            let ((h0, l0), (h1, l1)) = (xw(o), xw(o + 32));
+                            let ((h0, l0), (h1, l1)) = (xw::<LO>(x, o), xw::<LO>(x, o + 32));
                             dot4::<LO>(&mut a0, wl, h0, l0);
                             dot4::<LO>(&mut a1, wh, h1, l1);
                             if g % 4 == 3 {
