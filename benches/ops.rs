@@ -1,11 +1,12 @@
-//! Op benchmarks on every backend available (the CPU; Vulkan when
+//! Op benchmarks on every backend available (the CPU, with each x86
+//! instruction set it has; Vulkan when
 //! `vkllm::open::open_backend` opens Vulkan): matmul as GEMV (m = 1, weight GB/s) and GEMM
 //! (m = 512, GFLOP/s, shown by criterion as elements/s) at SmolLM2-135M shapes
 //! and at 2048², 4096² and 14336×4096 (Llama-3.1-8B's FFN), plus rms_norm,
 //! rope and attention against 512- and 4096-position caches.
 //!
-//! Vulkan work is timed on the GPU (timestamp queries around each dispatch,
-//! via the backend's profiler), the CPU by the wall clock.
+//! Work is timed by the backend's profiler: Vulkan on the GPU (timestamp
+//! queries around each dispatch), the CPU by the wall clock of each op.
 //!
 //! `VKLLM_BENCH_ALL=1` runs every weight dtype at every shape; the default
 //! keeps the run short (SmolLM2's dtypes at its shapes, every dtype at 2048²).
@@ -15,15 +16,24 @@ mod common;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
 use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle};
-use vkllm::cpu::CpuBackend;
+use vkllm::cpu::{CpuBackend, Isa};
 use vkllm::profile::Track;
 use vkllm::quants::quantize_row;
 use vkllm::DType;
 
+/// The CPU once per x86 instruction set it has (so an AVX-512 machine
+/// also reports its AVX2 kernels), then Vulkan.
 fn backends() -> Vec<(String, Box<dyn ComputeBackend>)> {
-    let cpu = CpuBackend::new(None);
-    let mut v: Vec<(String, Box<dyn ComputeBackend>)> =
-        vec![(format!("cpu-{}", cpu.isa().name()), Box::new(cpu))];
+    let best = CpuBackend::new(None);
+    let mut v: Vec<(String, Box<dyn ComputeBackend>)> = Vec::new();
+    for isa in [Isa::Avx512, Isa::Avx2] {
+        if isa != best.isa() {
+            if let Ok(cpu) = CpuBackend::with_isa(None, isa) {
+                v.push((format!("cpu-{}", isa.name()), Box::new(cpu)));
+            }
+        }
+    }
+    v.insert(0, (format!("cpu-{}", best.isa().name()), Box::new(best)));
     match vkllm::open::open_backend(&vkllm::open::BackendChoice::Vulkan, Default::default()) {
         Ok((b, _)) => v.push(("vulkan".into(), b)),
         Err(e) => eprintln!("bench: no Vulkan backend ({e})"),
