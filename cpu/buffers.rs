@@ -149,6 +149,45 @@ impl Store {
         }
     }
 
+    /// `out.len()` bytes of `buf` from byte `offset`: a repacked weight
+    /// reads as the GGUF rows it was uploaded as.
+    pub fn read(
+        &self,
+        op: &'static str,
+        buf: &Buffer,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (len, packed) = match self.slot(op, "source", buf)? {
+            Slot::Data { bytes, .. } => (*bytes, None),
+            Slot::Weight(w) => (w.data.len(), w.packed.then_some(w)),
+        };
+        let end = offset
+            .checked_add(out.len())
+            .filter(|e| *e <= len)
+            .ok_or_else(|| {
+                Error::op(
+                    op,
+                    format!(
+                        "{} bytes at {offset} overrun a {len}-byte buffer",
+                        out.len()
+                    ),
+                )
+            })?;
+        match packed {
+            Some(w) if end > offset => {
+                let rb = w.row_bytes;
+                let r0 = offset / rb;
+                let mut scratch = Vec::new();
+                let rows = w.rows_at(r0, end.div_ceil(rb), &mut scratch);
+                out.copy_from_slice(&rows[offset - r0 * rb..end - r0 * rb]);
+            }
+            Some(_) => {}
+            None => out.copy_from_slice(&self.bytes(op, "source", buf)?[offset..end]),
+        }
+        Ok(())
+    }
+
     pub fn bytes_mut(&mut self, op: &'static str, what: &str, buf: &Buffer) -> Result<&mut [u8]> {
         match self.slots.get_mut(&buf.id()) {
             Some(Slot::Data { words, bytes }) => Ok(&mut bytemuck::cast_slice_mut(words)[..*bytes]),
@@ -261,5 +300,34 @@ mod tests {
         let fresh = b.alloc_temp(100).unwrap();
         assert!(fresh.id() != big.id() && fresh.id() != small.id());
         assert!(fresh.bytes >= 100);
+    }
+
+    /// A repacked weight downloads as the GGUF rows uploaded, whole or any
+    /// byte range of it.
+    #[test]
+    fn repacked_weights_download_as_uploaded() {
+        use crate::dtype::DType;
+        let mut b = crate::cpu::CpuBackend::new(Some(2)).with_repack(true);
+        for dtype in [DType::Q4_0, DType::Q4K, DType::Q6K] {
+            let (rows, cols) = (37, 512);
+            let rb = dtype.row_bytes(cols).unwrap();
+            let data: Vec<u8> = (0..rows * rb).map(|i| (i * 131 + i / 977) as u8).collect();
+            let w = b.upload_weight(dtype, rows, cols, &data).unwrap();
+            let mut all = vec![0u8; data.len()];
+            b.download(&w.buf, 0, &mut all).unwrap();
+            assert!(all == data, "{dtype}");
+            for (at, n) in [
+                (3, 1),
+                (rb - 5, 17),
+                (16 * rb + 7, 3 * rb),
+                (data.len() - 9, 9),
+            ] {
+                let mut part = vec![0u8; n];
+                b.download(&w.buf, at, &mut part).unwrap();
+                assert!(part == data[at..at + n], "{dtype} {at}+{n}");
+            }
+            let mut over = vec![0u8; 2];
+            assert!(b.download(&w.buf, data.len() - 1, &mut over).is_err());
+        }
     }
 }

@@ -331,22 +331,7 @@ impl ComputeBackend for CpuBackend {
         if self.in_pass {
             return Err(Error::op("download", "not allowed inside a pass"));
         }
-        let src = self.store.bytes("download", "source", buf)?;
-        let end = offset
-            .checked_add(out.len())
-            .filter(|e| *e <= src.len())
-            .ok_or_else(|| {
-                Error::op(
-                    "download",
-                    format!(
-                        "{} bytes at {offset} overrun a {}-byte buffer",
-                        out.len(),
-                        src.len()
-                    ),
-                )
-            })?;
-        out.copy_from_slice(&src[offset..end]);
-        Ok(())
+        self.store.read("download", buf, offset, out)
     }
 
     fn free(&mut self, buf: Buffer) {
