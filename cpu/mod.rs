@@ -190,8 +190,47 @@ impl CpuBackend {
         f: impl FnOnce(&Store, &mut [f32], Ctx) -> Result<R> + Send,
     ) -> Result<R> {
         let bytes = inputs.iter().chain([&out]).map(|b| b.bytes as u64).sum();
-        self.timed(op, bytes, |b| {
-            b.with_out_untimed(op, out, n, work, inputs, f)
+        self.timed(op, bytes, |be| {
+            be.in_pass(op)?;
+            if inputs.iter().any(|b| b.id() == out.id()) {
+                return Err(Error::op(op, "the output buffer aliases an input"));
+            }
+            check::fits(op, "out", out, n)?;
+            let mut slot = match be.store.remove(out) {
+                Some(s) => s,
+                None => {
+                    return Err(Error::op(
+                        op,
+                        format!("out: buffer {} is freed or unknown", out.id()),
+                    ))
+                }
+            };
+            let result = match &mut slot {
+                Slot::Data { words, bytes } if *bytes >= n * 4 => {
+                    let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
+                    let par = be.threads > 1 && work >= par::PAR_MIN_WORK;
+                    let (store, ctx) = (
+                        &be.store,
+                        Ctx {
+                            isa: be.isa,
+                            par,
+                            acts: be.acts,
+                        },
+                    );
+                    if par {
+                        par::with_team(&be.team, || f(store, dst, ctx))
+                    } else {
+                        f(store, dst, ctx)
+                    }
+                }
+                Slot::Data { bytes, .. } => Err(Error::op(
+                    op,
+                    format!("out holds {bytes} bytes, {n} values needed"),
+                )),
+                Slot::Weight(_) => Err(Error::op(op, "the output buffer is a weight")),
+            };
+            be.store.restore(out, slot);
+            result
         })
     }
 
@@ -217,57 +256,6 @@ impl CpuBackend {
             });
         }
         r
-    }
-
-    fn with_out_untimed<R: Send>(
-        &mut self,
-        op: &'static str,
-        out: &Buffer,
-        n: usize,
-        work: usize,
-        inputs: &[&Buffer],
-        f: impl FnOnce(&Store, &mut [f32], Ctx) -> Result<R> + Send,
-    ) -> Result<R> {
-        self.in_pass(op)?;
-        if inputs.iter().any(|b| b.id() == out.id()) {
-            return Err(Error::op(op, "the output buffer aliases an input"));
-        }
-        check::fits(op, "out", out, n)?;
-        let mut slot = match self.store.remove(out) {
-            Some(s) => s,
-            None => {
-                return Err(Error::op(
-                    op,
-                    format!("out: buffer {} is freed or unknown", out.id()),
-                ))
-            }
-        };
-        let result = match &mut slot {
-            Slot::Data { words, bytes } if *bytes >= n * 4 => {
-                let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
-                let par = self.threads > 1 && work >= par::PAR_MIN_WORK;
-                let (store, ctx) = (
-                    &self.store,
-                    Ctx {
-                        isa: self.isa,
-                        par,
-                        acts: self.acts,
-                    },
-                );
-                if par {
-                    par::with_team(&self.team, || f(store, dst, ctx))
-                } else {
-                    f(store, dst, ctx)
-                }
-            }
-            Slot::Data { bytes, .. } => Err(Error::op(
-                op,
-                format!("out holds {bytes} bytes, {n} values needed"),
-            )),
-            Slot::Weight(_) => Err(Error::op(op, "the output buffer is a weight")),
-        };
-        self.store.restore(out, slot);
-        result
     }
 }
 

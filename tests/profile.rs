@@ -6,7 +6,7 @@ mod common;
 
 use serde_json::Value;
 use std::collections::HashMap;
-use vkllm::backend::ComputeBackend;
+use vkllm::backend::{Buffer, ComputeBackend, Weight};
 use vkllm::dtype::DType;
 use vkllm::model::{LoadOptions, Model, Want};
 use vkllm::profile::{summary, write_chrome_trace, ProfileEvent, Track};
@@ -30,6 +30,26 @@ fn round_trip(events: &[ProfileEvent]) -> Vec<Value> {
     complete
 }
 
+/// Values of the profiled passes' vectors.
+const N: usize = 256;
+
+/// Two inputs `x`, `w` and two outputs `y`, `z` of [`N`] values, and an
+/// f32 `[N, N]` weight.
+fn buffers(b: &mut dyn ComputeBackend) -> ([Buffer; 4], Weight) {
+    let x = common::upload_f32(b, &common::rand_f32(N, 1));
+    let w = common::upload_f32(b, &common::rand_f32(N, 2));
+    let (y, z) = (b.alloc(4 * N).unwrap(), b.alloc(4 * N).unwrap());
+    let weight = b
+        .upload_weight(
+            DType::F32,
+            N,
+            N,
+            bytemuck::cast_slice(&common::rand_f32(N * N, 3)),
+        )
+        .unwrap();
+    ([x, w, y, z], weight)
+}
+
 fn gpu_counts(trace: &[Value]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for e in trace.iter().filter(|e| e["tid"] == Track::Gpu.tid()) {
@@ -47,19 +67,8 @@ fn profile_times_each_dispatch_and_copy_of_a_pass() {
     let Some(mut b) = common::vulkan_backend() else {
         return;
     };
-    let n = 256;
-    let x = common::upload_f32(&mut b, &common::rand_f32(n, 1));
-    let w = common::upload_f32(&mut b, &common::rand_f32(n, 2));
-    let y = b.alloc(4 * n).unwrap();
-    let z = b.alloc(4 * n).unwrap();
-    let weight = b
-        .upload_weight(
-            DType::F32,
-            n,
-            n,
-            bytemuck::cast_slice(&common::rand_f32(n * n, 3)),
-        )
-        .unwrap();
+    let n = N;
+    let ([x, w, y, z], weight) = buffers(&mut b);
 
     // Off: nothing is recorded.
     b.begin_pass().unwrap();
@@ -155,19 +164,8 @@ fn profile_of_a_model_forward_matches_the_pass_stats() {
 #[test]
 fn cpu_profile_times_each_op() {
     let mut b = common::cpu();
-    let n = 256;
-    let x = common::upload_f32(b.as_mut(), &common::rand_f32(n, 1));
-    let w = common::upload_f32(b.as_mut(), &common::rand_f32(n, 2));
-    let y = b.alloc(4 * n).unwrap();
-    let z = b.alloc(4 * n).unwrap();
-    let weight = b
-        .upload_weight(
-            DType::F32,
-            n,
-            n,
-            bytemuck::cast_slice(&common::rand_f32(n * n, 3)),
-        )
-        .unwrap();
+    let n = N;
+    let ([x, w, y, z], weight) = buffers(b.as_mut());
     let pass = |b: &mut dyn ComputeBackend| {
         b.begin_pass().unwrap();
         b.add(&x, &w, &y, n).unwrap();
