@@ -310,10 +310,9 @@ pub(crate) mod vnni {
     #[inline]
     #[target_feature(enable = "avx512f,avx512vnni")]
     unsafe fn dot<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
-        let word = |p: *const u8| _mm512_set1_epi32(core::ptr::read_unaligned(p as *const i32));
-        a.0 = _mm512_dpbusd_epi32(a.0, w, word(xh as *const u8));
+        a.0 = _mm512_dpbusd_epi32(a.0, w, xword(xh as *const u8));
         if LO {
-            a.1 = _mm512_dpbusd_epi32(a.1, word(xl), w);
+            a.1 = _mm512_dpbusd_epi32(a.1, xword(xl), w);
         }
     }
     /// [`dot`] for 4-bit weights, activation words broadcast ([`xword`]);
@@ -476,15 +475,10 @@ pub(crate) mod avx2 {
     }
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn word(p: *const u8) -> V {
-        _mm256_set1_epi32(core::ptr::read_unaligned(p as *const i32))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
     unsafe fn dot<const LO: bool>(a: &mut Acc, w: V, xh: *const i8, xl: *const u8) {
-        let h = _mm256_maddubs_epi16(w, word(xh as *const u8));
+        let h = _mm256_maddubs_epi16(w, xword(xh as *const u8));
         if LO {
-            let l = _mm256_maddubs_epi16(word(xl), w);
+            let l = _mm256_maddubs_epi16(xword(xl), w);
             let s = _mm256_add_epi32(
                 _mm256_madd_epi16(h, _mm256_set1_epi16(256)),
                 _mm256_madd_epi16(l, _mm256_set1_epi16(1)),
@@ -508,7 +502,7 @@ pub(crate) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn xword(p: *const u8) -> V {
-        word(p)
+        _mm256_set1_epi32(core::ptr::read_unaligned(p as *const i32))
     }
     #[inline]
     #[target_feature(enable = "avx2")]
