@@ -158,10 +158,11 @@ impl Store {
         offset: usize,
         out: &mut [u8],
     ) -> Result<()> {
-        let (len, packed) = match self.slot(op, "source", buf)? {
-            Slot::Data { bytes, .. } => (*bytes, None),
-            Slot::Weight(w) => (w.data.len(), w.packed.then_some(w)),
+        let (src, packed): (&[u8], _) = match self.slot(op, "source", buf)? {
+            Slot::Data { words, bytes } => (&bytemuck::cast_slice(words)[..*bytes], None),
+            Slot::Weight(w) => (&w.data, w.packed.then_some(w)),
         };
+        let len = src.len();
         let end = offset
             .checked_add(out.len())
             .filter(|e| *e <= len)
@@ -183,7 +184,7 @@ impl Store {
                 out.copy_from_slice(&rows[offset - r0 * rb..end - r0 * rb]);
             }
             Some(_) => {}
-            None => out.copy_from_slice(&self.bytes(op, "source", buf)?[offset..end]),
+            None => out.copy_from_slice(&src[offset..end]),
         }
         Ok(())
     }
