@@ -5,13 +5,16 @@
 //! dependent on the last, so a line through (weight bytes, µs) gives the
 //! fixed cost of a dependent GEMV and the bandwidth it streams at.
 //!
-//! `cargo bench --bench dispatch` prints µs per step. On an H100: 2.55 µs
-//! per dependent `add`, 0.32 independent; the GEMV chain at 1024 / 2048 /
-//! 4096 / 8192 / 16384 / 32768 rows took 10.3 / 15.6 / 17.7 / 24.9 / 34.0 /
-//! 54.3 µs. Weights of 4 MiB and more then took the integer-dot kernel and
-//! its quantize_q8 dispatch (the step from 1024 to 2048 rows; the threshold
-//! is 8 MiB now, vk/mod.rs GEMV_Q8_MIN_BYTES): ~12 µs is fixed
-//! per dependent quantize + GEMV, and the rest streams at ~1.9 TB/s.
+//! `cargo bench --bench dispatch` prints µs per step;
+//! `VKLLM_BENCH_ROTATE_MB=0` runs the GEMVs on one copy of each weight, so
+//! they read it from L2. On an H100 (2026-11-25): 2.51 µs per dependent
+//! `add`, 0.34 independent; the GEMV chain at 256 / 1024 / 2048 / 4096 /
+//! 8192 / 16384 / 32768 rows took 6.7 / 7.3 / 8.5 / 13.7 / 17.4 / 26.0 /
+//! 42.1 µs from memory and 5.8 / 6.4 / 8.2 / 12.9 / 16.7 / 25.5 / 41.8 from
+//! L2. From 4096 rows (9.4 MB, over vk/mod.rs GEMV_Q8_MIN_BYTES) the
+//! integer-dot kernel and its quantize_q8 dispatch run: ~8 µs is fixed per
+//! dependent quantize + GEMV (15.6 at 4096 rows when one workgroup
+//! quantized the row), and the rest streams at ~1.8 TB/s.
 
 mod common;
 
@@ -79,12 +82,20 @@ fn main() {
 
     let cols = 4096;
     let dtype = DType::Q4K;
+    // VKLLM_BENCH_ROTATE_MB=0: one copy of each weight, read from L2.
+    let rotate = std::env::var("VKLLM_BENCH_ROTATE_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(ROTATE_BYTES, |mb| mb << 20);
     println!("q4_k GEMV, k = {cols}, each reading the last one's output:");
     println!("{:>8} {:>10} {:>9} {:>9}", "rows", "MB", "us", "GB/s");
-    for rows in [1024usize, 2048, 4096, 8192, 16384, 32768] {
+    for rows in [256usize, 1024, 2048, 4096, 8192, 16384, 32768] {
         let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
         let bytes = row.len() * rows;
-        let copies = ROTATE_BYTES.div_ceil(bytes).clamp(2, 64);
+        let copies = match rotate {
+            0 => 1,
+            r => r.div_ceil(bytes).clamp(2, 64),
+        };
         let ws: Vec<_> = (0..copies)
             .map(|c| {
                 quantize_row(dtype, &common::rand(cols, 1 + c as u64), &mut row).unwrap();

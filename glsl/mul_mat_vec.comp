@@ -76,13 +76,18 @@ layout(push_constant) uniform Push {
 
 #if defined(Q8X)
 // quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
-// k/32 (d, Σx̂), Σx².
+// k/32 (d, Σx̂), Σx² of each 1024 values.
 layout(binding = 1) readonly buffer XQ4 { uvec4 xq4[]; };
 layout(binding = 1) readonly buffer XQF { float xqf[]; };
 
+// quantize_q8.comp's workgroups per row, each storing its share of Σx².
+uint xq_parts() {
+    return (pc.k + 1023u) / 1024u;
+}
+
 // Rounded up to 4 words so every row's digits start 16-byte aligned.
 uint xq_stride() {
-    return (pc.k / 2u + pc.k / 16u + 4u) & ~3u;
+    return (pc.k / 2u + pc.k / 16u + xq_parts() + 3u) & ~3u;
 }
 
 // Offset in uvec4s from a row's hi digits to its lo digits.
@@ -544,7 +549,11 @@ shared float part_ss[MAX_SUBGROUPS][M_CAP];
 // `up`) and Σx².
 void store(uint row, uint r, float total, float up, float sq) {
 #if defined(Q8X)
-    sq = xqf[r * xq_stride() + pc.k / 2u + pc.k / 16u];
+    uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
+    sq = 0.0;
+    for (uint p = 0u; p < xq_parts(); p++) {
+        sq += xqf[parts + p];
+    }
 #endif
     if ((pc.flags & NORM) != 0u) {
         float inv = inversesqrt(sq / float(pc.k) + pc.eps);

@@ -4,17 +4,23 @@
 // max|x| / 64516: as close as the CPU's 16-bit activations (one int8 digit
 // alone, as llama.cpp's q8_1, moves SmolLM2's logits by 3e-2). Per block
 // also (d, Σ of the rounded values) for the weights' offset terms. With
-// `norm` the RMS-norm weights multiply x first, and the row's Σx² (of x as
-// given) is stored for the GEMV to finish the norm with.
+// `norm` the RMS-norm weights multiply x first; each workgroup stores the
+// Σx² of its share of the row (x as given) for the GEMV to finish the norm.
+//
+// One invocation per 4 values, 8 to a block, workgroups of 1024 values
+// across the row (y: the row): a dispatch on the decode path's critical
+// path, so its chain per invocation is one load, a few shared-memory steps
+// and one store; one workgroup walking the row serially cost an 8B decode
+// step ~1 ms over its 129 quantizes.
 //
 // Row r of the output, `stride` words from the previous one: k/4 words of
-// packed hi digits, k/4 of lo digits, k/32 (d, Σ) pairs, Σx².
+// packed hi digits, k/4 of lo digits, k/32 (d, Σ) pairs, then Σx² of each
+// workgroup's 1024 values (q8_parts in vk/ops/matmul.rs).
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-layout(local_size_x = 128) in;
+layout(local_size_x = 256) in;
 
 layout(binding = 0) readonly buffer X { vec4 x4[]; };
 layout(binding = 1) readonly buffer NW { vec4 nw4[]; };
@@ -30,6 +36,10 @@ layout(push_constant) uniform Push {
 
 #include "reduce.glsl"
 
+// Per invocation: |x| max of its 4 values, then its digits' sum.
+shared float blk_max[256];
+shared int blk_sum[256];
+
 // Halves away from zero, as Rust's f32::round and ggml's roundf.
 vec4 round_away(vec4 v) {
     return sign(v) * floor(abs(v) + 0.5);
@@ -41,45 +51,47 @@ uint pack(ivec4 q) {
 }
 
 void main() {
-    uint r = wg_linear();
-    if (r >= pc.m) {
-        return;
-    }
+    uint r = gl_WorkGroupID.y;
+    uint t = gl_LocalInvocationID.x;
+    uint u = gl_WorkGroupID.x * 256u + t; // this invocation's 4 values
+    bool live = u < pc.k / 4u;
     uint base = r * pc.stride;
-    uint nb = pc.k / 32u;
-    float ss = 0.0;
-    for (uint b = gl_LocalInvocationID.x; b < nb; b += gl_WorkGroupSize.x) {
-        vec4 v[8];
-        float amax = 0.0;
+    vec4 v = live ? x4[r * (pc.k / 4u) + u] : vec4(0.0);
+    float ss = dot(v, v);
+    if (live && pc.norm != 0u) {
+        v *= nw4[u];
+    }
+    vec4 a = abs(v);
+    blk_max[t] = max(max(a.x, a.y), max(a.z, a.w));
+    barrier();
+    uint first = t & ~7u;
+    float amax = 0.0;
+    [[unroll]] for (uint i = 0u; i < 8u; i++) {
+        amax = max(amax, blk_max[first + i]);
+    }
+    float d = amax / 127.0;
+    float id = d > 0.0 ? 1.0 / d : 0.0;
+    vec4 s = v * id;
+    ivec4 hi = ivec4(round_away(s));
+    ivec4 lo = ivec4(round_away((s - vec4(hi)) * 254.0));
+    ivec4 digits = hi * 254 + lo;
+    blk_sum[t] = digits.x + digits.y + digits.z + digits.w;
+    if (live) {
+        q[base + u] = pack(hi);
+        q[base + pc.k / 4u + u] = pack(lo);
+    }
+    barrier();
+    if (live && t == first) {
+        int sum = 0;
         [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            v[i] = x4[(r * pc.k + 32u * b) / 4u + i];
-            ss += dot(v[i], v[i]);
-            if (pc.norm != 0u) {
-                v[i] *= nw4[8u * b + i];
-            }
-            vec4 a = abs(v[i]);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+            sum += blk_sum[first + i];
         }
-        float d = amax / 127.0;
-        float id = d > 0.0 ? 1.0 / d : 0.0;
-        ivec4 sum_hi = ivec4(0);
-        ivec4 sum_lo = ivec4(0);
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            vec4 s = v[i] * id;
-            ivec4 hi = ivec4(round_away(s));
-            ivec4 lo = ivec4(round_away((s - vec4(hi)) * 254.0));
-            sum_hi += hi;
-            sum_lo += lo;
-            q[base + 8u * b + i] = pack(hi);
-            q[base + pc.k / 4u + 8u * b + i] = pack(lo);
-        }
-        uint ds = base + pc.k / 2u + 2u * b;
+        uint ds = base + pc.k / 2u + 2u * (u / 8u);
         qf[ds] = d;
-        ivec4 t = sum_hi * 254 + sum_lo;
-        qf[ds + 1u] = d * float(t.x + t.y + t.z + t.w) / 254.0;
+        qf[ds + 1u] = d * float(sum) / 254.0;
     }
     float total = wg_sum(ss);
-    if (gl_LocalInvocationIndex == 0u) {
-        qf[base + pc.k / 2u + pc.k / 16u] = total;
+    if (t == 0u) {
+        qf[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
     }
 }

@@ -1817,8 +1817,16 @@ fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
         DType::Q6K,
         DType::Q5K,
     ] {
-        let cols = 512;
-        for (rows, m) in [(37, 1), (64, 2), (9, 4), (21, 7)] {
+        // At 2560 columns the int8 quantize spreads a row over three
+        // workgroups (the last one ragged), each with its share of Σx².
+        for (rows, cols, m) in [
+            (37, 512, 1),
+            (64, 512, 2),
+            (9, 512, 4),
+            (21, 512, 7),
+            (5, 2560, 1),
+            (3, 2560, 4),
+        ] {
             let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
             let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
             let x: Vec<f32> = rand_f32(m * cols, 71).iter().map(|v| v * 3.0).collect();

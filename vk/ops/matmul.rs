@@ -107,11 +107,20 @@ pub fn gemv_int_dot(dtype: DType) -> bool {
     )
 }
 
+/// Values of x one quantize_q8 workgroup takes (256 invocations of 4).
+const Q8_PART: usize = 1024;
+
+/// Workgroups quantize_q8 spreads a row of `k` values over, each storing
+/// the Σx² of its share (mul_mat_vec.comp's xq_parts).
+fn q8_parts(k: usize) -> usize {
+    k.div_ceil(Q8_PART)
+}
+
 /// Words of one quantize_q8 row of `k` values: two int8 digits per value,
-/// (d, Σ) per block of 32, Σx², padded to 16 bytes (mul_mat_vec.comp's
-/// xq_stride).
+/// (d, Σ) per block of 32, Σx² per part, padded to 16 bytes
+/// (mul_mat_vec.comp's xq_stride).
 fn q8_stride(k: usize) -> usize {
-    (k / 2 + k / 16 + 4) & !3
+    (k / 2 + k / 16 + q8_parts(k) + 3) & !3
 }
 
 /// Units of work one GEMV output row splits into (mul_mat_vec.comp's
@@ -337,7 +346,8 @@ impl Encoder<'_> {
         m: usize,
         k: usize,
     ) -> Result<Buffer> {
-        const OP: &str = "matmul";
+        // Its own name in profiles: the dispatch is part of a matmul's cost.
+        const OP: &str = "quantize";
         let stride = q8_stride(k);
         let bytes = m
             .checked_mul(stride)
@@ -359,7 +369,7 @@ impl Encoder<'_> {
             plain("quantize_q8"),
             &binds,
             bytemuck::bytes_of(&push),
-            [push.m, 1, 1],
+            [u32_of(OP, "parts", q8_parts(k))?, push.m, 1],
         )?;
         self.state.xq_of = self.rec.last_write(t.id).map(|at| QuantizedX {
             x: x.id,
