@@ -548,14 +548,14 @@ shared float part_ss[MAX_SUBGROUPS][M_CAP];
 // Output (row, x row r) from its dot product (and with GLU the up row's,
 // `up`) and Σx².
 void store(uint row, uint r, float total, float up, float sq) {
-#if defined(Q8X)
-    uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
-    sq = 0.0;
-    for (uint p = 0u; p < xq_parts(); p++) {
-        sq += xqf[parts + p];
-    }
-#endif
     if ((pc.flags & NORM) != 0u) {
+#if defined(Q8X)
+        uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
+        sq = 0.0;
+        for (uint p = 0u; p < xq_parts(); p++) {
+            sq += xqf[parts + p];
+        }
+#endif
         float inv = inversesqrt(sq / float(pc.k) + pc.eps);
         total *= inv;
         up *= inv;
