@@ -25,10 +25,7 @@ const SHAPES: [(usize, usize); 4] = [(256, 2048), (2048, 2048), (5632, 2048), (2
 fn gbs(b: &mut CpuBackend, dtype: DType, rows: usize, cols: usize) -> f64 {
     let bytes = dtype.row_bytes(cols).unwrap() * rows;
     // `VKLLM_BENCH_ROTATE_MB` (e.g. 1: in cache) times the kernels' compute.
-    let rotate = std::env::var("VKLLM_BENCH_ROTATE_MB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(ROTATE_BYTES, |mb| mb << 20);
+    let rotate = common::rotate_bytes(ROTATE_BYTES);
     let copies = rotate.div_ceil(bytes).max(1);
     let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
     let mut data = Vec::with_capacity(bytes);

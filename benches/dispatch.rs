@@ -83,10 +83,7 @@ fn main() {
     let cols = 4096;
     let dtype = DType::Q4K;
     // VKLLM_BENCH_ROTATE_MB=0: one copy of each weight, read from L2.
-    let rotate = std::env::var("VKLLM_BENCH_ROTATE_MB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(ROTATE_BYTES, |mb| mb << 20);
+    let rotate = common::rotate_bytes(ROTATE_BYTES);
     println!("q4_k GEMV, k = {cols}, each reading the last one's output:");
     println!("{:>8} {:>10} {:>9} {:>9}", "rows", "MB", "us", "GB/s");
     for rows in [256usize, 1024, 2048, 4096, 8192, 16384, 32768] {

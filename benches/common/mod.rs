@@ -16,6 +16,15 @@ pub fn vulkan(bench: &str) -> Option<Box<dyn ComputeBackend>> {
     }
 }
 
+/// Bytes of weights a bench rotates over: `VKLLM_BENCH_ROTATE_MB` when set
+/// (small values keep the weights in cache), else `default`.
+pub fn rotate_bytes(default: usize) -> usize {
+    std::env::var("VKLLM_BENCH_ROTATE_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(default, |mb| mb << 20)
+}
+
 /// Deterministic pseudo-random f32s in [-1, 1) (xorshift).
 pub fn rand(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
