@@ -4,8 +4,9 @@
 // max|x| / 64516: as close as the CPU's 16-bit activations (one int8 digit
 // alone, as llama.cpp's q8_1, moves SmolLM2's logits by 3e-2). Per block
 // also (d, Σ of the rounded values) for the weights' offset terms. With
-// `norm` the RMS-norm weights multiply x first; each workgroup stores the
-// Σx² of its share of the row (x as given) for the GEMV to finish the norm.
+// `norm` the RMS-norm weights multiply x first, and each workgroup stores
+// the Σx² of its share of the row (x as given) for the GEMV to finish the
+// norm (without it those words are left unwritten, and the GEMV skips them).
 //
 // One invocation per 4 values, 8 to a block, workgroups of 1024 values
 // across the row (y: the row): a dispatch on the decode path's critical
@@ -90,8 +91,12 @@ void main() {
         qf[ds] = d;
         qf[ds + 1u] = d * float(sum) / 254.0;
     }
-    float total = wg_sum(ss);
-    if (t == 0u) {
-        qf[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
+    // Only a folded norm reads Σx² (pc.norm is uniform, so the
+    // workgroup-wide sum stays in uniform control flow).
+    if (pc.norm != 0u) {
+        float total = wg_sum(ss);
+        if (t == 0u) {
+            qf[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
+        }
     }
 }
