@@ -223,6 +223,11 @@ pub trait ComputeBackend: Send {
         let _ = (what, bytes);
         Ok(())
     }
+    /// The largest buffer one op may read or write whole, where the device
+    /// limits it (Vulkan: `maxStorageBufferRange`, 128 MiB on lavapipe).
+    fn max_op_buffer_bytes(&self) -> Option<u64> {
+        None
+    }
     /// A zero-initialised buffer of `bytes` bytes.
     fn alloc(&mut self, bytes: usize) -> Result<Buffer>;
     /// A buffer like [`ComputeBackend::alloc`] that the host writes and reads

@@ -52,13 +52,17 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
 pub const DEVICE_COPIES: usize = 64;
 
 /// A device's streaming bandwidth: `copies` back-to-back transfers of `bytes`
-/// between two device buffers in one pass, timed wall-clock around
+/// (at most what one op may take on the device) between two device buffers
+/// in one pass, timed wall-clock around
 /// `begin_pass`/`end_pass`, in GB/s of bytes read + written. Both the `copy`
 /// op (a transfer command, which some drivers run on a slower copy engine)
 /// and `scale` by 1 (a compute kernel streaming the same bytes) are timed;
 /// the higher figure is the ceiling kernels can reach.
 pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize) -> Result<f64> {
-    let bytes = bytes / 4 * 4;
+    let limit = be
+        .max_op_buffer_bytes()
+        .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let bytes = bytes.min(limit) / 4 * 4;
     if bytes == 0 || copies == 0 {
         return Err(Error::Invalid(
             "the copy benchmark needs a nonzero size and count".into(),

@@ -79,7 +79,8 @@ pub struct BenchArgs {
     /// CPU: activations of matmuls with Q4_0..Q8_0, Q4_K, Q5_K, Q6_K weights (decode; prefill too on AVX2 / AVX-512)
     #[arg(long, value_enum, value_name = "KIND", default_value_t = ActivationsArg::Q16)]
     activations: ActivationsArg,
-    /// Size of the copy-bandwidth probe in MiB (0 skips it and the roofline column)
+    /// Size of the copy-bandwidth probe in MiB, at most what one device op may take (0 skips
+    /// it and the roofline column)
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     copy_mib: usize,
     /// Seed of the random prompt tokens

@@ -89,6 +89,10 @@ impl ComputeBackend for VulkanBackend {
         Some(heap.saturating_sub(self.mem.reserved_bytes()))
     }
 
+    fn max_op_buffer_bytes(&self) -> Option<u64> {
+        Some(self.caps().max_storage_buffer_range)
+    }
+
     fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
         let Some(available) = self.free_memory() else {
             return Ok(());
