@@ -1,7 +1,8 @@
 // Decode attention (a few query rows against a long cache), with online
 // softmax. One workgroup per (kv head, tile of up to 8 of its query heads,
 // row, key split): the query heads of one GQA group share every K and V read.
-// Keys go in tiles of TK = 32 (16 or 8 where shared memory is short). Every
+// Keys go in tiles of TK = 32, 16 at head_dim 128, 8 at 256 (fewer where
+// shared memory is short; vk/ops/attention.rs decode_tiles). Every
 // invocation first issues its V loads for the tile into registers, then the
 // tile's K rows are loaded into shared memory by consecutive invocations
 // reading consecutive words (coalesced). Invocation (head, key) scores one

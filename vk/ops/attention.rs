@@ -20,8 +20,9 @@ const MAX_HEAD_DIM: usize = 512;
 /// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
 /// attention_decode.comp: keys per tile (32, else 16 or 8 where the larger
-/// would not fit the device's shared memory), invocations, most query heads
-/// per workgroup, most head_dim. (64-key tiles ran slower on an H100.)
+/// would not fit the device's shared memory or the tile would hold more than
+/// DECODE_TILE_VALUES), invocations, most query heads per workgroup, most
+/// head_dim. (64-key tiles ran slower on an H100.)
 const DECODE_TK: [usize; 3] = [32, 16, 8];
 const DECODE_WG: usize = 128;
 const DECODE_MAX_HEADS: usize = 8;
@@ -32,14 +33,25 @@ const SPLIT_MIN: usize = 32;
 const MAX_SPLITS: usize = 256;
 /// Output dims per attention_combine.comp workgroup (its DS).
 const COMBINE_DIMS: u32 = 16;
-/// Workgroups x head_dim a decode attention aims for (kv heads x head tiles
-/// x rows x splits): 256 workgroups at head_dim 128, 512 at 64, about two
-/// or four per SM of a 132-SM H100/H200. Measured on an H100 at 4.6K
-/// positions (benches/attention.rs): Llama-3.1-8B (8 kv heads of 128) ran
-/// best with 32 splits (31 us, against 36 with 64 and 38 with 128),
-/// TinyLlama (4 of 64) with 128 (21 us, against 27 with 32), Llama-3.2-1B
-/// (8 of 64) with 64.
-const DECODE_TARGET_WORK: usize = 256 * 128;
+/// Most key values (keys x head_dim) in one decode key tile: 32 keys of 64
+/// dims, 16 of 128. Fewer registers per invocation keep more workgroups on
+/// an SM. Measured on an H200 (benches/attention.rs, µs per layer at 512 /
+/// 4.6K positions): Llama-3.1-8B 11.8 / 29.2 with 32-key tiles and 32
+/// splits, 12.0 / 25.3 with 16-key tiles and 64 splits; 16-key tiles at
+/// head_dim 64 were slower (Llama-3.2-1B 18.6 -> 20.5 at 4.6K).
+const DECODE_TILE_VALUES: usize = 2048;
+/// (kv head, head tile) pairs a decode attention aims for: a model with few
+/// kv heads gives each workgroup fewer query heads (reading a kv head's
+/// keys once per tile, mostly from L2) so the splits need not be many
+/// short ones. H200, µs per layer at 512 / 4.6K positions: SmolLM2 (3 kv
+/// heads of a group of 3) 9.8 / 15.0 with 1 tile of 3 heads, 8.9 / 11.6
+/// with 3 tiles of 1; TinyLlama (4 of 8) 13.0 / 20.1 with 1 tile of 8,
+/// 10.8 / 17.4 with 2 tiles of 4.
+const DECODE_MIN_HEAD_GROUPS: usize = 8;
+/// Workgroups a decode attention aims for (kv heads x head tiles x rows x
+/// splits), about four per SM of a 132-SM H100/H200. Llama-3.2-1B (8 kv
+/// heads) ran best with 64 splits, so did Llama-3.1-8B with 16-key tiles.
+const DECODE_TARGET_WGS: usize = 512;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
 const FLASH_WG: usize = 128;
@@ -85,12 +97,15 @@ pub(in crate::vk) struct DecodeTiles {
     pub keys: usize,
 }
 
-/// attention_decode.comp's tiling for a GQA group of `group` heads, or None
-/// where the kernel cannot take `head_dim`: tiles of at most 8 heads, as
-/// even as possible, 32 keys (else 16, else 8) per key tile, the most heads
-/// per tile that fit the device's shared memory (NVIDIA: 48 KiB fits 8 heads
-/// of 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
+/// attention_decode.comp's tiling for `n_kv_heads` GQA groups of `group`
+/// heads, or None where the kernel cannot take `head_dim`: tiles of at most
+/// 8 heads, as even as possible, and enough of them for
+/// DECODE_MIN_HEAD_GROUPS (kv head, tile) pairs where the group allows; 32
+/// keys per key tile (16 at head_dim 128, 8 at 256: DECODE_TILE_VALUES),
+/// fewer where the device's shared memory needs (NVIDIA: 48 KiB fits 8
+/// heads of 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
 pub(in crate::vk) fn decode_tiles(
+    n_kv_heads: usize,
     group: usize,
     head_dim: usize,
     max_shared: u32,
@@ -99,8 +114,14 @@ pub(in crate::vk) fn decode_tiles(
     {
         return None;
     }
-    for keys in DECODE_TK {
-        let mut tiles = group.div_ceil(DECODE_MAX_HEADS);
+    let wanted = DECODE_MIN_HEAD_GROUPS
+        .div_ceil(n_kv_heads.max(1))
+        .min(group);
+    for keys in DECODE_TK
+        .into_iter()
+        .filter(|k| k * head_dim <= DECODE_TILE_VALUES)
+    {
+        let mut tiles = group.div_ceil(DECODE_MAX_HEADS).max(wanted);
         loop {
             let heads = group.div_ceil(tiles);
             if decode_shared_bytes(heads, keys, head_dim) <= max_shared as usize {
@@ -259,7 +280,12 @@ impl Encoder<'_> {
         let status = self.status;
         let group = p.n_heads / p.n_kv_heads;
         if p.rows <= SPLIT_MAX_ROWS {
-            if let Some(t) = decode_tiles(group, p.head_dim, self.caps().max_shared_memory) {
+            if let Some(t) = decode_tiles(
+                p.n_kv_heads,
+                group,
+                p.head_dim,
+                self.caps().max_shared_memory,
+            ) {
                 return self.encode_attention_decode(
                     [q, k_cache, v_cache, positions, out],
                     p,
@@ -402,7 +428,7 @@ impl Encoder<'_> {
             .saturating_mul(t.tiles)
             .saturating_mul(p.rows)
             .max(1);
-        let n_split = (DECODE_TARGET_WORK / p.head_dim)
+        let n_split = DECODE_TARGET_WGS
             .div_ceil(groups)
             .min(p.capacity.div_ceil(SPLIT_MIN))
             .clamp(1, MAX_SPLITS);
@@ -516,15 +542,20 @@ mod tests {
         let t = |tiles, heads, keys| Some(DecodeTiles { tiles, heads, keys });
         const NV: u32 = 48 << 10;
         const LVP: u32 = 32 << 10;
-        assert_eq!(decode_tiles(3, 64, NV), t(1, 3, 32)); // SmolLM2
-        assert_eq!(decode_tiles(4, 128, NV), t(1, 4, 32)); // Llama-3
-        assert_eq!(decode_tiles(16, 64, NV), t(2, 8, 32));
-        assert_eq!(decode_tiles(9, 64, NV), t(2, 5, 32));
-        assert_eq!(decode_tiles(8, 256, NV), t(1, 8, 32));
-        assert_eq!(decode_tiles(2, 256, LVP), t(1, 2, 16));
-        assert_eq!(decode_tiles(1, 6, NV), None);
-        assert_eq!(decode_tiles(1, 260, NV), None);
-        assert_eq!(decode_tiles(1, 256, 16 << 10), t(1, 1, 8));
-        assert_eq!(decode_tiles(1, 256, 8 << 10), None);
+        // (kv heads, group, head_dim, shared memory)
+        assert_eq!(decode_tiles(3, 3, 64, NV), t(3, 1, 32)); // SmolLM2
+        assert_eq!(decode_tiles(4, 8, 64, NV), t(2, 4, 32)); // TinyLlama
+        assert_eq!(decode_tiles(8, 4, 64, NV), t(1, 4, 32)); // Llama-3.2-1B
+        assert_eq!(decode_tiles(8, 4, 128, NV), t(1, 4, 16)); // Llama-3.1-8B
+        assert_eq!(decode_tiles(8, 16, 64, NV), t(2, 8, 32));
+        assert_eq!(decode_tiles(8, 9, 64, NV), t(2, 5, 32));
+        assert_eq!(decode_tiles(1, 4, 256, NV), t(4, 1, 8)); // Gemma 3 270M
+        assert_eq!(decode_tiles(8, 8, 256, NV), t(1, 8, 8));
+        assert_eq!(decode_tiles(8, 2, 256, LVP), t(1, 2, 8));
+        assert_eq!(decode_tiles(8, 8, 256, 16 << 10), t(3, 3, 8));
+        assert_eq!(decode_tiles(8, 1, 6, NV), None);
+        assert_eq!(decode_tiles(8, 1, 260, NV), None);
+        assert_eq!(decode_tiles(8, 1, 256, 16 << 10), t(1, 1, 8));
+        assert_eq!(decode_tiles(8, 1, 256, 8 << 10), None);
     }
 }

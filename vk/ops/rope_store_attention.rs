@@ -31,7 +31,12 @@ impl Encoder<'_> {
             ));
         }
         let group = p.n_heads.checked_div(p.n_kv_heads).unwrap_or(0);
-        let tiles = decode_tiles(group, p.head_dim, self.caps().max_shared_memory);
+        let tiles = decode_tiles(
+            p.n_kv_heads,
+            group,
+            p.head_dim,
+            self.caps().max_shared_memory,
+        );
         let fused = self.kernels.decode_rope
             && p.rows == 1
             && p.n_kv_heads > 0
