@@ -20,7 +20,11 @@
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
 // merges them; with n_split == 1 the result goes straight to `o`. (The last
 // split to finish merging them itself, told by an atomic counter, ran slower
-// on an H100: 758 -> 577 tok/s for SmolLM2 at 4.6K positions.)
+// on an H100: 758 -> 577 tok/s for SmolLM2 at 4.6K positions. Tried again on
+// an H200 with 8 split loads in flight per invocation, it saved a barrier
+// per layer but took the 8B's layer at 4.6K positions from 25 to 53 us
+// (tg128 @4096 236 -> 199): one workgroup per (kv head, head tile) merges
+// what the combine spreads over 256.)
 //
 // With ROPE (a single row: a decode step) the kernel is also the step's rope
 // and cache append: q is rotated as it is loaded, with the (cos, sin) that
