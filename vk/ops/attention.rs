@@ -102,8 +102,9 @@ pub(in crate::vk) struct DecodeTiles {
 /// 8 heads, as even as possible, and enough of them for
 /// DECODE_MIN_HEAD_GROUPS (kv head, tile) pairs where the group allows; 32
 /// keys per key tile (16 at head_dim 128, 8 at 256: DECODE_TILE_VALUES),
-/// fewer where the device's shared memory needs (NVIDIA: 48 KiB fits 8
-/// heads of 256 dims; lavapipe's 32 KiB needs 16-key tiles at head_dim 256).
+/// then fewer keys or heads per tile where the device's shared memory needs
+/// (NVIDIA's 48 KiB and lavapipe's 32 KiB fit every shape up to head_dim
+/// 256; 16 KiB fits 3 heads of 256 dims in 8-key tiles).
 pub(in crate::vk) fn decode_tiles(
     n_kv_heads: usize,
     group: usize,
