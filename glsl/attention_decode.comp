@@ -1,72 +1,70 @@
 // Decode attention (a few query rows against a long cache), with online
-// softmax. One workgroup per (kv head, tile of up to 8 of its query heads,
-// row, key split): the query heads of one GQA group share every K and V read.
-// Keys go in tiles of TK = 32, 16 at head_dim 128, 8 at 256 (fewer where
-// shared memory is short; vk/ops/attention.rs decode_tiles). Every
-// invocation first issues its V loads for the tile into registers, then the
-// tile's K rows are loaded into shared memory by consecutive invocations
-// reading consecutive words (coalesced). Invocation (head, key) scores one
-// key from shared memory; then invocation (key lane, 4 dims) folds its keys'
-// V rows, already in registers, into one accumulator per head, and the key
-// lanes' partial sums meet once, at the end. The old kernel read V inside
-// the softmax loop, one dependent load after another: on an H100,
-// Llama-3.1-8B's layer at 4.6K positions took 53 us with the combine, now 31
-// (benches/attention.rs). Prefetching the next tile into registers as well
-// was slower (44 us), and so were 64-key tiles (49 us).
-// No subgroup operation is used, so any subgroup size works.
+// softmax. One workgroup per (kv head, tile of up to 4 of its query heads,
+// row, key split): the query heads of one GQA group share every K and V
+// read. No key tile goes through shared memory and no barrier runs in the
+// key loop: the workgroup's lanes form clusters of C (vk/ops/attention.rs
+// decode_tiles), a cluster takes whole keys, each lane 8R dims of them
+// (16-byte loads of an f16 cache, consecutive lanes reading consecutive
+// words) with the query heads' same dims in registers. A round issues U
+// keys' K and V loads per cluster before any is used; a score is summed
+// over the cluster's lanes by shuffles, and each cluster folds V into a
+// running (max, sum, accumulator) per head of its own. The clusters meet
+// once, at the end, in shared memory, a head at a time.
+//
+// The kernel it replaced staged 16- or 32-key tiles of K in shared memory
+// (three barriers per tile). On an H200 (benches/attention.rs, us per layer
+// at 512 / 4.6K positions, that kernel -> this one): SmolLM2 8.7 / 11.6 ->
+// 8.5 / 10.0, TinyLlama 10.8 / 17.3 -> 10.8 / 14.0, Llama-3.2-1B 10.5 / 18.5
+// -> 10.5-11.4 / 15.2, Llama-3.1-8B 12.0 / 24.7 -> 11.0 / 18.5. U = 4 or 8
+// was no faster at 4.6K and slower at 512 (a split there holds 32 keys, one
+// round of 16 clusters x 2). Each lane reading its own 8R query dims (and
+// roping them) one after another cost Llama-3.2-1B's decode step 11 us per
+// layer more (profiled) than loading them through shared memory.
 //
 // The split (attention_split.glsl) follows the row's span read from
 // positions: splits past it exit at once. With n_split > 1 each split writes
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
 // merges them; with n_split == 1 the result goes straight to `o`. (The last
 // split to finish merging them itself, told by an atomic counter, ran slower
-// on an H100: 758 -> 577 tok/s for SmolLM2 at 4.6K positions. Tried again on
-// an H200 with 8 split loads in flight per invocation, it saved a barrier
-// per layer but took the 8B's layer at 4.6K positions from 25 to 53 us
-// (tg128 @4096 236 -> 199): one workgroup per (kv head, head tile) merges
-// what the combine spreads over 256.)
+// on an H100 and again on an H200: one workgroup per (kv head, head tile)
+// merges what the combine spreads over 256.)
 //
 // With ROPE (a single row: a decode step) the kernel is also the step's rope
 // and cache append: q is rotated as it is loaded, with the (cos, sin) that
 // rope_rotations.comp computed once per pass for the step's position, and
 // the workgroups whose split holds that position rotate the new k, round k
-// and v as the cache stores them, take them from shared memory as a last
-// tile of one key (the cache row may not be written yet) and (head tile 0)
-// write them into the cache: rope_store's dispatch disappears. (Issuing the
-// first cached tile's loads before q is read was 2-3% slower on an H100.)
+// and v as the cache stores them, take them from shared memory (the cache
+// row may not be written yet) and (head tile 0) write them into the cache:
+// rope_store's dispatch disappears.
 //
-// Specialization constant 0: head_dim | heads per tile << 16 | key tile
-// code << 24 (0: 32 keys, 1: 16, 2: 8) | (f16 KV cache) << 26 | ROPE << 27.
-// head_dim is a
-// multiple of 4, at most 256 (vk/ops/attention.rs checks, and sizes the
-// tiles to the device's shared memory).
+// Specialization constant 0: head_dim | heads per tile << 10 |
+// log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25. head_dim is a multiple
+// of 8 C, C a power of two no larger than the subgroup, R = head_dim / 8C at
+// most 8.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint SPEC = 64u | (1u << 16);
-const uint HD = SPEC & 0xFFFFu;
-const uint GT = (SPEC >> 16) & 0xFFu; // at most 8
-const uint HD4 = HD / 4u;
-const uint KS = HD4 + 1u; // padded K row in shared memory: conflict-free column reads
+layout(constant_id = 0) const uint SPEC = 64u | (1u << 10) | (3u << 14);
+const uint HD = SPEC & 0x3FFu;
+const uint GT = (SPEC >> 10) & 0xFu;
+const uint C = 1u << ((SPEC >> 14) & 7u);
+const uint U = 2u; // keys per cluster per round
+const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
+const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
 const uint WG = 128u;
-const uint TK = 32u >> ((SPEC >> 24) & 3u); // divides SPLIT_MIN
-const bool KV_F16 = ((SPEC >> 26) & 1u) != 0u;
-const bool ROPE = ((SPEC >> 27) & 1u) != 0u;
-const uint SC_PER = (GT * TK + WG - 1u) / WG; // scores per invocation per tile
-const uint K_PER = (TK * HD4 + WG - 1u) / WG; // K words per invocation per tile
-// V: invocation t folds dims 4 (t % HD4) onwards of keys t / HD4,
-// t / HD4 + KL, ... of each tile (KL key lanes; invocations past KL * HD4 idle).
-const uint KL = WG / HD4;
-const uint VK = (TK + KL - 1u) / KL; // keys per invocation per tile
+const uint HD4 = HD / 4u;
+const uint R = HD / (8u * C); // 8-value units per lane
+const uint NC = WG / C; // clusters per workgroup
 
-layout(binding = 0) readonly buffer Q { vec4 q4[]; };
 layout(binding = 0) readonly buffer Qf { float qf[]; };
-layout(binding = 1) readonly buffer K { vec4 k4[]; };
-layout(binding = 2) readonly buffer V { vec4 v4[]; };
+// A cache word: 8 halves, or 4 f32 bit patterns.
+layout(binding = 1) readonly buffer K { uvec4 kw[]; };
+layout(binding = 2) readonly buffer V { uvec4 vw[]; };
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
-layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
+layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
 // the second as position + 1 and the row attends to the cache it has.
 layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
@@ -99,23 +97,17 @@ layout(push_constant) uniform Push {
 #include "rope.glsl"
 
 shared vec4 qs[GT * HD4];
-shared vec4 ks[TK * KS];
-shared vec4 ss4[GT * TK / 4u]; // the tile's scores, head-major
-// The key lanes' partial sums of one head, on their way to the first lane.
-shared vec4 red[WG];
-shared float red_l[WG];
+// The clusters' accumulators of one head, their maxima and sums.
+shared vec4 red[NC * HD4];
+shared float red_m[NC];
+shared float red_l[NC];
 // ROPE: the row's own k and v as the cache holds them: the stored words
 // (two f16 pairs in .xy, or four f32 bit patterns), unpacked as a cache
 // load would be, so no compiler can fold the f16 rounding away.
 shared uvec4 kf[HD4];
 shared uvec4 vf[HD4];
 
-// An f16 cache binds the same buffers as 4 halves per 8-byte word.
-layout(binding = 1) readonly buffer K16 { uvec2 k16[]; };
-layout(binding = 2) readonly buffer V16 { uvec2 v16[]; };
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
-vec4 load_k(uint i) { return KV_F16 ? halves4(k16[i]) : k4[i]; }
-vec4 load_v(uint i) { return KV_F16 ? halves4(v16[i]) : v4[i]; }
 // Four values as the cache's words, and back.
 uvec4 stored(vec4 x) {
     return KV_F16 ? uvec4(packHalf2x16(x.xy), packHalf2x16(x.zw), 0u, 0u) : floatBitsToUint(x);
@@ -124,60 +116,17 @@ vec4 unstored(uvec4 w) {
     return KV_F16 ? halves4(w.xy) : uintBitsToFloat(w);
 }
 
-float score(uint hh, uint kk) {
-    return ss4[(hh * TK + kk) / 4u][(hh * TK + kk) % 4u];
-}
-
-// The tile of keys [j0, min(j0 + TK, j_end)) into registers: this
-// invocation's V words (keys lane, lane + KL, ...) and its share of K.
-void fetch(uint j0, uint j_end, uint lane, uint d4, uint stride4, uint koff4,
-           out vec4 vr[VK], out vec4 kr[K_PER]) {
-    uint nk = min(TK, j_end - j0);
-    [[unroll]] for (uint i = 0u; i < VK; i++) {
-        uint kk = lane + KL * i;
-        vr[i] = lane < KL && kk < nk ? load_v((j0 + kk) * stride4 + koff4 + d4) : vec4(0.0);
-    }
-    [[unroll]] for (uint i = 0u; i < K_PER; i++) {
-        uint u = gl_LocalInvocationID.x + i * WG;
-        uint kk = u / HD4;
-        kr[i] = u < TK * HD4 && kk < nk
-            ? load_k((j0 + kk) * stride4 + koff4 + (u - kk * HD4))
-            : vec4(0.0);
-    }
-}
-
-// ROPE: the row's own key, a tile of one, from kf / vf.
-void fetch_own(uint lane, uint d4, out vec4 vr[VK], out vec4 kr[K_PER]) {
-    [[unroll]] for (uint i = 0u; i < VK; i++) {
-        vr[i] = lane == 0u && i == 0u ? unstored(vf[d4]) : vec4(0.0);
-    }
-    [[unroll]] for (uint i = 0u; i < K_PER; i++) {
-        uint u = gl_LocalInvocationID.x + i * WG;
-        kr[i] = u < HD4 ? unstored(kf[u]) : vec4(0.0);
-    }
-}
-
-// Key lane 0 of dims 4 d4 onwards sums every key lane's partials of one
-// head (query head `hg`, running max mh) from red / red_l and writes them out.
-void write_head(float mh, uint d4, uint hg, uint r, uint split) {
-    vec4 a = vec4(0.0);
-    float ls = 0.0;
-    for (uint k = 0u; k < KL; k++) {
-        a += red[k * HD4 + d4];
-        ls += red_l[k * HD4 + d4];
-    }
-    if (pc.n_split == 1u) {
-        float inv = ls > 0.0 ? 1.0 / ls : 0.0;
-        o4[(r * pc.n_heads + hg) * HD4 + d4] = a * inv;
+// Unit u (8 values) of cache row `row` (position * n_kv_heads + kv head) as
+// two vec4.
+void load_unit(bool is_k, uint row, uint u, out vec4 a, out vec4 b) {
+    if (KV_F16) {
+        uvec4 w = is_k ? kw[row * (HD / 8u) + u] : vw[row * (HD / 8u) + u];
+        a = halves4(w.xy);
+        b = halves4(w.zw);
     } else {
-        uint pb = ((r * pc.n_heads + hg) * pc.n_split + split) * (HD + 2u);
-        if (d4 == 0u) {
-            part[pb] = mh;
-            part[pb + 1u] = ls;
-        }
-        for (uint c = 0u; c < 4u; c++) {
-            part[pb + 2u + 4u * d4 + c] = a[c];
-        }
+        uint i = row * HD4 + 2u * u;
+        a = uintBitsToFloat(is_k ? kw[i] : vw[i]);
+        b = uintBitsToFloat(is_k ? kw[i + 1u] : vw[i + 1u]);
     }
 }
 
@@ -202,20 +151,32 @@ void own_kv(uint kvh, uint p, bool store) {
                           rotation(d), pc.rot_dim, neox);
     }
     vec4 v = vnew4[kvh * HD4 + t];
-    uvec4 kw = stored(k);
-    uvec4 vw = stored(v);
-    kf[t] = kw;
-    vf[t] = vw;
+    uvec4 kwd = stored(k);
+    uvec4 vwd = stored(v);
+    kf[t] = kwd;
+    vf[t] = vwd;
     if (store) {
         uint at = p * pc.n_kv_heads * HD4 + kvh * HD4 + t;
         if (KV_F16) {
-            kout16[at] = kw.xy;
-            vout16[at] = vw.xy;
+            kout16[at] = kwd.xy;
+            vout16[at] = vwd.xy;
         } else {
             kout4[at] = k;
             vout4[at] = v;
         }
     }
+}
+
+// Element d of the query head starting at `base`, pre-scaled;
+// with ROPE rotated as it loads.
+float query(uint base, uint d) {
+    float x = qf[base + d];
+    if (ROPE) {
+        bool neox = pc.neox != 0u;
+        x = rope_apply(d, x, qf[base + rope_mate(d, pc.rot_dim, neox)], rotation(d),
+                       pc.rot_dim, neox);
+    }
+    return x * pc.scale;
 }
 
 void main() {
@@ -235,127 +196,160 @@ void main() {
     }
     uint j_begin = sp.start + split * sp.len;
     uint j_end = min(j_begin + sp.len, sp.end);
-
-    // ROPE: the split holding the row's position (its last key) takes the
-    // new k and v from kf / vf, as a last tile (uniform per workgroup).
+    // ROPE: the split holding the row's position takes its k and v from
+    // kf / vf (uniform per workgroup).
     bool own = ROPE && p < pc.capacity && p >= j_begin && p < j_end;
-    uint j_cached = own ? p : j_end; // keys [j_begin, j_cached) come from the cache
-    uint tiles = (j_cached - j_begin + TK - 1u) / TK + (own ? 1u : 0u);
-    uint stride4 = pc.n_kv_heads * HD4;
-    uint koff4 = kvh * HD4;
-    uint lane = t / HD4; // key lane
-    uint d4 = t - lane * HD4;
 
-    // The tile's query vectors, pre-scaled (heads past the group read zeros);
-    // with ROPE rotated as they load, each value's pair partner read too.
+    // The tile's query vectors, pre-scaled, through shared memory (heads
+    // past the group read zeros): loaded by the whole workgroup, not 8R
+    // dims per lane one after another (see the top).
     for (uint u = t; u < GT * HD4; u += WG) {
         uint hh = u / HD4;
         uint hl = h0 + hh;
         uint d = 4u * (u - hh * HD4);
         uint base = (r * pc.n_heads + kvh * group + hl) * HD;
         vec4 qv = vec4(0.0);
-        if (hl < group && ROPE) {
-            bool neox = pc.neox != 0u;
+        if (hl < group) {
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                uint mate = base + rope_mate(d + c, pc.rot_dim, neox);
-                qv[c] = rope_apply(d + c, qf[base + d + c], qf[mate], rotation(d + c), pc.rot_dim, neox);
+                qv[c] = query(base, d + c);
             }
-        } else if (hl < group) {
-            qv = q4[(base + d) / 4u];
         }
-        qs[u] = qv * pc.scale;
+        qs[u] = qv;
     }
     if (own) {
         own_kv(kvh, p, h0 == 0u);
-        barrier();
+    }
+    barrier();
+
+    uint sl = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint cl = sl / C; // this lane's cluster
+    uint lane = sl - cl * C;
+    // This lane's query dims: unit lane + C i, i < R.
+    vec4 qa[GT][R];
+    vec4 qb[GT][R];
+    [[unroll]] for (uint h = 0u; h < GT; h++) {
+        [[unroll]] for (uint i = 0u; i < R; i++) {
+            uint unit = lane + C * i;
+            qa[h][i] = qs[h * HD4 + 2u * unit];
+            qb[h][i] = qs[h * HD4 + 2u * unit + 1u];
+        }
     }
 
-    // The running max is the same in every invocation (each reads every
-    // score); sums and accumulators cover the invocation's own keys.
     float m[GT];
     float l[GT];
-    vec4 acc[GT];
+    vec4 aa[GT][R];
+    vec4 ab[GT][R];
     [[unroll]] for (uint h = 0u; h < GT; h++) {
         m[h] = -1.0 / 0.0;
         l[h] = 0.0;
-        acc[h] = vec4(0.0);
+        [[unroll]] for (uint i = 0u; i < R; i++) {
+            aa[h][i] = vec4(0.0);
+            ab[h][i] = vec4(0.0);
+        }
     }
-    for (uint tile = 0u; tile < tiles; tile++) {
-        bool own_tile = own && tile + 1u == tiles;
-        uint j0 = j_begin + tile * TK;
-        uint nk = own_tile ? 1u : min(TK, j_cached - j0);
-        vec4 vc[VK];
-        vec4 kr[K_PER];
-        if (own_tile) {
-            fetch_own(lane, d4, vc, kr);
-        } else {
-            fetch(j0, j_cached, lane, d4, stride4, koff4, vc, kr);
-        }
-        barrier(); // the previous tile's readers are done (and qs is visible)
-        [[unroll]] for (uint i = 0u; i < K_PER; i++) {
-            uint u = t + i * WG;
-            uint kk = u / HD4;
-            if (u < TK * HD4 && kk < nk) {
-                ks[kk * KS + (u - kk * HD4)] = kr[i];
-            }
-        }
-        barrier();
-        [[unroll]] for (uint i = 0u; i < SC_PER; i++) {
-            uint u = t + i * WG;
-            if (u < GT * TK) {
-                uint hh = u / TK;
-                uint kk = u - hh * TK;
-                float s = -1.0 / 0.0;
-                if (kk < nk) {
-                    // Two accumulators: half the dependent FMA chain.
-                    vec4 a = vec4(0.0);
-                    vec4 b = vec4(0.0);
-                    [[unroll]] for (uint d = 0u; d + 1u < HD4; d += 2u) {
-                        a += qs[hh * HD4 + d] * ks[kk * KS + d];
-                        b += qs[hh * HD4 + d + 1u] * ks[kk * KS + d + 1u];
-                    }
-                    if ((HD4 & 1u) != 0u) {
-                        a += qs[hh * HD4 + HD4 - 1u] * ks[kk * KS + HD4 - 1u];
-                    }
-                    a += b;
-                    s = (a.x + a.y) + (a.z + a.w);
+
+    uint nkv = pc.n_kv_heads;
+    for (uint j0 = j_begin; j0 < j_end; j0 += NC * U) {
+        // Every load of the round first: key j0 + u NC + cl, dims of this lane.
+        vec4 ka[U][R], kb[U][R], va[U][R], vb[U][R];
+        [[unroll]] for (uint u = 0u; u < U; u++) {
+            // Past the span: a key of it, read and then masked.
+            uint j = min(j0 + u * NC + cl, j_end - 1u);
+            bool mine = own && j == p;
+            uint row = j * nkv + kvh;
+            [[unroll]] for (uint i = 0u; i < R; i++) {
+                uint unit = lane + C * i;
+                if (mine) {
+                    ka[u][i] = unstored(kf[2u * unit]);
+                    kb[u][i] = unstored(kf[2u * unit + 1u]);
+                    va[u][i] = unstored(vf[2u * unit]);
+                    vb[u][i] = unstored(vf[2u * unit + 1u]);
+                } else {
+                    load_unit(true, row, unit, ka[u][i], kb[u][i]);
+                    load_unit(false, row, unit, va[u][i], vb[u][i]);
                 }
-                ss4[u / 4u][u % 4u] = s;
             }
         }
-        barrier();
+        // Scores (every lane of a cluster ends with its key's), then the
+        // running softmax folds the round in.
+        float s[U][GT];
+        [[unroll]] for (uint u = 0u; u < U; u++) {
+            bool ok = j0 + u * NC + cl < j_end;
+            [[unroll]] for (uint h = 0u; h < GT; h++) {
+                float x = 0.0;
+                [[unroll]] for (uint i = 0u; i < R; i++) {
+                    x += dot(qa[h][i], ka[u][i]) + dot(qb[h][i], kb[u][i]);
+                }
+                [[unroll]] for (uint b = 1u; b < C; b <<= 1u) {
+                    x += subgroupShuffleXor(x, b); // the cluster's sum
+                }
+                s[u][h] = ok ? x : -1.0 / 0.0;
+            }
+        }
         [[unroll]] for (uint h = 0u; h < GT; h++) {
-            vec4 tm = ss4[h * TK / 4u];
-            [[unroll]] for (uint c = 1u; c < TK / 4u; c++) {
-                tm = max(tm, ss4[h * TK / 4u + c]);
+            float nm = m[h];
+            [[unroll]] for (uint u = 0u; u < U; u++) {
+                nm = max(nm, s[u][h]);
             }
-            float nm = max(m[h], max(max(tm.x, tm.y), max(tm.z, tm.w)));
-            float corr = exp(m[h] - nm);
-            vec4 a = acc[h] * corr;
+            float corr = nm == m[h] ? 1.0 : exp(m[h] - nm);
             float ls = l[h] * corr;
-            [[unroll]] for (uint i = 0u; i < VK; i++) {
-                uint kk = lane + KL * i;
-                if (kk < nk) {
-                    float pk = exp(score(h, kk) - nm);
-                    ls += pk;
-                    a += pk * vc[i];
+            [[unroll]] for (uint i = 0u; i < R; i++) {
+                aa[h][i] *= corr;
+                ab[h][i] *= corr;
+            }
+            [[unroll]] for (uint u = 0u; u < U; u++) {
+                float pk = s[u][h] == -1.0 / 0.0 ? 0.0 : exp(s[u][h] - nm);
+                ls += pk;
+                [[unroll]] for (uint i = 0u; i < R; i++) {
+                    aa[h][i] += pk * va[u][i];
+                    ab[h][i] += pk * vb[u][i];
                 }
             }
-            acc[h] = a;
             l[h] = ls;
             m[h] = nm;
         }
     }
 
-    // The key lanes meet: lane 0 of each dim group sums the others', one
-    // head at a time.
+    // The clusters meet, a head at a time: every invocation takes output
+    // dims t, t + WG, ... of the head.
     [[unroll]] for (uint h = 0u; h < GT; h++) {
         barrier();
-        red[t] = acc[h];
-        red_l[t] = l[h];
+        if (lane == 0u) {
+            red_m[cl] = m[h];
+            red_l[cl] = l[h];
+        }
+        [[unroll]] for (uint i = 0u; i < R; i++) {
+            uint unit = lane + C * i;
+            red[cl * HD4 + 2u * unit] = aa[h][i];
+            red[cl * HD4 + 2u * unit + 1u] = ab[h][i];
+        }
         barrier();
-        if (t < HD4 && h0 + h < group) {
-            write_head(m[h], t, kvh * group + h0 + h, r, split);
+        uint hg = kvh * group + h0 + h;
+        if (h0 + h >= group) {
+            continue;
+        }
+        float mx = -1.0 / 0.0;
+        for (uint c = 0u; c < NC; c++) {
+            mx = max(mx, red_m[c]);
+        }
+        for (uint d = t; d < HD; d += WG) {
+            float a = 0.0;
+            float ls = 0.0;
+            for (uint c = 0u; c < NC; c++) {
+                float w = red_m[c] == -1.0 / 0.0 ? 0.0 : exp(red_m[c] - mx);
+                a += w * red[c * HD4 + d / 4u][d % 4u];
+                ls += w * red_l[c];
+            }
+            if (pc.n_split == 1u) {
+                o[(r * pc.n_heads + hg) * HD + d] = ls > 0.0 ? a / ls : 0.0;
+            } else {
+                uint pb = ((r * pc.n_heads + hg) * pc.n_split + split) * (HD + 2u);
+                if (d == 0u) {
+                    part[pb] = mx;
+                    part[pb + 1u] = ls;
+                }
+                part[pb + 2u + d] = a;
+            }
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct Caps {
     pub subgroup_size: u32,
     /// Subgroup arithmetic (subgroupAdd/Max) in compute shaders: required.
     pub subgroup_arithmetic: bool,
+    /// Subgroup shuffles (attention_decode_sg.comp's sums over a few lanes).
+    pub subgroup_shuffle: bool,
     pub fp16: bool,
     pub int8: bool,
     pub storage16: bool,
@@ -73,6 +75,9 @@ impl Caps {
                 && subgroup
                     .supported_stages
                     .contains(vk::ShaderStageFlags::COMPUTE),
+            subgroup_shuffle: subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::SHUFFLE),
             fp16: f12.shader_float16 == vk::TRUE,
             int8: f12.shader_int8 == vk::TRUE,
             storage16: f11.storage_buffer16_bit_access == vk::TRUE,
@@ -429,7 +434,7 @@ impl std::fmt::Display for DeviceInfo {
         let c = &self.caps;
         write!(
             f,
-            "[{}] {} ({}, Vulkan {}): subgroup {}, fp16 {}, int8 {}, 16-bit storage {}, \
+            "[{}] {} ({}, Vulkan {}): subgroup {} (shuffle {}), fp16 {}, int8 {}, 16-bit storage {}, \
              cooperative matrix {} (f16 16x16x16: KHR {}, NV {}), integer dot {}, max storage buffer {} MiB, \
              shared memory {} KiB, push constants {} B",
             self.index,
@@ -437,6 +442,7 @@ impl std::fmt::Display for DeviceInfo {
             self.kind,
             self.api_version,
             c.subgroup_size,
+            c.subgroup_shuffle,
             c.fp16,
             c.int8,
             c.storage16,

@@ -1,11 +1,12 @@
-//! `attention`. Decode (up to four rows, head_dim a multiple of 4 up to
-//! 256): glsl/attention_decode.comp, one workgroup per (kv head, tile of its
-//! query heads, row, key split), the span split so a long context still
-//! fills the GPU, then glsl/attention_combine.comp merges the splits.
-//! Prefill (more rows): glsl/attention_prefill.comp, tiles of query rows of
-//! one GQA group against key tiles in shared memory, so the cache is read
-//! once per tile of rows instead of once per (row, head). Head dims neither
-//! takes fall back to glsl/attention.comp (one workgroup per (head, row)).
+//! `attention`. Decode (up to four rows, head_dim a multiple of 8 up to
+//! 256, on a device with subgroup shuffles): glsl/attention_decode.comp, one
+//! workgroup per (kv head, tile of its query heads, row, key split), the span
+//! split so a long context still fills the GPU, then
+//! glsl/attention_combine.comp merges the splits. Prefill (more rows):
+//! glsl/attention_prefill.comp, tiles of query rows of one GQA group against
+//! key tiles in shared memory, so the cache is read once per tile of rows
+//! instead of once per (row, head). Shapes neither takes fall back to
+//! glsl/attention.comp (one workgroup per (head, row)).
 
 use super::Encoder;
 use super::{atomic, plain, read, read_or_write, u32_of, write};
@@ -19,38 +20,31 @@ use bytemuck::{Pod, Zeroable};
 const MAX_HEAD_DIM: usize = 512;
 /// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
-/// attention_decode.comp: keys per tile (32, else 16 or 8 where the larger
-/// would not fit the device's shared memory or the tile would hold more than
-/// DECODE_TILE_VALUES), invocations, most query heads per workgroup, most
-/// head_dim. (64-key tiles ran slower on an H100.)
-const DECODE_TK: [usize; 3] = [32, 16, 8];
+/// attention_decode.comp: invocations, most query heads per workgroup (its
+/// registers hold 16 R floats per head; 8 heads ran no faster on an H200),
+/// most head_dim, most 8-value units per lane (R).
 const DECODE_WG: usize = 128;
-const DECODE_MAX_HEADS: usize = 8;
+const DECODE_MAX_HEADS: usize = 4;
 const DECODE_MAX_HEAD_DIM: usize = 256;
+const DECODE_MAX_UNITS: usize = 8;
 /// Keys per split at least (SPLIT_MIN in attention_split.glsl).
 const SPLIT_MIN: usize = 32;
 /// The most splits (attention_combine.comp's MAX_SPLITS).
 const MAX_SPLITS: usize = 256;
 /// Output dims per attention_combine.comp workgroup (its DS).
 const COMBINE_DIMS: u32 = 16;
-/// Most key values (keys x head_dim) in one decode key tile: 32 keys of 64
-/// dims, 16 of 128. Fewer registers per invocation keep more workgroups on
-/// an SM. Measured on an H200 (benches/attention.rs, µs per layer at 512 /
-/// 4.6K positions): Llama-3.1-8B 11.8 / 29.2 with 32-key tiles and 32
-/// splits, 12.0 / 25.3 with 16-key tiles and 64 splits; 16-key tiles at
-/// head_dim 64 were slower (Llama-3.2-1B 18.6 -> 20.5 at 4.6K).
-const DECODE_TILE_VALUES: usize = 2048;
 /// (kv head, head tile) pairs a decode attention aims for: a model with few
 /// kv heads gives each workgroup fewer query heads (reading a kv head's
 /// keys once per tile, mostly from L2) so the splits need not be many
 /// short ones. H200, µs per layer at 512 / 4.6K positions: SmolLM2 (3 kv
-/// heads of a group of 3) 9.8 / 15.0 with 1 tile of 3 heads, 8.9 / 11.6
-/// with 3 tiles of 1; TinyLlama (4 of 8) 13.0 / 20.1 with 1 tile of 8,
-/// 10.8 / 17.4 with 2 tiles of 4.
+/// heads of a group of 3) 10.4 / 15.6 with 1 tile of 3 heads, 8.6 / 10.1
+/// with 3 tiles of 1; aiming for 16 pairs sped up Llama-3.2-1B at 512
+/// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1).
 const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// Workgroups a decode attention aims for (kv heads x head tiles x rows x
-/// splits), about four per SM of a 132-SM H100/H200. Llama-3.2-1B (8 kv
-/// heads) ran best with 64 splits, so did Llama-3.1-8B with 16-key tiles.
+/// splits), about four per SM of a 132-SM H100/H200. 256 or 1024 were
+/// slower at 4.6K positions on every shape (H200; Llama-3.1-8B 18.4 us per
+/// layer, 20.8 with 256, 23.7 with 1024).
 const DECODE_TARGET_WGS: usize = 512;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
@@ -80,11 +74,12 @@ fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
     (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
 }
 
-/// Shared memory attention_decode.comp declares for `gt` heads per tile and
-/// `tk` keys per tile (mirrors its declarations: qs, ks, ss4, red, red_l,
+/// Shared memory attention_decode.comp declares for `heads` query heads
+/// and clusters of `lanes` (mirrors its declarations: qs, red, red_m, red_l,
 /// kf, vf).
-fn decode_shared_bytes(gt: usize, tk: usize, head_dim: usize) -> usize {
-    (gt * head_dim + tk * (head_dim + 4) + gt * tk + DECODE_WG * 5 + 2 * head_dim) * 4
+fn decode_shared_bytes(heads: usize, lanes: usize, head_dim: usize) -> usize {
+    let clusters = DECODE_WG / lanes;
+    (heads * head_dim + clusters * (head_dim + 2) + 2 * head_dim) * 4
 }
 
 /// How attention_decode.comp runs one shape.
@@ -93,48 +88,55 @@ pub(in crate::vk) struct DecodeTiles {
     /// Workgroups per kv head, and query heads per workgroup.
     pub tiles: usize,
     pub heads: usize,
-    /// Keys per tile.
-    pub keys: usize,
+    /// Subgroup lanes per key (C).
+    pub lanes: usize,
 }
 
 /// attention_decode.comp's tiling for `n_kv_heads` GQA groups of `group`
-/// heads, or None where the kernel cannot take `head_dim`: tiles of at most
-/// 8 heads, as even as possible, and enough of them for
-/// DECODE_MIN_HEAD_GROUPS (kv head, tile) pairs where the group allows; 32
-/// keys per key tile (16 at head_dim 128, 8 at 256: DECODE_TILE_VALUES),
-/// then fewer keys or heads per tile where the device's shared memory needs
-/// (NVIDIA's 48 KiB and lavapipe's 32 KiB fit every shape up to head_dim
-/// 256; 16 KiB fits 3 heads of 256 dims in 8-key tiles).
+/// heads, or None where the kernel cannot take the shape: head_dim a
+/// multiple of 8 up to 256; C lanes per key, the largest power of two that
+/// divides head_dim / 8 and fits the subgroup (and 32), each lane on
+/// head_dim / 8C units of 8 values (at most 8); tiles of at most 4 heads, as
+/// even as possible, and enough of them for DECODE_MIN_HEAD_GROUPS (kv head,
+/// tile) pairs where the group allows, all within the device's shared memory.
 pub(in crate::vk) fn decode_tiles(
     n_kv_heads: usize,
     group: usize,
     head_dim: usize,
+    subgroup_size: u32,
     max_shared: u32,
 ) -> Option<DecodeTiles> {
-    if head_dim == 0 || !head_dim.is_multiple_of(4) || head_dim > DECODE_MAX_HEAD_DIM || group == 0
+    if head_dim == 0 || !head_dim.is_multiple_of(8) || head_dim > DECODE_MAX_HEAD_DIM || group == 0
     {
+        return None;
+    }
+    let units = head_dim / 8;
+    let fit = (subgroup_size as usize).min(32);
+    if fit == 0 {
+        return None;
+    }
+    let lanes = (1usize << units.trailing_zeros()).min(1 << fit.ilog2());
+    if units / lanes > DECODE_MAX_UNITS {
         return None;
     }
     let wanted = DECODE_MIN_HEAD_GROUPS
         .div_ceil(n_kv_heads.max(1))
         .min(group);
-    for keys in DECODE_TK
-        .into_iter()
-        .filter(|k| k * head_dim <= DECODE_TILE_VALUES)
-    {
-        let mut tiles = group.div_ceil(DECODE_MAX_HEADS).max(wanted);
-        loop {
-            let heads = group.div_ceil(tiles);
-            if decode_shared_bytes(heads, keys, head_dim) <= max_shared as usize {
-                return Some(DecodeTiles { tiles, heads, keys });
-            }
-            if heads == 1 {
-                break;
-            }
-            tiles += 1;
+    let mut tiles = group.div_ceil(DECODE_MAX_HEADS).max(wanted);
+    loop {
+        let heads = group.div_ceil(tiles);
+        if decode_shared_bytes(heads, lanes, head_dim) <= max_shared as usize {
+            return Some(DecodeTiles {
+                tiles,
+                heads,
+                lanes,
+            });
         }
+        if heads == 1 {
+            return None;
+        }
+        tiles += 1;
     }
-    None
 }
 
 /// Query vectors per attention_prefill.comp workgroup for `head_dim`, or
@@ -281,12 +283,7 @@ impl Encoder<'_> {
         let status = self.status;
         let group = p.n_heads / p.n_kv_heads;
         if p.rows <= SPLIT_MAX_ROWS {
-            if let Some(t) = decode_tiles(
-                p.n_kv_heads,
-                group,
-                p.head_dim,
-                self.caps().max_shared_memory,
-            ) {
+            if let Some(t) = self.decode_plan(p.n_kv_heads, group, p.head_dim) {
                 return self.encode_attention_decode(
                     [q, k_cache, v_cache, positions, out],
                     p,
@@ -459,13 +456,13 @@ impl Encoder<'_> {
         }
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
-        // Specialization constant 0: head_dim | heads per tile << 16 |
-        // log2(32 / keys per tile) << 24 | (f16 cache) << 26 | ROPE << 27.
+        // Specialization constant 0: head_dim | heads per tile << 10 |
+        // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25.
         let spec = p.head_dim as u32
-            | ((t.heads as u32) << 16)
-            | ((DECODE_TK[0] / t.keys).trailing_zeros() << 24)
-            | (u32::from(p.kv_dtype == DType::F16) << 26)
-            | (u32::from(append.is_some()) << 27);
+            | ((t.heads as u32) << 10)
+            | (t.lanes.trailing_zeros() << 14)
+            | (u32::from(p.kv_dtype == DType::F16) << 24)
+            | (u32::from(append.is_some()) << 25);
         // Bindings a mode leaves unused get the status words, which no
         // barrier tracking sees.
         let status = self.status;
@@ -505,6 +502,27 @@ impl Encoder<'_> {
         )
     }
 
+    /// attention_decode.comp's tiling of a shape on this device, or None
+    /// where it cannot run (it needs subgroup shuffles).
+    pub(super) fn decode_plan(
+        &self,
+        n_kv_heads: usize,
+        group: usize,
+        head_dim: usize,
+    ) -> Option<DecodeTiles> {
+        let c = self.caps();
+        if !c.subgroup_shuffle {
+            return None;
+        }
+        decode_tiles(
+            n_kv_heads,
+            group,
+            head_dim,
+            c.subgroup_size,
+            c.max_shared_memory,
+        )
+    }
+
     /// attention_combine.comp: merges the `c.n_split` partial results of
     /// each (row, head) in `part` into `out` (nothing to merge for one).
     fn encode_combine(
@@ -539,24 +557,34 @@ mod tests {
     use super::{decode_tiles, DecodeTiles};
 
     #[test]
-    fn decode_tiles_fit_shared_memory() {
-        let t = |tiles, heads, keys| Some(DecodeTiles { tiles, heads, keys });
+    fn decode_tiles_fit_subgroups_and_shared_memory() {
+        let t = |tiles, heads, lanes| {
+            Some(DecodeTiles {
+                tiles,
+                heads,
+                lanes,
+            })
+        };
         const NV: u32 = 48 << 10;
         const LVP: u32 = 32 << 10;
-        // (kv heads, group, head_dim, shared memory)
-        assert_eq!(decode_tiles(3, 3, 64, NV), t(3, 1, 32)); // SmolLM2
-        assert_eq!(decode_tiles(4, 8, 64, NV), t(2, 4, 32)); // TinyLlama
-        assert_eq!(decode_tiles(8, 4, 64, NV), t(1, 4, 32)); // Llama-3.2-1B
-        assert_eq!(decode_tiles(8, 4, 128, NV), t(1, 4, 16)); // Llama-3.1-8B
-        assert_eq!(decode_tiles(8, 16, 64, NV), t(2, 8, 32));
-        assert_eq!(decode_tiles(8, 9, 64, NV), t(2, 5, 32));
-        assert_eq!(decode_tiles(1, 4, 256, NV), t(4, 1, 8)); // Gemma 3 270M
-        assert_eq!(decode_tiles(8, 8, 256, NV), t(1, 8, 8));
-        assert_eq!(decode_tiles(8, 2, 256, LVP), t(1, 2, 8));
-        assert_eq!(decode_tiles(8, 8, 256, 16 << 10), t(3, 3, 8));
-        assert_eq!(decode_tiles(8, 1, 6, NV), None);
-        assert_eq!(decode_tiles(8, 1, 260, NV), None);
-        assert_eq!(decode_tiles(8, 1, 256, 16 << 10), t(1, 1, 8));
-        assert_eq!(decode_tiles(8, 1, 256, 8 << 10), None);
+        // (kv heads, group, head_dim, subgroup, shared memory)
+        assert_eq!(decode_tiles(3, 3, 64, 32, NV), t(3, 1, 8)); // SmolLM2
+        assert_eq!(decode_tiles(4, 8, 64, 32, NV), t(2, 4, 8)); // TinyLlama
+        assert_eq!(decode_tiles(8, 4, 64, 32, NV), t(1, 4, 8)); // Llama-3.2-1B
+        assert_eq!(decode_tiles(8, 4, 128, 32, NV), t(1, 4, 16)); // Llama-3.1-8B
+        assert_eq!(decode_tiles(8, 4, 128, 8, LVP), t(1, 4, 8)); // lavapipe: R = 2
+        assert_eq!(decode_tiles(8, 16, 64, 32, NV), t(4, 4, 8));
+        assert_eq!(decode_tiles(8, 9, 64, 32, NV), t(3, 3, 8));
+        assert_eq!(decode_tiles(1, 4, 256, 32, NV), t(4, 1, 32)); // Gemma 3 270M
+        assert_eq!(decode_tiles(8, 8, 256, 8, LVP), t(2, 4, 8));
+        assert_eq!(decode_tiles(4, 1, 80, 32, NV), t(1, 1, 2)); // 10 units: C = 2, R = 5
+        assert_eq!(decode_tiles(8, 1, 256, 64, NV), t(1, 1, 32)); // C stays within 32
+                                                                  // 8 KiB: tiles of 4, 3 or 2 heads of 256 dims would not fit, 1 does.
+        assert_eq!(decode_tiles(8, 8, 256, 32, 8 << 10), t(8, 1, 32));
+        assert_eq!(decode_tiles(8, 1, 6, 32, NV), None);
+        assert_eq!(decode_tiles(8, 1, 12, 32, NV), None); // not a multiple of 8
+        assert_eq!(decode_tiles(8, 1, 264, 32, NV), None);
+        assert_eq!(decode_tiles(8, 1, 128, 1, NV), None); // 16 units per lane
+        assert_eq!(decode_tiles(8, 1, 256, 8, 8 << 10), None);
     }
 }

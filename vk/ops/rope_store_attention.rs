@@ -4,7 +4,7 @@
 //! split holds the row's position; everything else as `rope_store` then
 //! `attention`.
 
-use super::attention::{decode_tiles, Append};
+use super::attention::Append;
 use super::Encoder;
 use crate::backend::{check, AttentionParams, Buffer, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
@@ -31,12 +31,7 @@ impl Encoder<'_> {
             ));
         }
         let group = p.n_heads.checked_div(p.n_kv_heads).unwrap_or(0);
-        let tiles = decode_tiles(
-            p.n_kv_heads,
-            group,
-            p.head_dim,
-            self.caps().max_shared_memory,
-        );
+        let tiles = self.decode_plan(p.n_kv_heads, group, p.head_dim);
         let fused = self.kernels.decode_rope
             && p.rows == 1
             && p.n_kv_heads > 0
