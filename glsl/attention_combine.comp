@@ -12,13 +12,22 @@
 // With min_chunk > 0 the splits are the prefill kernel's chunks
 // (attention_split.glsl), those the row's range meets; a row within one
 // chunk was written by the prefill kernel itself.
+//
+// With q8_stride > 0 (decode, head_dim a multiple of 32, DS = 32: a
+// workgroup's dims are one block) the output is also written as quantize_q8.comp would write
+// it into `xq`, rows q8_stride words apart (no Σx² words: the o projection
+// reading it folds no norm), so that projection's quantize dispatch, and its
+// barrier, disappear.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 128) in;
 const uint WG = 128u;
-const uint DS = 16u; // output dims per workgroup (vk/ops/attention.rs COMBINE_DIMS)
+// Output dims per workgroup: 16 (vk/ops/attention.rs COMBINE_DIMS), 32 (one
+// q8 block) with q8_stride > 0. 32 for every merge cost SmolLM2 4% of tg128
+// at depth 4096 on an H200: half the workgroups, half the reads in flight.
+layout(constant_id = 0) const uint DS = 16u;
 const uint SG = WG / DS; // split groups
 const uint IN_FLIGHT = 8u;
 const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
@@ -26,6 +35,8 @@ const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
 layout(binding = 0) readonly buffer Part { float part[]; };
 layout(binding = 1) writeonly buffer Out { float o[]; };
 layout(binding = 2) readonly buffer Pos { uint pos[]; };
+layout(binding = 3) writeonly buffer Q { uint q[]; };
+layout(binding = 3) writeonly buffer QF { float qf[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -35,13 +46,18 @@ layout(push_constant) uniform Push {
     uint capacity;
     uint window;
     uint min_chunk;
+    uint q8_stride;
 } pc;
 
 #include "reduce.glsl"
 #include "attention_split.glsl"
+#include "q8.glsl"
 
 shared float ws[MAX_SPLITS];
 shared float sums[WG];
+// q8: the block's values, and the digit sums of its 8 groups of 4.
+shared vec4 outs[DS / 4u];
+shared int dsum[DS / 4u];
 
 void main() {
     uint hd = pc.head_dim;
@@ -97,11 +113,50 @@ void main() {
     }
     sums[t] = a;
     barrier();
+    float val = 0.0;
     if (t < DS && d < hd) {
         float total = 0.0;
         [[unroll]] for (uint k = 0u; k < SG; k++) {
             total += sums[k * DS + t];
         }
-        o[(r * pc.n_heads + h) * hd + d] = total * (l > 0.0 ? 1.0 / l : 0.0);
+        val = total * (l > 0.0 ? 1.0 / l : 0.0);
+        o[(r * pc.n_heads + h) * hd + d] = val;
+    }
+    if (pc.q8_stride == 0u) {
+        return; // uniform
+    }
+    if (t < DS) {
+        outs[t / 4u][t % 4u] = val;
+    }
+    barrier();
+    uint k = pc.n_heads * hd;
+    uint qbase = r * pc.q8_stride;
+    float d8 = 0.0;
+    if (t < DS / 4u) {
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0u; i < DS / 4u; i++) {
+            vec4 a = abs(outs[i]);
+            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        d8 = q8_scale(amax);
+        uint hi;
+        uint lo;
+        int digits;
+        q8_encode(outs[t], d8, hi, lo, digits);
+        uint u = (h * hd + d0) / 4u + t; // this invocation's 4 values in the row
+        q[qbase + u] = hi;
+        q[qbase + k / 4u + u] = lo;
+        dsum[t] = digits;
+    }
+    barrier();
+    if (t == 0u) {
+        int sum = 0;
+        [[unroll]] for (uint i = 0u; i < DS / 4u; i++) {
+            sum += dsum[i];
+        }
+        vec2 ds2 = q8_block(d8, sum);
+        uint at = qbase + k / 2u + 2u * ((h * hd + d0) / 32u);
+        qf[at] = ds2.x;
+        qf[at + 1u] = ds2.y;
     }
 }

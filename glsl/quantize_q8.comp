@@ -36,20 +36,11 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "reduce.glsl"
+#include "q8.glsl"
 
 // Per invocation: |x| max of its 4 values, then its digits' sum.
 shared float blk_max[256];
 shared int blk_sum[256];
-
-// Halves away from zero, as Rust's f32::round and ggml's roundf.
-vec4 round_away(vec4 v) {
-    return sign(v) * floor(abs(v) + 0.5);
-}
-
-uint pack(ivec4 q) {
-    uvec4 u = uvec4(q) & 0xFFu;
-    return u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
-}
 
 void main() {
     uint r = gl_WorkGroupID.y;
@@ -70,16 +61,15 @@ void main() {
     [[unroll]] for (uint i = 0u; i < 8u; i++) {
         amax = max(amax, blk_max[first + i]);
     }
-    float d = amax / 127.0;
-    float id = d > 0.0 ? 1.0 / d : 0.0;
-    vec4 s = v * id;
-    ivec4 hi = ivec4(round_away(s));
-    ivec4 lo = ivec4(round_away((s - vec4(hi)) * 254.0));
-    ivec4 digits = hi * 254 + lo;
-    blk_sum[t] = digits.x + digits.y + digits.z + digits.w;
+    float d = q8_scale(amax);
+    uint hi;
+    uint lo;
+    int digits;
+    q8_encode(v, d, hi, lo, digits);
+    blk_sum[t] = digits;
     if (live) {
-        q[base + u] = pack(hi);
-        q[base + pc.k / 4u + u] = pack(lo);
+        q[base + u] = hi;
+        q[base + pc.k / 4u + u] = lo;
     }
     barrier();
     if (live && t == first) {
@@ -88,8 +78,9 @@ void main() {
             sum += blk_sum[first + i];
         }
         uint ds = base + pc.k / 2u + 2u * (u / 8u);
-        qf[ds] = d;
-        qf[ds + 1u] = d * float(sum) / 254.0;
+        vec2 ds2 = q8_block(d, sum);
+        qf[ds] = ds2.x;
+        qf[ds + 1u] = ds2.y;
     }
     // Only a folded norm reads Σx² (pc.norm is uniform, so the
     // workgroup-wide sum stays in uniform control flow).

@@ -362,6 +362,74 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
     );
 }
 
+/// The decode attention's split merge writes its output as the integer-dot
+/// GEMV's int8 digits too (attention_combine.comp), so the o projection
+/// after it skips its quantize dispatch: the projection of that output must
+/// equal, bit for bit, the projection of a copy of it, which quantize_q8.comp
+/// quantizes; and the pass must hold one quantize dispatch, the copy's.
+/// Rows 1 and 3, head_dim 64 and 128, contexts of 3 to 128 splits; Q4_0,
+/// Q4_K (their block sums enter the dot) and Q8_0 weights (the integer-dot
+/// kernel on for every size).
+#[test]
+fn attention_merge_quantizes_like_quantize_q8() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if !b.kernels().gemv_q8 {
+        return; // no integer dot products: nothing is quantized
+    }
+    b.set_gemv_q8(Some(0)).unwrap();
+    for (rows, depth, n_heads, n_kv_heads, head_dim, dtype) in [
+        (1, 700, 9, 3, 64, DType::Q4_0),
+        (1, 5000, 4, 4, 128, DType::Q4K),
+        (3, 100, 8, 2, 128, DType::Q8_0),
+        (3, 100, 8, 2, 128, DType::Q4K),
+    ] {
+        let what = format!("rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim}");
+        let (p, positions, q, k, v) = attention_case(
+            (rows, depth, n_heads, n_kv_heads, head_dim, 0),
+            DType::F32,
+            71,
+        );
+        let dim = n_heads * head_dim;
+        let n_out = 96;
+        let wb = weight_bytes(dtype, n_out, dim, 72);
+        let w = b.upload_weight(dtype, n_out, dim, &wb).unwrap();
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let pb = upload_u32(&mut b, &positions);
+        let att = b.alloc(rows * dim * 4).unwrap();
+        let copy = b.alloc(rows * dim * 4).unwrap();
+        let (y_fused, y_copy) = (
+            b.alloc(rows * n_out * 4).unwrap(),
+            b.alloc(rows * n_out * 4).unwrap(),
+        );
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &att, &p).unwrap();
+            b.matmul(&w, None, &att, &y_fused, rows).unwrap();
+            b.copy(&att, 0, &copy, 0, rows * dim * 4).unwrap();
+            b.matmul(&w, None, &copy, &y_copy, rows).unwrap();
+        });
+        // attention, its merge, matmul, quantize (of the copy), matmul.
+        assert_eq!(b.last_pass_stats().unwrap().dispatches, 5, "{what}");
+        let fused = download_f32(&mut b, &y_fused, rows * n_out);
+        let copied = download_f32(&mut b, &y_copy, rows * n_out);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused), bits(&copied), "{what}");
+        // And both are the projection of the attention (int8-digit steps).
+        let a = download_f32(&mut b, &att, rows * dim);
+        let want = reference::matmul(dtype, &wb, n_out, dim, None, &a, rows).unwrap();
+        let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
+        assert_within(&what, &fused, &want, &allowed);
+        for buf in [qb, kb, vb, pb, att, copy, y_fused, y_copy] {
+            b.free(buf);
+        }
+    }
+}
+
 /// (rows, depth, n_heads, n_kv_heads, head_dim, window) of a prefill
 /// attention case.
 type AttentionShape = (usize, usize, usize, usize, usize, usize);

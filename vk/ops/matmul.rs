@@ -348,15 +348,10 @@ impl Encoder<'_> {
     ) -> Result<Buffer> {
         // Its own name in profiles: the dispatch is part of a matmul's cost.
         const OP: &str = "quantize";
-        let stride = q8_stride(k);
-        let bytes = m
-            .checked_mul(stride)
-            .and_then(|v| v.checked_mul(4))
-            .ok_or_else(|| Error::op(OP, "quantized x size overflows"))?;
         if let Some(t) = self.quantized(x, nw, m, k) {
             return Ok(t);
         }
-        let t = self.scratch(|b| &mut b.xq_scratch, bytes)?;
+        let (t, stride) = self.q8_scratch(m, k)?;
         let push = QuantizePush {
             k: u32_of(OP, "k", k)?,
             m: u32_of(OP, "m", m)?,
@@ -371,18 +366,42 @@ impl Encoder<'_> {
             bytemuck::bytes_of(&push),
             [u32_of(OP, "parts", q8_parts(k))?, push.m, 1],
         )?;
-        self.state.xq_of = self.rec.last_write(t.id).map(|at| QuantizedX {
+        self.mark_quantized(x, nw, m, k, &t);
+        Ok(t)
+    }
+
+    /// The backend's xq scratch, sized for `m` quantized rows of `k`
+    /// values, and their stride in words (quantize_q8.comp's layout).
+    pub(in crate::vk) fn q8_scratch(&mut self, m: usize, k: usize) -> Result<(Buffer, usize)> {
+        let stride = q8_stride(k);
+        let bytes = m
+            .checked_mul(stride)
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| Error::op("quantize", "quantized x size overflows"))?;
+        Ok((self.scratch(|b| &mut b.xq_scratch, bytes)?, stride))
+    }
+
+    /// Note that the dispatch just recorded wrote `xq` as `x` quantized
+    /// (normed by `nw`): matmuls of that input skip their quantize while
+    /// neither is written again. A dispatch that writes x too must bind x
+    /// before xq, so x's write is numbered first.
+    pub(in crate::vk) fn mark_quantized(
+        &mut self,
+        x: &Buffer,
+        nw: Option<&Buffer>,
+        m: usize,
+        k: usize,
+        xq: &Buffer,
+    ) {
+        self.state.xq_of = self.rec.last_write(xq.id).map(|at| QuantizedX {
             x: x.id,
             nw: nw.map(|b| b.id),
             m,
             k,
             at,
         });
-        Ok(t)
     }
 
-    /// The xq scratch when it holds `m` rows of `x` (times `nw`) quantized
-    /// in this recording and neither was written since.
     fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
         let t = self.state.xq_scratch?;
         let c = self.state.xq_of?;
