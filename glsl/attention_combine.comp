@@ -14,10 +14,10 @@
 // chunk was written by the prefill kernel itself.
 //
 // With q8_stride > 0 (decode, head_dim a multiple of 32, DS = 32: a
-// workgroup's dims are one block) the output is also written as quantize_q8.comp would write
-// it into `xq`, rows q8_stride words apart (no Σx² words: the o projection
-// reading it folds no norm), so that projection's quantize dispatch, and its
-// barrier, disappear.
+// workgroup's dims are one block) the output also goes into `xq` as
+// quantize_q8.comp would write it, rows q8_stride words apart (no Σx² words:
+// the o projection reading it folds no norm), so that projection's quantize
+// dispatch, and its barrier, disappear.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

@@ -809,9 +809,10 @@ test_device!(
 fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
     // Decode-sized cases (Vulkan: attention_decode.comp + the split combine):
     // caches of capacity 8192 read at short and long lengths, spans that
-    // straddle key tiles and splits, GQA groups of 1, 2, 3, 4 and 16 (two head
-    // tiles), head_dim 64, 80, 128, 256 and 6 (not a multiple of 4: the
-    // fallback kernel), sliding windows shorter and longer
+    // straddle a round of the clusters' keys and splits, GQA groups of 1, 2,
+    // 3, 4 and 16 (several head tiles), head_dim 64, 80 (2 lanes a key, 5
+    // units of 8 each), 128, 256 and 6 (not a multiple of 8: the fallback
+    // kernel), sliding windows shorter and longer
     // than the span, and up to 4 rows at different positions.
     // Tolerance: 4e-5 absolute (values in [-1, 1]; the CPU's f32 sums over
     // up to 8192 keys reach ~1.3e-5 against the f64 reference).
@@ -1563,7 +1564,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
     // within the same bound of the reference; and the attention equals the
     // reference's over the caches the op left and that q (4e-5 absolute, as
     // attention's tests).
-    // Cases: GQA groups of 3, 4 and 16 (two head tiles), head_dim 64, 80,
+    // Cases: GQA groups of 3, 4 and 16 (several head tiles), head_dim 64, 80,
     // 128, 256 and 6 (the fallback kernels), partial and no rotation, both
     // pair layouts, a window, positions at split boundaries and deep in an
     // 8192-key cache, f32 and f16 caches (which the CPU refuses).

@@ -15,7 +15,7 @@ pub struct Caps {
     pub subgroup_size: u32,
     /// Subgroup arithmetic (subgroupAdd/Max) in compute shaders: required.
     pub subgroup_arithmetic: bool,
-    /// Subgroup shuffles (attention_decode_sg.comp's sums over a few lanes).
+    /// Subgroup shuffles (attention_decode.comp's sums over a few lanes).
     pub subgroup_shuffle: bool,
     pub fp16: bool,
     pub int8: bool,
