@@ -402,6 +402,8 @@ impl Encoder<'_> {
         });
     }
 
+    /// The xq scratch when it holds `m` rows of `x` (times `nw`) quantized
+    /// in this recording and neither was written since.
     fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
         let t = self.state.xq_scratch?;
         let c = self.state.xq_of?;
