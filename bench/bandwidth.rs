@@ -4,7 +4,7 @@
 //! count, as in the anchors' device-to-device figure.
 
 use crate::backend::{Buffer, ComputeBackend};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -51,6 +51,9 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
 /// bandwidth that timestamps and long passes show.
 pub const DEVICE_COPIES: usize = 64;
 
+/// The smallest buffers the device probe falls back to when memory is short.
+const MIN_DEVICE_BYTES: usize = 64 << 20;
+
 /// A device's streaming bandwidth: `copies` back-to-back transfers of `bytes`
 /// (at most what one op may take on the device) between two device buffers
 /// in one pass, timed wall-clock around
@@ -68,14 +71,7 @@ pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize
             "the copy benchmark needs a nonzero size and count".into(),
         ));
     }
-    let a = be.alloc(bytes)?;
-    let b = match be.alloc(bytes) {
-        Ok(b) => b,
-        Err(e) => {
-            be.free(a);
-            return Err(e);
-        }
-    };
+    let (a, b, bytes) = alloc_pair(be, bytes)?;
     let copy = time_passes(be, &a, &b, copies, |be, src, dst| {
         be.copy(src, 0, dst, 0, bytes)
     });
@@ -86,6 +82,29 @@ pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize
     be.free(b);
     let best = copy?.min(stream?);
     Ok(2.0 * (bytes * copies) as f64 / best.max(1e-9) / 1e9)
+}
+
+/// Two device buffers of `bytes`, halved while the device lacks the memory
+/// (down to [`MIN_DEVICE_BYTES`]): the probe is sized for a large GPU, and
+/// a smaller one holding a model still gets a figure.
+fn alloc_pair(be: &mut dyn ComputeBackend, bytes: usize) -> Result<(Buffer, Buffer, usize)> {
+    let mut bytes = bytes;
+    loop {
+        let pair = be.alloc(bytes).and_then(|a| match be.alloc(bytes) {
+            Ok(b) => Ok((a, b)),
+            Err(e) => {
+                be.free(a);
+                Err(e)
+            }
+        });
+        match pair {
+            Ok((a, b)) => return Ok((a, b, bytes)),
+            Err(e) if e.kind() == ErrorKind::OutOfDeviceMemory && bytes / 2 >= MIN_DEVICE_BYTES => {
+                bytes = bytes / 2 / 4 * 4;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Best wall-clock seconds of one pass of `copies` transfers by `op`, after

@@ -83,8 +83,8 @@ fn main() {
     let Some(mut b) = common::vulkan("gemv") else {
         return;
     };
-    // 128 MiB, the smallest maxStorageBufferRange Vulkan allows (lavapipe's).
-    let copy = backend_copy_gbs(b.as_mut(), 128 << 20, DEVICE_COPIES).unwrap();
+    // As `vkllm bench`: 1 GiB buffers, or what one binding may cover.
+    let copy = backend_copy_gbs(b.as_mut(), 1 << 30, DEVICE_COPIES).unwrap();
     println!("{}: copy {copy:.0} GB/s", b.name());
     let shapes = [
         (4096usize, 4096usize),

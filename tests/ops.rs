@@ -991,6 +991,26 @@ test_device!(
     add_scale_copy_and_aliasing_vulkan
 );
 
+/// Vulkan's scale (also the copy probe's streaming kernel) loops its grid
+/// of at most 1024 workgroups, 4 vec4s per invocation and pass: 9M values
+/// take three passes, the last partial, and a 3-value tail.
+fn scale_streams_past_its_grid((name, mut b): Named) {
+    let n = 9_000_003;
+    let x = rand_f32(n, 43);
+    let xb = upload_f32(b.as_mut(), &x);
+    let out = b.alloc(n * 4).unwrap();
+    pass(b.as_mut(), |b| b.scale(&xb, -1.5, &out, n).unwrap());
+    let got = download_f32(b.as_mut(), &out, n);
+    let want = reference::scale(&x, -1.5);
+    let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    assert_eq!(wrong, 0, "{name}: {wrong} of {n} values differ");
+}
+test_device!(
+    scale_streams_past_its_grid,
+    scale_streams_past_its_grid_cpu,
+    scale_streams_past_its_grid_vulkan
+);
+
 fn glu_add_scale_with_aliasing((name, mut b): Named) {
     let n = 5000;
     let gate: Vec<f32> = rand_f32(n, 31).iter().map(|v| v * 8.0).collect();

@@ -1,5 +1,5 @@
-//! `scale` (glsl/scale.comp): a grid-stride loop of 256-wide workgroups;
-//! the output may alias the input.
+//! `scale` (glsl/scale.comp): a grid-stride loop of 256-wide workgroups
+//! over 16-byte values; the output may alias the input.
 
 use super::Encoder;
 use super::{plain, read_in_place, u32_of, write};
@@ -9,6 +9,9 @@ use bytemuck::{Pod, Zeroable};
 
 /// Invocations per workgroup of the grid-stride loop.
 const WG: u32 = 256;
+/// At most this many workgroups, each looping (on an H200, 528 to 16384
+/// streamed alike).
+const MAX_GROUPS: usize = 1024;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -35,7 +38,7 @@ impl Encoder<'_> {
             n: u32_of(OP, "n", n)?,
             s,
         };
-        let groups = self.stride_groups(n, WG);
+        let groups = self.stride_groups((n / 4).clamp(1, MAX_GROUPS * WG as usize), WG);
         self.dispatch(
             OP,
             plain("scale"),
