@@ -90,6 +90,26 @@ pub struct AttentionParams {
     pub window: usize,
     /// Element type of both caches: `F32` or `F16`.
     pub kv_dtype: DType,
+    /// The weight that reads the output next (the o projection), when
+    /// known: a device may write the output in the form that weight's matmul
+    /// reads (Vulkan: int8 digits for its integer-dot GEMV).
+    pub next: Option<NextWeight>,
+}
+
+/// A weight's type and size in bytes, as an op that feeds it may need them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextWeight {
+    pub dtype: DType,
+    pub bytes: usize,
+}
+
+impl NextWeight {
+    pub fn of(w: &Weight) -> NextWeight {
+        NextWeight {
+            dtype: w.dtype,
+            bytes: w.buf.bytes,
+        }
+    }
 }
 
 /// What [`ComputeBackend::linear`] adds to a plain `matmul`.

@@ -108,6 +108,7 @@ fn main() {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: 0,
             kv_dtype: DType::F16,
+            next: None,
         };
         for depth in [512usize, 4608] {
             let s = seconds_per_call(b.as_mut(), &caches, &params(1), &[depth as u32]);

@@ -201,6 +201,7 @@ fn bench_small_ops(c: &mut Criterion) {
                     scale: 0.125,
                     window: 0,
                     kv_dtype: DType::F32,
+                    next: None,
                 };
                 let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();
                 g.throughput(Throughput::Elements((pairs * 9 * 64 * 4) as u64));

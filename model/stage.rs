@@ -3,7 +3,7 @@
 //! (the embeddings too on the first stage, the head on the last).
 
 use crate::backend::{
-    check, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, RopeStyle,
+    check, AttentionParams, Buffer, ComputeBackend, LinearOpts, NextWeight, RopeParams, RopeStyle,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -293,6 +293,7 @@ impl Stage {
                 scale: c.attn_scale,
                 window: lc.window,
                 kv_dtype: kv.dtype,
+                next: Some(NextWeight::of(&lw.o.w)),
             };
             self.be.rope_store_attention(
                 &q,

@@ -723,6 +723,7 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
                     scale: 1.0 / (head_dim as f32).sqrt(),
                     window,
                     kv_dtype: DType::F32,
+                    next: None,
                 };
                 let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
                     .iter()
@@ -771,6 +772,7 @@ fn attention_gqa_causal_and_window((name, mut b): Named) {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: DType::F32,
+            next: None,
         };
         let positions = [0u32, 70, 149];
         let q = rand_f32(p.rows * p.n_heads * head_dim, 21);
@@ -851,6 +853,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 window,
                 kv_dtype: DType::F32,
+                next: None,
             };
             let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
                 .iter()
@@ -896,6 +899,7 @@ fn attention_window_and_causality_change_the_result() {
         scale: 0.3,
         window: 3,
         kv_dtype: DType::F32,
+        next: None,
     };
     let q = rand_f32(16, 1);
     let k = rand_f32(80, 2);
@@ -1210,6 +1214,7 @@ fn bad_shapes_and_handles_are_errors((name, mut b): Named) {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        next: None,
     };
     assert!(
         b.attention(&small, &small, &small, &ids, &y, &bad_attn)
@@ -1526,6 +1531,7 @@ fn attention_f16_cache((name, mut b): Named) {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: DType::F16,
+            next: None,
         };
         let kv = capacity * n_kv_heads * head_dim;
         let k: Vec<f32> = rand_f32(kv, 81).iter().map(|v| v * 4.0).collect();
@@ -1664,6 +1670,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: dtype,
+            next: None,
         };
         let q: Vec<f32> = rand_f32(n_heads * head_dim, 91)
             .iter()

@@ -16,7 +16,9 @@ mod common;
 use common::{
     assert_close, download_f32, download_u32, rand_f32, upload_f32, upload_u32, weight_bytes,
 };
-use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeStyle, Weight};
+use vkllm::backend::{
+    AttentionParams, Buffer, ComputeBackend, NextWeight, RopeParams, RopeStyle, Weight,
+};
 use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
@@ -369,7 +371,8 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 /// quantizes; and the pass must hold one quantize dispatch, the copy's.
 /// Rows 1 and 3, head_dim 64 and 128, contexts of 3 to 128 splits; Q4_0,
 /// Q4_K (their block sums enter the dot) and Q8_0 weights (the integer-dot
-/// kernel on for every size).
+/// kernel on for every size). Told no next weight, the merge writes only f32
+/// and the projection quantizes for itself.
 #[test]
 fn attention_merge_quantizes_like_quantize_q8() {
     let Some(mut b) = common::vulkan_backend() else {
@@ -386,7 +389,7 @@ fn attention_merge_quantizes_like_quantize_q8() {
         (3, 100, 8, 2, 128, DType::Q4K),
     ] {
         let what = format!("rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim}");
-        let (p, positions, q, k, v) = attention_case(
+        let (mut p, positions, q, k, v) = attention_case(
             (rows, depth, n_heads, n_kv_heads, head_dim, 0),
             DType::F32,
             71,
@@ -395,6 +398,7 @@ fn attention_merge_quantizes_like_quantize_q8() {
         let n_out = 96;
         let wb = weight_bytes(dtype, n_out, dim, 72);
         let w = b.upload_weight(dtype, n_out, dim, &wb).unwrap();
+        p.next = Some(NextWeight::of(&w));
         let (qb, kb, vb) = (
             upload_f32(&mut b, &q),
             upload_f32(&mut b, &k),
@@ -424,9 +428,58 @@ fn attention_merge_quantizes_like_quantize_q8() {
         let want = reference::matmul(dtype, &wb, n_out, dim, None, &a, rows).unwrap();
         let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
         assert_within(&what, &fused, &want, &allowed);
+        let unknown = AttentionParams { next: None, ..p };
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &att, &unknown).unwrap();
+            b.matmul(&w, None, &att, &y_copy, rows).unwrap();
+        });
+        // attention, its merge, quantize, matmul.
+        assert_eq!(
+            b.last_pass_stats().unwrap().dispatches,
+            4,
+            "{what}: no next weight"
+        );
+        let a = download_f32(&mut b, &att, rows * dim);
+        let want = reference::matmul(dtype, &wb, n_out, dim, None, &a, rows).unwrap();
+        let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
+        let got = download_f32(&mut b, &y_copy, rows * n_out);
+        assert_within(&format!("{what}, no next weight"), &got, &want, &allowed);
         for buf in [qb, kb, vb, pb, att, copy, y_fused, y_copy] {
             b.free(buf);
         }
+    }
+}
+
+/// By default K-quant weights take the integer-dot GEMV at any size (a
+/// quantize dispatch, then the GEMV) and the other block types only from
+/// 8 MiB (one f32 GEMV dispatch), as vk::gemv_q8_min_bytes says.
+#[test]
+fn small_k_quant_weights_take_integer_dots_by_default() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if !b.kernels().gemv_q8 {
+        return;
+    }
+    let (n, k) = (64, 512);
+    let x = upload_f32(&mut b, &rand_f32(k, 5));
+    let y = b.alloc(n * 4).unwrap();
+    for (dtype, dispatches) in [
+        (DType::Q4K, 2),
+        (DType::Q6K, 2),
+        (DType::Q4_0, 1),
+        (DType::Q8_0, 1),
+    ] {
+        let w = b
+            .upload_weight(dtype, n, k, &weight_bytes(dtype, n, k, 6))
+            .unwrap();
+        pass(&mut b, |b| b.matmul(&w, None, &x, &y, 1).unwrap());
+        assert_eq!(
+            b.last_pass_stats().unwrap().dispatches,
+            dispatches,
+            "{dtype:?}"
+        );
+        b.free_weight(w);
     }
 }
 
@@ -452,6 +505,7 @@ fn attention_case(
         scale: 1.0 / (head_dim as f32).sqrt(),
         window,
         kv_dtype,
+        next: None,
     };
     let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
     let doubled = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|x| x * 2.0).collect() };
@@ -666,6 +720,7 @@ fn barriers_only_between_dependent_ops() {
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
+        next: None,
     };
     b.begin_pass().unwrap();
     b.copy(&outs[1], 0, &cache, n * 4, n * 4).unwrap();
@@ -728,6 +783,7 @@ fn replayed_pass_reads_new_token_and_position() {
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
+        next: None,
     };
     // One decode step: embed, attend over positions 0..=pos, project, argmax.
     let record = |b: &mut VulkanBackend| {
@@ -906,6 +962,7 @@ fn out_of_range_shapes_are_errors() {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        next: None,
     };
     assert!(
         b.attention(&small, &small, &small, &small, &big, &att)
@@ -966,6 +1023,7 @@ fn out_of_range_shapes_are_errors() {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        next: None,
     };
     b.begin_pass().unwrap();
     b.attention(&small, &cache, &cache, &pos, &big, &one_head)

@@ -493,21 +493,18 @@ impl Encoder<'_> {
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
         )?;
-        // Where the o projection will read the merged output as int8 digits
-        // (gemv_q8), the merge writes them too: its workgroup's 32 dims are
-        // one block when head_dim is a multiple of 32. That weight is not
-        // known here: a square one of 4-bit weights stands in for it
-        // (q_dim² / 2 bytes against the integer-dot threshold). H200 tg128:
-        // Llama-3.1-8B (4096 dims) +1-2%, 32 barriers fewer per token;
-        // Llama-3.2-1B's 2048-dim projection reading the digits instead of
-        // f32 was 5% slower.
+        // Where the next weight (the o projection) will read the merged
+        // output as int8 digits (gemv_q8), the merge writes them too: its
+        // workgroup's 32 dims are one block when head_dim is a multiple of
+        // 32. H200 tg128: Llama-3.1-8B +1-2%, 32 barriers fewer per token.
+        // A weight that would read f32 must not get digits: TinyLlama's
+        // 2048-dim Q4_0 projection reading them was 5% slower.
         let k = p.n_heads * p.head_dim;
-        let q8 = (self.kernels.gemv_q8
-            && n_split > 1
+        let q8 = (n_split > 1
             && p.head_dim.is_multiple_of(32)
-            && k.saturating_mul(k) / 2 >= self.gemv_q8_min_bytes)
-            .then(|| self.q8_scratch(p.rows, k))
-            .transpose()?;
+            && p.next.is_some_and(|w| self.takes_q8(w.dtype, w.bytes)))
+        .then(|| self.q8_scratch(p.rows, k))
+        .transpose()?;
         self.encode_combine(
             &part,
             out,

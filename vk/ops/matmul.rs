@@ -269,13 +269,13 @@ impl Encoder<'_> {
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
         // Small weights take the f32 kernel unless x is quantized already
         // (K and V after Q): quantizing is a dispatch of its own.
-        let q8 = self.kernels.gemv_q8
-            && gemv_int_dot(w.dtype)
-            && w.cols.is_multiple_of(32)
-            && (w.buf.bytes >= self.gemv_q8_min_bytes
-                || self
-                    .quantized(x, o.norm.map(|(nw, _)| nw), m, w.cols)
-                    .is_some());
+        let q8 = w.cols.is_multiple_of(32)
+            && (self.takes_q8(w.dtype, w.buf.bytes)
+                || gemv_int_dot(w.dtype)
+                    && self.kernels.gemv_q8
+                    && self
+                        .quantized(x, o.norm.map(|(nw, _)| nw), m, w.cols)
+                        .is_some());
         let own_rows = self.kernels.gemv.subgroup_rows(q8);
         let nr = if own_rows {
             GEMV_ROWS_SUBGROUP
@@ -335,6 +335,15 @@ impl Encoder<'_> {
             bytemuck::bytes_of(&push),
             groups,
         )
+    }
+
+    /// Whether a weight of `dtype` and `bytes` takes the integer-dot GEMV
+    /// (where the device has it) even when its input is not quantized yet.
+    pub(in crate::vk) fn takes_q8(&self, dtype: DType, bytes: usize) -> bool {
+        let min = self
+            .gemv_q8_min_bytes
+            .unwrap_or_else(|| crate::vk::gemv_q8_min_bytes(dtype));
+        self.kernels.gemv_q8 && gemv_int_dot(dtype) && bytes >= min
     }
 
     /// `m` rows of x (times the norm weights `nw`) as int8 digits per block
