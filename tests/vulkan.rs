@@ -450,39 +450,6 @@ fn attention_merge_quantizes_like_quantize_q8() {
     }
 }
 
-/// By default K-quant weights take the integer-dot GEMV at any size (a
-/// quantize dispatch, then the GEMV) and the other block types only from
-/// 8 MiB (one f32 GEMV dispatch), as vk::gemv_q8_min_bytes says.
-#[test]
-fn small_k_quant_weights_take_integer_dots_by_default() {
-    let Some(mut b) = common::vulkan_backend() else {
-        return;
-    };
-    if !b.kernels().gemv_q8 {
-        return;
-    }
-    let (n, k) = (64, 512);
-    let x = upload_f32(&mut b, &rand_f32(k, 5));
-    let y = b.alloc(n * 4).unwrap();
-    for (dtype, dispatches) in [
-        (DType::Q4K, 2),
-        (DType::Q6K, 2),
-        (DType::Q4_0, 1),
-        (DType::Q8_0, 1),
-    ] {
-        let w = b
-            .upload_weight(dtype, n, k, &weight_bytes(dtype, n, k, 6))
-            .unwrap();
-        pass(&mut b, |b| b.matmul(&w, None, &x, &y, 1).unwrap());
-        assert_eq!(
-            b.last_pass_stats().unwrap().dispatches,
-            dispatches,
-            "{dtype:?}"
-        );
-        b.free_weight(w);
-    }
-}
-
 /// (rows, depth, n_heads, n_kv_heads, head_dim, window) of a prefill
 /// attention case.
 type AttentionShape = (usize, usize, usize, usize, usize, usize);

@@ -399,8 +399,7 @@ impl std::fmt::Display for Kernels {
                 .map(DType::name)
                 .collect();
             format!(
-                ", integer dot products for {} weights (K-quants at any size, others \
-                 from {} MiB; mul_mat_vec_q8)",
+                ", integer dot products for {} weights over {} MiB (mul_mat_vec_q8)",
                 types.join("/"),
                 super::GEMV_Q8_MIN_BYTES >> 20
             )

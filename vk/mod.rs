@@ -43,33 +43,20 @@ pub use options::Options;
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
-/// Weights of the block types from this size take the integer-dot GEMV by
-/// default (K-quants at every size: [`gemv_q8_min_bytes`]): below it the
+/// Weights from this size take the integer-dot GEMV by default: below it the
 /// extra quantize dispatch (a dependent step, ~5 us on an H100:
 /// benches/dispatch.rs) costs more than the faster kernel saves. H100, tg128
 /// tok/s at 4 / 8 / 12 / 24 MiB: TinyLlama (Q4_0, ffn_down 6.5 MB) 652 /
 /// 719 / 717 / 724, Llama-3.2-1B 638 / 641 / 631 / 655, Llama-3.1-8B (q and
 /// o 9.4 MB) 205 / 205 / 190 / 190. (SmolLM2-135M, whose weights are ~0.2
 /// MiB, decoded at 705 tok/s without it and 442 with it on every weight, on
-/// an H200.)
+/// an H200.) With the dots no longer saturating, Q4_K / Q6_K weights of
+/// every size on it (Llama-3.2-1B: 167 -> 183 dispatches) profiled alike,
+/// 1,423 -> 1,445 µs per token: the GEMVs' 111 µs saved went to the added
+/// quantizes (H200).
 pub const GEMV_Q8_MIN_BYTES: usize = 8 << 20;
 
-/// Smallest weight of `dtype` the integer-dot GEMV takes by default. Q4_K and
-/// Q6_K take it at every size since their dots stopped saturating (the f32
-/// kernel decodes a K-quant's sub-block scales per 32 values): on an H200,
-/// Llama-3.2-1B's 2.4 MB q and o projections in it ran tg128 at 897 / 872
-/// tok/s against 838 / 815 with them in f32, while TinyLlama's Q4_0 ones ran
-/// 743-765 against 799-812, so the block types keep the threshold.
-pub fn gemv_q8_min_bytes(dtype: DType) -> usize {
-    if matches!(dtype, DType::Q4K | DType::Q6K) {
-        0
-    } else {
-        GEMV_Q8_MIN_BYTES
-    }
-}
-
 use crate::backend::{Buffer, ComputeBackend};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
 use device::Device;
@@ -140,9 +127,8 @@ pub struct VulkanBackend {
     pass_allocs: bool,
     /// Scratch buffers and tables of the op encoders.
     ops: ops::OpState,
-    /// Smallest weight the integer-dot GEMV takes, when set for every type
-    /// (else [`gemv_q8_min_bytes`] per type).
-    gemv_q8_min_bytes: Option<usize>,
+    /// Smallest weight the integer-dot GEMV takes.
+    gemv_q8_min_bytes: usize,
     /// Weights stored in several buffers (see split.rs).
     splits: split::Splits,
     /// Split weights above this many bytes even within the device's range.
@@ -186,7 +172,7 @@ impl VulkanBackend {
             pending_frees: Vec::new(),
             last_pass: PassStats::default(),
             ops: ops::OpState::default(),
-            gemv_q8_min_bytes: None,
+            gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
             splits: split::Splits::default(),
             part_limit: split::part_limit_from_env(),
             status,
@@ -236,8 +222,8 @@ impl VulkanBackend {
     }
 
     /// The integer-dot GEMV (see [`Kernels::gemv_q8`]) off (`None`) or on
-    /// for weights of every type of at least `min_bytes` (the default is
-    /// [`gemv_q8_min_bytes`] per type); on needs the device's integer dot products,
+    /// for weights of at least `min_bytes` (the default is
+    /// [`GEMV_Q8_MIN_BYTES`]); on needs the device's integer dot products,
     /// enabled when the backend opened with them available. Tests use it to
     /// check both kernels on one device, at every size.
     pub fn set_gemv_q8(&mut self, min_bytes: Option<usize>) -> Result<()> {
@@ -249,7 +235,7 @@ impl VulkanBackend {
             )));
         }
         self.kernels.gemv_q8 = min_bytes.is_some();
-        self.gemv_q8_min_bytes = Some(min_bytes.unwrap_or(usize::MAX));
+        self.gemv_q8_min_bytes = min_bytes.unwrap_or(usize::MAX);
         // Kept passes were recorded with the other kernel.
         self.rec.invalidate_pass();
         Ok(())

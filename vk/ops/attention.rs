@@ -497,8 +497,8 @@ impl Encoder<'_> {
         // output as int8 digits (gemv_q8), the merge writes them too: its
         // workgroup's 32 dims are one block when head_dim is a multiple of
         // 32. H200 tg128: Llama-3.1-8B +1-2%, 32 barriers fewer per token.
-        // A weight that would read f32 must not get digits: TinyLlama's
-        // 2048-dim Q4_0 projection reading them was 5% slower.
+        // A weight that would read f32 must not get digits: Llama-3.2-1B's
+        // 2048-dim projection reading them was 5% slower.
         let k = p.n_heads * p.head_dim;
         let q8 = (n_split > 1
             && p.head_dim.is_multiple_of(32)

@@ -54,9 +54,8 @@ pub(in crate::vk) struct Encoder<'a> {
     pub caps: &'a Caps,
     /// Kernel variants chosen for this device (and the environment).
     pub kernels: Kernels,
-    /// Smallest weight the integer-dot GEMV takes, when set for every type
-    /// (see [`Encoder::takes_q8`]).
-    pub gemv_q8_min_bytes: Option<usize>,
+    /// Smallest weight the integer-dot GEMV takes.
+    pub gemv_q8_min_bytes: usize,
     /// Weights stored in several buffers (vk/split.rs).
     pub splits: &'a Splits,
     pub state: &'a mut OpState,

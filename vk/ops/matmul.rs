@@ -340,10 +340,7 @@ impl Encoder<'_> {
     /// Whether a weight of `dtype` and `bytes` takes the integer-dot GEMV
     /// (where the device has it) even when its input is not quantized yet.
     pub(in crate::vk) fn takes_q8(&self, dtype: DType, bytes: usize) -> bool {
-        let min = self
-            .gemv_q8_min_bytes
-            .unwrap_or_else(|| crate::vk::gemv_q8_min_bytes(dtype));
-        self.kernels.gemv_q8 && gemv_int_dot(dtype) && bytes >= min
+        self.kernels.gemv_q8 && gemv_int_dot(dtype) && bytes >= self.gemv_q8_min_bytes
     }
 
     /// `m` rows of x (times the norm weights `nw`) as int8 digits per block
