@@ -24,6 +24,12 @@ const GEMV_MAX_ROWS: usize = 4;
 /// 1, 2, 4 and 8; with 1 the GLU kernel could not pair gate and up rows).
 const GEMV_ROWS_WORKGROUP: u32 = 4;
 const GEMV_ROWS_SUBGROUP: u32 = 2;
+/// Invocations of a workgroup whose subgroups take rows of their own (two
+/// subgroups on NVIDIA). H200 tg128, integer-dot GEMV, against 128: the
+/// 8B 314.3 / 316.0 vs 301.7 / 303.2 tok/s, Llama-3.2-1B 864.7 / 874.5 vs
+/// 847.5 / 844.1; 256 was slower; benches/gemv.rs Q6_K 4096 x 14336 2.2 vs
+/// 1.7-1.8 TB/s.
+const GEMV_SUBGROUP_ROWS_INVOCATIONS: usize = 64;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -285,7 +291,7 @@ impl Encoder<'_> {
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
         let (wg, rows_per_wg) = if own_rows {
-            let wg = self.caps().gemv_workgroup(128);
+            let wg = self.caps().gemv_workgroup(GEMV_SUBGROUP_ROWS_INVOCATIONS);
             (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
         } else {
             (
