@@ -22,8 +22,8 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
                 "cannot start a thread pool for the copy benchmark: {e}"
             ))
         })?;
-    let src = vec![1u8; bytes];
-    let mut dst = vec![0u8; bytes];
+    let (src, mut dst) = host_pair(bytes)?;
+    let bytes = src.len();
     // Slices of a few MiB keep every thread busy without splitting pages finely.
     let chunk = (4 << 20).min(bytes.max(1));
     let once = |dst: &mut [u8]| {
@@ -44,6 +44,32 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
     Ok(2.0 * bytes as f64 / best.max(1e-9) / 1e9)
 }
 
+/// Two host buffers of `bytes` (source filled, destination zeroed), halved
+/// while the allocation fails, down to [`MIN_PROBE_BYTES`], as the device's
+/// are ([`alloc_pair`]).
+fn host_pair(bytes: usize) -> Result<(Vec<u8>, Vec<u8>)> {
+    let filled = |n: usize, v: u8| -> Option<Vec<u8>> {
+        let mut b = Vec::new();
+        b.try_reserve_exact(n).ok()?;
+        b.resize(n, v);
+        Some(b)
+    };
+    let mut bytes = bytes;
+    loop {
+        if let Some(pair) = filled(bytes, 1).and_then(|s| Some((s, filled(bytes, 0)?))) {
+            return Ok(pair);
+        }
+        if bytes / 2 < MIN_PROBE_BYTES {
+            return Err(Error::OutOfHostMemory {
+                what: format!("allocating the copy benchmark's two {bytes}-byte buffers"),
+                needed: Some((bytes as u64).saturating_mul(2)),
+                available: None,
+            });
+        }
+        bytes /= 2;
+    }
+}
+
 /// Copies per pass of a device probe: long enough that per-pass costs are
 /// small next to the transfer. Measured on the H200 machine
 /// (benches/memory.rs): right after a process writes gigabytes of fresh host
@@ -51,8 +77,8 @@ pub fn host_copy_gbs(bytes: usize, threads: Option<usize>) -> Result<f64> {
 /// bandwidth that timestamps and long passes show.
 pub const DEVICE_COPIES: usize = 64;
 
-/// The smallest buffers the device probe falls back to when memory is short.
-const MIN_DEVICE_BYTES: usize = 64 << 20;
+/// The smallest buffers a probe falls back to when memory is short.
+const MIN_PROBE_BYTES: usize = 64 << 20;
 
 /// A device's streaming bandwidth: `copies` back-to-back transfers of `bytes`
 /// (at most what one op may take on the device) between two device buffers
@@ -85,7 +111,7 @@ pub fn backend_copy_gbs(be: &mut dyn ComputeBackend, bytes: usize, copies: usize
 }
 
 /// Two device buffers of `bytes`, halved while the device lacks the memory
-/// (down to [`MIN_DEVICE_BYTES`]): the probe is sized for a large GPU, and
+/// (down to [`MIN_PROBE_BYTES`]): the probe is sized for a large GPU, and
 /// a smaller one holding a model still gets a figure.
 fn alloc_pair(be: &mut dyn ComputeBackend, bytes: usize) -> Result<(Buffer, Buffer, usize)> {
     let mut bytes = bytes;
@@ -99,7 +125,7 @@ fn alloc_pair(be: &mut dyn ComputeBackend, bytes: usize) -> Result<(Buffer, Buff
         });
         match pair {
             Ok((a, b)) => return Ok((a, b, bytes)),
-            Err(e) if e.kind() == ErrorKind::OutOfDeviceMemory && bytes / 2 >= MIN_DEVICE_BYTES => {
+            Err(e) if e.kind() == ErrorKind::OutOfDeviceMemory && bytes / 2 >= MIN_PROBE_BYTES => {
                 bytes = bytes / 2 / 4 * 4;
             }
             Err(e) => return Err(e),

@@ -267,7 +267,9 @@ fn probe(model: &mut Model, backend: &str, mib: usize, threads: Option<usize>) -
     if mib == 0 {
         return Ok(0.0);
     }
-    let bytes = mib << 20;
+    let bytes = mib
+        .checked_mul(1 << 20)
+        .ok_or_else(|| Error::Invalid(format!("--copy-mib {mib} is too large")))?;
     if backend == "cpu" {
         host_copy_gbs(bytes, threads)
     } else {

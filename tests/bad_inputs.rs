@@ -228,6 +228,8 @@ fn table() -> Vec<Case> {
             Usage(&["required arguments"])),
         case("bench zero repetitions", Plain, "bench -b cpu -m {model} -r 0",
             Usage(&["--repetitions"])),
+        case("bench copy probe past usize", Plain, "bench -b cpu -m {model} -p 0 -n 1 -r 1 --copy-mib 18446744073709551615",
+            Fails(&["--copy-mib", "too large"])),
         case("bench of a missing model", Plain, "bench -b cpu -m {dir}/missing.gguf -p 4 -n 2 -r 1 --copy-mib 0",
             Fails(&["missing.gguf"])),
         case("chat without a chat template", Plain, "chat -b cpu -m {model}",
