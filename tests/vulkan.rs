@@ -174,6 +174,27 @@ fn create_and_destroy_repeatedly_with_validation() {
     }
 }
 
+/// Asking for pipeline statistics (printed where the driver has
+/// VK_KHR_pipeline_executable_properties; lavapipe has not) changes nothing
+/// a pass computes, under the validation layer.
+#[test]
+fn pipeline_statistics_leave_results_alone() {
+    if common::vulkan_backend().is_none() {
+        return;
+    }
+    let opts = Options {
+        validate: true,
+        pipeline_stats: true,
+        ..Options::from_env()
+    };
+    let mut b = VulkanBackend::new(&opts).unwrap();
+    let data = rand_f32(1000, 3);
+    let buf = upload_f32(&mut b, &data);
+    pass(&mut b, |b| b.scale(&buf, 0.5, &buf, 1000).unwrap());
+    let want: Vec<f32> = data.iter().map(|v| v * 0.5).collect();
+    assert_eq!(download_f32(&mut b, &buf, 1000), want);
+}
+
 #[test]
 fn matmul_every_dtype_gemv_and_tiled() {
     let Some(mut b) = common::vulkan_backend() else {
@@ -865,6 +886,7 @@ fn bad_device_selection_is_a_typed_error() {
             pipeline_cache: None,
             fail_alloc_after: None,
             lose_device_after: None,
+            pipeline_stats: false,
         };
         match VulkanBackend::new(&opts) {
             Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),

@@ -34,6 +34,9 @@ pub struct Caps {
     /// VK_KHR_shader_integer_dot_product listed with its feature on: the
     /// int8-activation GEMV (mul_mat_vec_q8) can run.
     pub integer_dot: bool,
+    /// VK_KHR_pipeline_executable_properties: the driver can report each
+    /// pipeline's compiled statistics (`VKLLM_PIPELINE_STATS=1`).
+    pub pipeline_stats: bool,
     pub max_storage_buffer_range: u64,
     pub max_workgroup_count: [u32; 3],
     pub max_shared_memory: u32,
@@ -88,6 +91,7 @@ impl Caps {
             vulkan_memory_model_device_scope: f12.vulkan_memory_model_device_scope == vk::TRUE,
             integer_dot: has_ext(ash::khr::shader_integer_dot_product::NAME)
                 && idp.shader_integer_dot_product == vk::TRUE,
+            pipeline_stats: has_ext(ash::khr::pipeline_executable_properties::NAME),
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
             max_workgroup_count: limits.max_compute_work_group_count,
             max_shared_memory: limits.max_compute_shared_memory_size,

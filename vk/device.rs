@@ -16,12 +16,16 @@ pub struct Device {
     /// Kernel variants for this device (chosen here: some need extensions
     /// and features enabled at device creation).
     pub kernels: Kernels,
+    /// VK_KHR_pipeline_executable_properties is enabled (asked for, and
+    /// the device has it).
+    pub pipeline_stats: bool,
 }
 
 impl Device {
     /// Pick and open a device. `selector` is an index into the loader's list
     /// or a case-insensitive substring of the device name.
-    pub fn open(inst: &Instance, selector: Option<&str>) -> Result<Device> {
+    /// `stats`: enable pipeline statistics where the device has them.
+    pub fn open(inst: &Instance, selector: Option<&str>, stats: bool) -> Result<Device> {
         // SAFETY: valid instance.
         let pds = unsafe { inst.instance.enumerate_physical_devices() }
             .map_err(vk_err("listing physical devices"))?;
@@ -95,6 +99,13 @@ impl Device {
             exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
             create = create.push_next(&mut idp);
         }
+        let pipeline_stats = stats && info.caps.pipeline_stats;
+        let mut pep = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        if pipeline_stats {
+            exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+            create = create.push_next(&mut pep);
+        }
         let create = create.enabled_extension_names(&exts);
         // SAFETY: `create` and what it points to outlive the call.
         let device = unsafe { inst.instance.create_device(physical, &create, None) }
@@ -108,6 +119,7 @@ impl Device {
             queue_family,
             info,
             kernels,
+            pipeline_stats,
         })
     }
 

@@ -142,7 +142,7 @@ pub struct VulkanBackend {
 impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::shared(opts.validate)?;
-        let dev = Device::open(&inst, opts.device.as_deref())?;
+        let dev = Device::open(&inst, opts.device.as_deref(), opts.pipeline_stats)?;
         let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
@@ -157,7 +157,10 @@ impl VulkanBackend {
             let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
             pipeline::DiskCache::for_device(dir, &props)
         });
-        let pipes = Pipelines::new(&dev.device, disk)?;
+        let stats = dev.pipeline_stats.then(|| {
+            ash::khr::pipeline_executable_properties::Device::new(&inst.instance, &dev.device)
+        });
+        let pipes = Pipelines::new(&dev.device, disk, stats)?;
         let mut rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
         rec.lose_device_after(opts.lose_device_after);
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);

@@ -22,6 +22,12 @@ pub struct Options {
     /// use it to check that a GPU that stops answering mid-generation leaves
     /// a clean error and a model that drops.
     pub lose_device_after: Option<u64>,
+    /// `VKLLM_PIPELINE_STATS=1`: print each pipeline's compiled statistics
+    /// (registers, shared memory, ... as the driver names them) to stderr
+    /// as it is created, where the device has
+    /// VK_KHR_pipeline_executable_properties: occupancy explains kernels
+    /// that stream below memory speed.
+    pub pipeline_stats: bool,
 }
 
 impl Options {
@@ -32,6 +38,7 @@ impl Options {
             pipeline_cache: pipeline_cache_dir(),
             fail_alloc_after: env_count("VKLLM_FAIL_ALLOC_AFTER"),
             lose_device_after: env_count("VKLLM_LOSE_DEVICE_AFTER"),
+            pipeline_stats: std::env::var("VKLLM_PIPELINE_STATS").as_deref() == Ok("1"),
         }
     }
 }

@@ -105,6 +105,8 @@ pub struct Pipelines {
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
     kernels: HashMap<(&'static str, Option<DType>, Spec), Kernel>,
+    /// Where set, each new pipeline's compiled statistics go to stderr.
+    stats: Option<ash::khr::pipeline_executable_properties::Device>,
 }
 
 fn spirv(name: &str) -> Result<Vec<u32>> {
@@ -118,7 +120,11 @@ fn spirv(name: &str) -> Result<Vec<u32>> {
 }
 
 impl Pipelines {
-    pub fn new(device: &ash::Device, disk: Option<DiskCache>) -> Result<Pipelines> {
+    pub fn new(
+        device: &ash::Device,
+        disk: Option<DiskCache>,
+        stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    ) -> Result<Pipelines> {
         let data = disk.as_ref().map(DiskCache::read).unwrap_or_default();
         let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
         // SAFETY: valid device; the data starts with this device's header
@@ -133,6 +139,7 @@ impl Pipelines {
             dirty: false,
             layouts: HashMap::new(),
             kernels: HashMap::new(),
+            stats,
         })
     }
 
@@ -225,7 +232,13 @@ impl Pipelines {
         if spec != [0; 3] {
             stage = stage.specialization_info(&spec_info);
         }
+        let flags = if self.stats.is_some() {
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+        } else {
+            vk::PipelineCreateFlags::empty()
+        };
         let info = [vk::ComputePipelineCreateInfo::default()
+            .flags(flags)
             .stage(stage)
             .layout(layout)];
         // SAFETY: valid device, cache, module and layout.
@@ -240,12 +253,51 @@ impl Pipelines {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Vulkan(format!("no pipeline returned for {name}")))?;
+        if let Some(ext) = &self.stats {
+            eprintln!("pipeline {name} {spec:?}: {}", statistics(ext, pipeline));
+        }
         Ok(Kernel {
             pipeline,
             layout,
             set_layout,
         })
     }
+}
+
+/// A pipeline's compiled statistics as `name value` pairs, as the driver
+/// names them (NVIDIA: register count, shared memory, ...).
+fn statistics(ext: &ash::khr::pipeline_executable_properties::Device, p: vk::Pipeline) -> String {
+    let info = vk::PipelineInfoKHR::default().pipeline(p);
+    // SAFETY: valid pipeline, created with CAPTURE_STATISTICS_KHR.
+    let Ok(execs) = (unsafe { ext.get_pipeline_executable_properties(&info) }) else {
+        return "no statistics".into();
+    };
+    let mut out = Vec::new();
+    for i in 0..execs.len() as u32 {
+        let info = vk::PipelineExecutableInfoKHR::default()
+            .pipeline(p)
+            .executable_index(i);
+        // SAFETY: valid pipeline and executable index.
+        let Ok(stats) = (unsafe { ext.get_pipeline_executable_statistics(&info) }) else {
+            continue;
+        };
+        for s in stats {
+            let name = s
+                .name_as_c_str()
+                .map_or("?".into(), |n| n.to_string_lossy());
+            // SAFETY: the union member read is the one `format` names.
+            let value = unsafe {
+                match s.format {
+                    vk::PipelineExecutableStatisticFormatKHR::BOOL32 => s.value.b32.to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                    _ => s.value.f64.to_string(),
+                }
+            };
+            out.push(format!("{name} {value}"));
+        }
+    }
+    out.join(", ")
 }
 
 impl Drop for Pipelines {
