@@ -1,9 +1,10 @@
 //! Decode GEMV against the memory ceiling, on the Vulkan device: for each
 //! weight type and decode shape, the weight bytes streamed per second by
 //! `matmul` with one input row, beside the device's copy bandwidth measured
-//! in the same process. Weights rotate over several copies larger than any
-//! L2 cache, as a model's layers do, and many matmuls share one pass, so the
-//! figure is what a decode step can reach.
+//! in the same process and a streaming kernel's at the weight's size
+//! (`stream`). Weights rotate over several copies larger than any L2 cache,
+//! as a model's layers do, and many matmuls share one pass, so the figure
+//! is what a decode step can reach.
 //!
 //! `cargo bench --bench gemv [-- DTYPE...]` prints one table (of the named
 //! weight types only, if any); `benches/memory.rs` shows why the copy
@@ -35,13 +36,17 @@ enum Mode {
     Gpu,
 }
 
-/// Best GB/s of weight bytes over `PASSES` passes of `PER_PASS` matmuls
-/// cycling through `ws`.
-fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, mode: Mode) -> f64 {
-    let bytes: usize = ws[0].dtype.row_bytes(ws[0].cols).unwrap() * ws[0].rows;
+/// Best GB/s over `PASSES` passes of `PER_PASS` ops, each recorded by
+/// `op(b, i)` and moving `bytes`.
+fn pass_gbs(
+    b: &mut dyn ComputeBackend,
+    bytes: usize,
+    mode: Mode,
+    op: impl Fn(&mut dyn ComputeBackend, usize),
+) -> f64 {
     let record = |b: &mut dyn ComputeBackend| {
         for i in 0..PER_PASS {
-            b.matmul(&ws[i % ws.len()], None, x, y, 1).unwrap();
+            op(b, i);
         }
     };
     if matches!(mode, Mode::Fresh) {
@@ -79,6 +84,37 @@ fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, m
     (bytes * PER_PASS) as f64 / best / 1e9
 }
 
+/// GB/s of weight bytes of matmuls with one input row cycling through `ws`.
+fn gemv_gbs(b: &mut dyn ComputeBackend, ws: &[Weight], x: &Buffer, y: &Buffer, mode: Mode) -> f64 {
+    let bytes: usize = ws[0].dtype.row_bytes(ws[0].cols).unwrap() * ws[0].rows;
+    pass_gbs(b, bytes, mode, |b, i| {
+        b.matmul(&ws[i % ws.len()], None, x, y, 1).unwrap()
+    })
+}
+
+/// The streaming ceiling at a GEMV's size: GB/s of `scale` dispatches each
+/// moving `bytes` (half read from sources rotating past the L2 cache, half
+/// written into one destination, so each waits for the one before, as the
+/// GEMVs writing one y do), timed by the GPU's timestamps. Short kernels
+/// pay their start and drain: this, not the copy probe's long passes, is
+/// what a GEMV of that size can reach.
+fn stream_gbs(b: &mut dyn ComputeBackend, bytes: usize) -> f64 {
+    let half = bytes / 2 / 16 * 16;
+    let sources: Vec<Buffer> = (0..ROTATE_BYTES.div_ceil(half).clamp(1, 64))
+        .map(|_| b.alloc(half).unwrap())
+        .collect();
+    let dst = b.alloc(half).unwrap();
+    let gbs = pass_gbs(b, 2 * half, Mode::Gpu, |b, i| {
+        b.scale(&sources[i % sources.len()], 1.0, &dst, half / 4)
+            .unwrap()
+    });
+    for s in sources {
+        b.free(s);
+    }
+    b.free(dst);
+    gbs
+}
+
 fn main() {
     let Some(mut b) = common::vulkan("gemv") else {
         return;
@@ -101,8 +137,8 @@ fn main() {
         DType::F16,
     ];
     println!(
-        "{:<8} {:>12} {:>9} {:>9} {:>9}  (GB/s of weights; copy {copy:.0})",
-        "dtype", "rows x cols", "fresh", "replay", "gpu"
+        "{:<8} {:>12} {:>9} {:>9} {:>9} {:>9}  (GB/s of weights; copy {copy:.0}; stream: scale moving as many bytes per dispatch)",
+        "dtype", "rows x cols", "fresh", "replay", "gpu", "stream"
     );
     let only: Vec<String> = std::env::args()
         .skip(1)
@@ -130,14 +166,15 @@ fn main() {
             let y = b.alloc(rows * 4).unwrap();
             let [fresh, replay, gpu] = [Mode::Fresh, Mode::Replay, Mode::Gpu]
                 .map(|m| gemv_gbs(b.as_mut(), &ws, &x, &y, m));
-            println!(
-                "{:<8} {:>12} {fresh:>9.0} {replay:>9.0} {gpu:>9.0}",
-                dtype.name(),
-                format!("{rows}x{cols}")
-            );
             for w in ws {
                 b.free_weight(w);
             }
+            let stream = stream_gbs(b.as_mut(), bytes);
+            println!(
+                "{:<8} {:>12} {fresh:>9.0} {replay:>9.0} {gpu:>9.0} {stream:>9.0}",
+                dtype.name(),
+                format!("{rows}x{cols}")
+            );
             b.free(x);
             b.free(y);
         }
