@@ -158,7 +158,6 @@ fn device_lost_during_generation_is_a_clean_error_and_the_model_drops() {
     for after in [0, 2] {
         let opts = Options {
             lose_device_after: Some(after),
-            pipeline_stats: false,
             ..opts.clone()
         };
         let be = Box::new(VulkanBackend::new(&opts).unwrap());
@@ -194,7 +193,6 @@ fn a_lost_device_waits_idle_as_lost_and_drops_cleanly() {
     };
     let opts = Options {
         lose_device_after: Some(1),
-        pipeline_stats: false,
         ..opts
     };
     // 16 MiB per round, so a backend whose memory outlived its drop shows.

@@ -34,8 +34,9 @@ pub struct Caps {
     /// VK_KHR_shader_integer_dot_product listed with its feature on: the
     /// int8-activation GEMV (mul_mat_vec_q8) can run.
     pub integer_dot: bool,
-    /// VK_KHR_pipeline_executable_properties: the driver can report each
-    /// pipeline's compiled statistics (`VKLLM_PIPELINE_STATS=1`).
+    /// VK_KHR_pipeline_executable_properties listed with its feature on: the
+    /// driver can report each pipeline's compiled statistics
+    /// (`VKLLM_PIPELINE_STATS=1`).
     pub pipeline_stats: bool,
     pub max_storage_buffer_range: u64,
     pub max_workgroup_count: [u32; 3],
@@ -91,7 +92,8 @@ impl Caps {
             vulkan_memory_model_device_scope: f12.vulkan_memory_model_device_scope == vk::TRUE,
             integer_dot: has_ext(ash::khr::shader_integer_dot_product::NAME)
                 && idp.shader_integer_dot_product == vk::TRUE,
-            pipeline_stats: has_ext(ash::khr::pipeline_executable_properties::NAME),
+            pipeline_stats: has_ext(ash::khr::pipeline_executable_properties::NAME)
+                && pipeline_stats_feature(inst, pd),
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
             max_workgroup_count: limits.max_compute_work_group_count,
             max_shared_memory: limits.max_compute_shared_memory_size,
@@ -106,6 +108,16 @@ impl Caps {
         let want = slots.clamp(1, 128).next_power_of_two() as u32;
         want.max(self.subgroup_size.clamp(32, 128))
     }
+}
+
+/// Whether a device listing VK_KHR_pipeline_executable_properties turns
+/// its feature on (queried apart: its struct belongs to that extension).
+fn pipeline_stats_feature(inst: &Instance, pd: vk::PhysicalDevice) -> bool {
+    let mut feat = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+    let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut feat);
+    // SAFETY: valid handles; the device lists the extension.
+    unsafe { inst.instance.get_physical_device_features2(pd, &mut feats2) };
+    feat.pipeline_executable_info == vk::TRUE
 }
 
 /// Whether the KHR / NV cooperative-matrix extensions are usable for
