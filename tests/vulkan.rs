@@ -16,6 +16,7 @@ mod common;
 use common::{
     assert_close, download_f32, download_u32, rand_f32, upload_f32, upload_u32, weight_bytes,
 };
+use std::time::Duration;
 use vkllm::backend::{
     AttentionParams, Buffer, ComputeBackend, NextWeight, RopeParams, RopeStyle, Weight,
 };
@@ -193,6 +194,44 @@ fn pipeline_statistics_leave_results_alone() {
     pass(&mut b, |b| b.scale(&buf, 0.5, &buf, 1000).unwrap());
     let want: Vec<f32> = data.iter().map(|v| v * 0.5).collect();
     assert_eq!(download_f32(&mut b, &buf, 1000), want);
+}
+
+/// A wait that polls the fence (`Options::spin_wait`) returns only once the
+/// pass has finished, as the sleeping wait does: after every replay the
+/// mapped buffer the pass writes last holds that pass's values. Each pass
+/// flips their sign through 63 dependent dispatches, so a wait returning
+/// early would read the previous pass's.
+#[test]
+fn polling_and_sleeping_waits_see_every_pass_finished() {
+    if common::vulkan_backend().is_none() {
+        return;
+    }
+    let n = 1 << 16;
+    for spin in [Duration::ZERO, Duration::from_secs(5)] {
+        let opts = Options {
+            validate: true,
+            spin_wait: Some(spin),
+            ..Options::from_env()
+        };
+        let mut b = VulkanBackend::new(&opts).unwrap();
+        let mut want = rand_f32(n, 4);
+        let a = upload_f32(&mut b, &want);
+        let out = b.alloc_mapped(n * 4).unwrap();
+        b.begin_replayable_pass(1).unwrap();
+        for _ in 0..63 {
+            b.scale(&a, -1.0, &a, n).unwrap();
+        }
+        b.copy(&a, 0, &out, 0, n * 4).unwrap();
+        // end_pass runs the pass once; then each replay.
+        b.end_pass().unwrap();
+        for run in 0..8 {
+            if run > 0 {
+                assert!(b.replay(1, 1).unwrap(), "the pass was not kept");
+            }
+            want.iter_mut().for_each(|v| *v = -*v);
+            assert_eq!(download_f32(&mut b, &out, n), want, "{spin:?}, run {run}");
+        }
+    }
 }
 
 #[test]
@@ -882,11 +921,7 @@ fn bad_device_selection_is_a_typed_error() {
     for sel in ["no-such-device-anywhere", "99"] {
         let opts = Options {
             device: Some(sel.into()),
-            validate: false,
-            pipeline_cache: None,
-            fail_alloc_after: None,
-            lose_device_after: None,
-            pipeline_stats: false,
+            ..Options::default()
         };
         match VulkanBackend::new(&opts) {
             Err(Error::Vulkan(msg)) => assert!(msg.contains(sel), "{msg}"),

@@ -39,7 +39,7 @@ mod transfer;
 
 pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
 pub use ops::matmul::gemv_int_dot;
-pub use options::Options;
+pub use options::{Options, DEFAULT_SPIN_WAIT};
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
@@ -65,6 +65,7 @@ use memory::Memory;
 use pipeline::Pipelines;
 use profiler::Profiler;
 use recorder::Recorder;
+use std::time::Duration;
 
 /// The name of the device `--backend auto` would open, or why it would
 /// use the CPU instead (see [`device::auto_choice`]).
@@ -152,17 +153,25 @@ impl VulkanBackend {
             dev.physical,
             opts.fail_alloc_after,
         )?;
-        let disk = opts.pipeline_cache.clone().map(|dir| {
-            // SAFETY: valid physical device.
-            let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
-            pipeline::DiskCache::for_device(dir, &props)
-        });
+        // SAFETY: valid physical device.
+        let props = unsafe { inst.instance.get_physical_device_properties(dev.physical) };
+        let disk = opts
+            .pipeline_cache
+            .clone()
+            .map(|dir| pipeline::DiskCache::for_device(dir, &props));
         let stats = dev.pipeline_stats.then(|| {
             ash::khr::pipeline_executable_properties::Device::new(&inst.instance, &dev.device)
         });
         let pipes = Pipelines::new(&dev.device, disk, stats)?;
         let mut rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
         rec.lose_device_after(opts.lose_device_after);
+        rec.spin_wait(opts.spin_wait.unwrap_or(
+            if props.device_type == vk::PhysicalDeviceType::CPU {
+                Duration::ZERO
+            } else {
+                DEFAULT_SPIN_WAIT
+            },
+        ));
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
             rec,

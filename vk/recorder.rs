@@ -13,7 +13,7 @@ pub use crate::backend::PassStats;
 use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Descriptor sets per pool; more pools are made when a pass needs them.
 const SETS_PER_POOL: u32 = 1024;
@@ -135,8 +135,10 @@ pub struct Recorder {
     last_write: HashMap<u32, u64>,
     recording: bool,
     pub stats: PassStats,
-    /// Nanoseconds spent in vkWaitForFences since creation.
+    /// Nanoseconds spent waiting for submitted work since creation.
     pub wait_ns: u64,
+    /// How long a wait polls the fence before it sleeps (`Options::spin_wait`).
+    spin: Duration,
     /// Some while profiling: pass commands are bracketed by timestamps.
     timestamps: Option<Timestamps>,
     /// Query pools of an earlier profiling session, destroyed on drop.
@@ -175,6 +177,7 @@ impl Recorder {
             recording: false,
             stats: PassStats::default(),
             wait_ns: 0,
+            spin: Duration::ZERO,
             timestamps: None,
             retired_pools: Vec::new(),
             passes_left: None,
@@ -184,6 +187,11 @@ impl Recorder {
         rec.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(vk_err("creating the fence"))?;
         Ok(rec)
+    }
+
+    /// Poll a submitted pass's fence for up to `spin` before sleeping.
+    pub fn spin_wait(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     /// Inject a device loss after `passes` passes (`None`: never).
@@ -554,7 +562,7 @@ impl Recorder {
                 .map_err(vk_err("submitting work"))
                 .and_then(|()| {
                     let waiting = Instant::now();
-                    let waited = self.device.wait_for_fences(&[self.fence], true, u64::MAX);
+                    let waited = self.wait_fence();
                     self.wait_ns += waiting.elapsed().as_nanos() as u64;
                     waited.map_err(vk_err("waiting for the GPU"))
                 })
@@ -568,6 +576,22 @@ impl Recorder {
         // fail here instead of passing it to the driver again.
         self.note_loss(&result);
         result
+    }
+
+    /// Wait for the fence: poll it for up to `self.spin`, then sleep. A
+    /// decode step ends within the poll, which sees it at once; the sleeping
+    /// wait would first have to be woken.
+    fn wait_fence(&self) -> ash::prelude::VkResult<()> {
+        let polling = Instant::now();
+        while polling.elapsed() < self.spin {
+            // SAFETY: the fence belongs to this device.
+            if unsafe { self.device.get_fence_status(self.fence) }? {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: as above.
+        unsafe { self.device.wait_for_fences(&[self.fence], true, u64::MAX) }
     }
 
     /// Wait until the device has finished everything submitted. On a lost
