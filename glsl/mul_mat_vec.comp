@@ -547,16 +547,41 @@ const uint MAX_SUBGROUPS = 32u;
 shared float part_acc[MAX_SUBGROUPS][NR_CAP * M_CAP];
 shared float part_ss[MAX_SUBGROUPS][M_CAP];
 
+// What storing output (row, x row r) reads besides its dot products: the
+// bias, y's old value (ADD) and, for int8 x with the norm, x's Σx² parts.
+// Loaded before the dot products: each would otherwise be one more memory
+// round trip at the end, and the small decode GEMVs are bound by latency.
+struct Extra {
+    float bias;
+    float y;
+    float sq;
+};
+
+Extra load_extra(uint row, uint r) {
+    Extra e = Extra(0.0, 0.0, 0.0);
+    if ((pc.flags & HAS_BIAS) != 0u) {
+        e.bias = bias[pc.row0 + row];
+    }
+    if ((pc.flags & ADD) != 0u) {
+        e.y = y[r * pc.ldy + pc.row0 + row];
+    }
+#if defined(Q8X)
+    if ((pc.flags & NORM) != 0u) {
+        uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
+        for (uint p = 0u; p < xq_parts(); p++) {
+            e.sq += xqf[parts + p];
+        }
+    }
+#endif
+    return e;
+}
+
 // Output (row, x row r) from its dot product (and with GLU the up row's,
-// `up`) and Σx².
-void store(uint row, uint r, float total, float up, float sq) {
+// `up`), Σx² and what load_extra read for it.
+void store(uint row, uint r, float total, float up, float sq, Extra e) {
     if ((pc.flags & NORM) != 0u) {
 #if defined(Q8X)
-        uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
-        sq = 0.0;
-        for (uint p = 0u; p < xq_parts(); p++) {
-            sq += xqf[parts + p];
-        }
+        sq = e.sq;
 #endif
         float inv = inversesqrt(sq / float(pc.k) + pc.eps);
         total *= inv;
@@ -566,13 +591,12 @@ void store(uint row, uint r, float total, float up, float sq) {
         total = act(total) * up;
     }
     if ((pc.flags & HAS_BIAS) != 0u) {
-        total += bias[pc.row0 + row];
+        total += e.bias;
     }
-    uint at = r * pc.ldy + pc.row0 + row;
     if ((pc.flags & ADD) != 0u) {
-        total += y[at];
+        total += e.y;
     }
-    y[at] = total;
+    y[r * pc.ldy + pc.row0 + row] = total;
 }
 
 // The NR × MAX_M dot products and MAX_M sums of squares of rows row0.., this
@@ -607,21 +631,27 @@ void main() {
     float ss[M_CAP];
     if ((pc.flags & SUBGROUP_ROWS) != 0u) {
         // The subgroups take the workgroup's rows NR at a time, so any
-        // subgroup size the driver picks covers them.
+        // subgroup size the driver picks covers them. Lane i stores outputs
+        // t = i, i + gl_SubgroupSize, ... of the group (t = j * MAX_M + r:
+        // row j, x row r), having loaded the first one's extras early.
         uint first = wg_linear() * pc.rows_per_wg;
         uint last = min(first + pc.rows_per_wg, pc.n);
         uint outs = out_rows();
+        uint i = gl_SubgroupInvocationID;
         for (uint row0 = first + gl_SubgroupID * outs; row0 < last; row0 += gl_NumSubgroups * outs) {
+            Extra e = Extra(0.0, 0.0, 0.0);
+            if (i < NR * MAX_M && i % MAX_M < m && i / MAX_M < outs && row0 + i / MAX_M < last) {
+                e = load_extra(row0 + i / MAX_M, i % MAX_M);
+            }
             rows(row0, gl_SubgroupInvocationID, gl_SubgroupSize, m, acc, ss);
-            if (subgroupElect()) {
-                [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
-                    uint j = i / MAX_M;
-                    uint r = i % MAX_M;
+            [[unroll]] for (uint t = 0u; t < NR * MAX_M; t++) {
+                uint j = t / MAX_M;
+                uint r = t % MAX_M;
+                if (t % gl_SubgroupSize == i && r < m && j < outs && row0 + j < last) {
                     // With GLU, j < NR/2 pairs with up row j + NR/2.
-                    uint up_i = min(i + (NR / 2u) * MAX_M, NR * MAX_M - 1u);
-                    if (r < m && j < out_rows() && row0 + j < last) {
-                        store(row0 + j, r, acc[i], acc[up_i], ss[r]);
-                    }
+                    uint up_t = min(t + (NR / 2u) * MAX_M, NR * MAX_M - 1u);
+                    Extra et = t == i ? e : load_extra(row0 + j, r);
+                    store(row0 + j, r, acc[t], acc[up_t], ss[r], et);
                 }
             }
         }
@@ -631,21 +661,26 @@ void main() {
     if (row0 >= pc.n) {
         return;
     }
-    rows(row0, gl_LocalInvocationIndex, gl_WorkGroupSize.x, m, acc, ss);
-    if (subgroupElect()) {
-        [[unroll]] for (uint i = 0u; i < NR * MAX_M; i++) {
-            part_acc[gl_SubgroupID][i] = acc[i];
-        }
-        [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
-            part_ss[gl_SubgroupID][r] = ss[r];
-        }
-    }
-    barrier();
     // Invocation i finishes output (row0 + i / MAX_M, x row i % MAX_M).
     uint i = gl_LocalInvocationIndex;
     uint row = row0 + i / MAX_M;
     uint r = i % MAX_M;
-    if (i >= out_rows() * MAX_M || r >= m || row >= pc.n) {
+    bool stores = i < out_rows() * MAX_M && r < m && row < pc.n;
+    Extra e = Extra(0.0, 0.0, 0.0);
+    if (stores) {
+        e = load_extra(row, r);
+    }
+    rows(row0, gl_LocalInvocationIndex, gl_WorkGroupSize.x, m, acc, ss);
+    if (subgroupElect()) {
+        [[unroll]] for (uint t = 0u; t < NR * MAX_M; t++) {
+            part_acc[gl_SubgroupID][t] = acc[t];
+        }
+        [[unroll]] for (uint t = 0u; t < MAX_M; t++) {
+            part_ss[gl_SubgroupID][t] = ss[t];
+        }
+    }
+    barrier();
+    if (!stores) {
         return;
     }
     uint up_i = min(i + (NR / 2u) * MAX_M, NR * MAX_M - 1u);
@@ -657,5 +692,5 @@ void main() {
         up += part_acc[g][up_i];
         sq += part_ss[g][r];
     }
-    store(row, r, total, up, sq);
+    store(row, r, total, up, sq, e);
 }
