@@ -1,4 +1,7 @@
-// out[r] = dequant(table[ids[r]]): one workgroup per output row. An id past
+// out[r] = dequant(table[ids[r]]): one workgroup per output row and slice of
+// 128 columns (workgroup z), one column per invocation: a decode step gathers
+// a single row, and one workgroup walking it took 20 us of a Llama-3.1-8B
+// token (4096 columns, H100) where a dispatch costs ~3. An id past
 // the table (ids live in a buffer, so the host cannot check them when
 // recording) gives zeros and is recorded in the status word, which the host
 // reads after the submit and turns into an error.
@@ -41,8 +44,8 @@ void main() {
     if (valid ? (id < pc.row0 || id - pc.row0 >= pc.table_rows) : pc.row0 != 0u) {
         return;
     }
-    uint local = id - pc.row0;
-    for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += gl_WorkGroupSize.x) {
-        o[r * pc.cols + c] = valid ? dq1(local * pc.cols + c) : 0.0;
+    uint c = gl_WorkGroupID.z * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (c < pc.cols) {
+        o[r * pc.cols + c] = valid ? dq1((id - pc.row0) * pc.cols + c) : 0.0;
     }
 }

@@ -1,5 +1,6 @@
 //! `embedding` (glsl/embedding.comp): gather and dequantize table rows by
-//! ids read from a buffer; one workgroup per output row. Ids past the table
+//! ids read from a buffer; one workgroup per output row and slice of
+//! [`EMBEDDING_COLS`] columns. Ids past the table
 //! are flagged in the status buffer and reported when the pass ends.
 
 use super::Encoder;
@@ -7,6 +8,9 @@ use super::{atomic, read, typed, u32_of, write};
 use crate::backend::{check, Buffer, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
+
+/// Columns one workgroup writes (embedding.comp's local size).
+const EMBEDDING_COLS: usize = 128;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -50,7 +54,15 @@ impl Encoder<'_> {
                 row0: u32_of(OP, "row0", row0)?,
                 total_rows: u32_of(OP, "table rows", table.rows)?,
             };
-            let groups = self.split_groups(OP, push.rows)?;
+            let [x, y, _] = self.split_groups(OP, push.rows)?;
+            let slices = u32_of(OP, "column slices", table.cols.div_ceil(EMBEDDING_COLS))?;
+            if slices > self.caps().max_workgroup_count[2] {
+                return Err(Error::op(
+                    OP,
+                    "columns exceed the device's workgroup limits",
+                ));
+            }
+            let groups = [x, y, slices];
             let status = self.status;
             self.dispatch(
                 OP,
