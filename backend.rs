@@ -86,6 +86,10 @@ pub struct AttentionParams {
     pub head_dim: usize,
     /// Cache capacity in positions (rows of the cache buffers).
     pub capacity: usize,
+    /// The most positions any row of the pass attends (at most `capacity`):
+    /// a device plans its key splits for this span. It bounds no result: a
+    /// row past it attends its whole span, however the pass was planned.
+    pub span: usize,
     pub scale: f32,
     pub window: usize,
     /// Element type of both caches: `F32` or `F16`.

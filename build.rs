@@ -33,14 +33,23 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Extra builds of a shader with one more define, for some dtypes only:
-/// (stem, define, name of the variant, dtypes).
-const VARIANTS: &[(&str, &str, &str, &[&str])] = &[(
-    "mul_mat_vec",
-    "-DQ8X",
-    "mul_mat_vec_q8",
-    &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
-)];
+/// Extra builds of a shader with one more define, for some dtypes only
+/// (none: one build of an untyped shader): (stem, define, name of the
+/// variant, dtypes).
+const VARIANTS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "mul_mat_vec",
+        "-DQ8X",
+        "mul_mat_vec_q8",
+        &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
+    ),
+    (
+        "attention_decode",
+        "-DUNSPLIT",
+        "attention_decode_unsplit",
+        &[],
+    ),
+];
 
 /// Cooperative-matrix shaders that name `TILE_SMALL` are built once per
 /// output tile: (name infix, defines); the backend picks the small tile where the large one
@@ -136,6 +145,11 @@ fn main() {
             &[],
         ));
         for (_, define, name, dtypes) in VARIANTS.iter().filter(|v| v.0 == stem) {
+            if dtypes.is_empty() {
+                let spv = out_dir.join(format!("{name}.spv"));
+                compile(&glslc, path, &glsl_dir, &spv, &[define]);
+                entries.push((name.to_string(), spv));
+            }
             for dt in *dtypes {
                 let full = format!("{name}.{dt}");
                 let spv = out_dir.join(format!("{full}.spv"));

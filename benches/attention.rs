@@ -105,6 +105,7 @@ fn main() {
             n_kv_heads,
             head_dim,
             capacity: CAPACITY,
+            span: CAPACITY,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: 0,
             kv_dtype: DType::F16,

@@ -198,6 +198,7 @@ fn bench_small_ops(c: &mut Criterion) {
                     n_kv_heads: 3,
                     head_dim: 64,
                     capacity,
+                    span: capacity,
                     scale: 0.125,
                     window: 0,
                     kv_dtype: DType::F32,

@@ -21,6 +21,10 @@
 // roping them) one after another cost Llama-3.2-1B's decode step 11 us per
 // layer more (profiled) than loading them through shared memory.
 //
+// The workgroup size is specialization constant 1 (vk/ops/attention.rs
+// DecodePlan): 128 where the keys are split over many workgroups, 512 for
+// one query head per workgroup over a short unsplit span.
+//
 // The split (attention_split.glsl) follows the row's span read from
 // positions: splits past it exit at once. With n_split > 1 each split writes
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
@@ -37,16 +41,20 @@
 // row may not be written yet) and (head tile 0) write them into the cache:
 // rope_store's dispatch disappears.
 //
+// With Q8 and one split the output also goes to `xq` as int8 digits, as
+// quantize_q8.comp would write them (the o projection's integer-dot GEMV
+// reads them; with several splits attention_combine.comp writes them).
+//
 // Specialization constant 0: head_dim | heads per tile << 10 |
-// log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25. head_dim is a multiple
-// of 8 C, C a power of two no larger than the subgroup, R = head_dim / 8C at
-// most 8.
+// log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25 | Q8 << 26. head_dim
+// is a multiple of 8 C, C a power of two no larger than the subgroup, R =
+// head_dim / 8C at most 8.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
-layout(local_size_x = 128) in;
+layout(local_size_x_id = 1) in;
 layout(constant_id = 0) const uint SPEC = 64u | (1u << 10) | (3u << 14);
 const uint HD = SPEC & 0x3FFu;
 const uint GT = (SPEC >> 10) & 0xFu;
@@ -54,7 +62,8 @@ const uint C = 1u << ((SPEC >> 14) & 7u);
 const uint U = 2u; // keys per cluster per round
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
-const uint WG = 128u;
+const bool Q8 = ((SPEC >> 26) & 1u) != 0u;
+const uint WG = gl_WorkGroupSize.x;
 const uint HD4 = HD / 4u;
 const uint R = HD / (8u * C); // 8-value units per lane
 const uint NC = WG / C; // clusters per workgroup
@@ -79,6 +88,9 @@ layout(binding = 1) writeonly buffer KOut { vec4 kout4[]; };
 layout(binding = 2) writeonly buffer VOut { vec4 vout4[]; };
 layout(binding = 1) writeonly buffer KOut16 { uvec2 kout16[]; };
 layout(binding = 2) writeonly buffer VOut16 { uvec2 vout16[]; };
+// Q8: the output as int8 digits too (q8.glsl), rows q8_stride words apart.
+layout(binding = 10) writeonly buffer XQ { uint xq[]; };
+layout(binding = 10) writeonly buffer XQF { float xqf[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -91,10 +103,12 @@ layout(push_constant) uniform Push {
     uint head_tiles;
     uint rot_dim;
     uint neox;
+    uint q8_stride;
 } pc;
 
 #include "attention_split.glsl"
 #include "rope.glsl"
+#include "q8.glsl"
 
 shared vec4 qs[GT * HD4];
 // The clusters' accumulators of one head, their maxima and sums.
@@ -106,6 +120,10 @@ shared float red_l[NC];
 // load would be, so no compiler can fold the f16 rounding away.
 shared uvec4 kf[HD4];
 shared uvec4 vf[HD4];
+// Q8: a head's output, its blocks' scales and the digit sums of each 4 values.
+shared vec4 outs[HD4];
+shared float bscale[HD / 32u + 1u];
+shared int dsum[HD4];
 
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 // Four values as the cache's words, and back.
@@ -311,17 +329,51 @@ void main() {
     }
 
     // The clusters meet, a head at a time: every invocation takes output
-    // dims t, t + WG, ... of the head.
+    // dims t, t + WG, ... of the head. Built with UNSPLIT (big workgroups,
+    // one head over an unsplit span), those of a subgroup first merge by
+    // shuffles (C <= the subgroup's size, so no cluster straddles two) and
+    // the subgroups meet in shared memory. A 128-wide workgroup merges its
+    // 16 clusters in shared memory: with the shuffles in its code, even
+    // behind a specialization constant, NVIDIA's compiler spilled registers
+    // (Llama-3.1-8B tg128 at depth 4096 289 -> 229-243 tok/s, H100).
+#if defined(UNSPLIT)
+    for (uint b = C; b < gl_SubgroupSize; b <<= 1u) {
+        [[unroll]] for (uint h = 0u; h < GT; h++) {
+            float om = subgroupShuffleXor(m[h], b);
+            float ol = subgroupShuffleXor(l[h], b);
+            float nm = max(m[h], om);
+            float c0 = m[h] == -1.0 / 0.0 ? 0.0 : exp(m[h] - nm);
+            float c1 = om == -1.0 / 0.0 ? 0.0 : exp(om - nm);
+            l[h] = l[h] * c0 + ol * c1;
+            m[h] = nm;
+            [[unroll]] for (uint i = 0u; i < R; i++) {
+                aa[h][i] = aa[h][i] * c0 + subgroupShuffleXor(aa[h][i], b) * c1;
+                ab[h][i] = ab[h][i] * c0 + subgroupShuffleXor(ab[h][i], b) * c1;
+            }
+        }
+    }
+    // A slot in shared memory per subgroup.
+    uint ns = gl_NumSubgroups;
+    uint sg = gl_SubgroupID;
+    bool leads = gl_SubgroupInvocationID < C;
+#else
+    // A slot in shared memory per cluster.
+    uint ns = NC;
+    uint sg = cl;
+    bool leads = true;
+#endif
     [[unroll]] for (uint h = 0u; h < GT; h++) {
         barrier();
-        if (lane == 0u) {
-            red_m[cl] = m[h];
-            red_l[cl] = l[h];
-        }
-        [[unroll]] for (uint i = 0u; i < R; i++) {
-            uint unit = lane + C * i;
-            red[cl * HD4 + 2u * unit] = aa[h][i];
-            red[cl * HD4 + 2u * unit + 1u] = ab[h][i];
+        if (leads) {
+            if (lane == 0u) {
+                red_m[sg] = m[h];
+                red_l[sg] = l[h];
+            }
+            [[unroll]] for (uint i = 0u; i < R; i++) {
+                uint unit = lane + C * i;
+                red[sg * HD4 + 2u * unit] = aa[h][i];
+                red[sg * HD4 + 2u * unit + 1u] = ab[h][i];
+            }
         }
         barrier();
         uint hg = kvh * group + h0 + h;
@@ -329,19 +381,23 @@ void main() {
             continue;
         }
         float mx = -1.0 / 0.0;
-        for (uint c = 0u; c < NC; c++) {
+        for (uint c = 0u; c < ns; c++) {
             mx = max(mx, red_m[c]);
         }
         for (uint d = t; d < HD; d += WG) {
             float a = 0.0;
             float ls = 0.0;
-            for (uint c = 0u; c < NC; c++) {
+            for (uint c = 0u; c < ns; c++) {
                 float w = red_m[c] == -1.0 / 0.0 ? 0.0 : exp(red_m[c] - mx);
                 a += w * red[c * HD4 + d / 4u][d % 4u];
                 ls += w * red_l[c];
             }
             if (pc.n_split == 1u) {
-                o[(r * pc.n_heads + hg) * HD + d] = ls > 0.0 ? a / ls : 0.0;
+                float val = ls > 0.0 ? a / ls : 0.0;
+                o[(r * pc.n_heads + hg) * HD + d] = val;
+                if (Q8) {
+                    outs[d / 4u][d % 4u] = val;
+                }
             } else {
                 uint pb = ((r * pc.n_heads + hg) * pc.n_split + split) * (HD + 2u);
                 if (d == 0u) {
@@ -349,6 +405,44 @@ void main() {
                     part[pb + 1u] = ls;
                 }
                 part[pb + 2u + d] = a;
+            }
+        }
+        if (Q8 && pc.n_split == 1u) {
+            // The head's blocks of 32 as quantize_q8.comp would write them
+            // (head_dim a multiple of 32; uniform per workgroup).
+            barrier();
+            uint k = pc.n_heads * HD;
+            uint qbase = r * pc.q8_stride;
+            if (t < HD4) {
+                uint b0 = t / 8u * 8u;
+                float amax = 0.0;
+                [[unroll]] for (uint i = 0u; i < 8u; i++) {
+                    vec4 v = abs(outs[b0 + i]);
+                    amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
+                }
+                float d8 = q8_scale(amax);
+                uint hi;
+                uint lo;
+                int digits;
+                q8_encode(outs[t], d8, hi, lo, digits);
+                uint u = hg * HD4 + t;
+                xq[qbase + u] = hi;
+                xq[qbase + k / 4u + u] = lo;
+                dsum[t] = digits;
+                if (t == b0) {
+                    bscale[t / 8u] = d8;
+                }
+            }
+            barrier();
+            if (t < HD / 32u) {
+                int sum = 0;
+                [[unroll]] for (uint i = 0u; i < 8u; i++) {
+                    sum += dsum[8u * t + i];
+                }
+                vec2 ds2 = q8_block(bscale[t], sum);
+                uint at = qbase + k / 2u + 2u * (hg * (HD / 32u) + t);
+                xqf[at] = ds2.x;
+                xqf[at + 1u] = ds2.y;
             }
         }
     }

@@ -53,6 +53,19 @@ const DECODE_LOGITS: u32 = 1;
 /// A split model's greedy step: the token read back by the host.
 const DECODE_TOKEN: u32 = 2;
 
+/// Decode passes are planned for the span their rows attend (attention's key
+/// splits follow it) and kept per span class: powers of two from this many
+/// positions, capped at the cache. A context that grows past its class
+/// records the next one once.
+const MIN_SPAN_CLASS: usize = 128;
+
+/// The span class (positions) of a pass whose last row sits at `end - 1`, and
+/// the replay key of kind `base` for it.
+fn span_class(base: u32, end: usize, capacity: usize) -> (usize, u32) {
+    let class = end.max(MIN_SPAN_CLASS).next_power_of_two();
+    (class.min(capacity), base | class.trailing_zeros() << 2)
+}
+
 /// Most greedy decode steps submitted back to back by [`Model::decode_greedy`].
 pub const MAX_DECODE_STEPS: usize = 64;
 
@@ -352,10 +365,12 @@ impl Model {
         if self.stages.len() > 1 {
             return self.decode_split(first, steps);
         }
+        let (span, key) = span_class(DECODE_GREEDY, self.n_past + steps, self.kv.capacity);
         let rec = Recording {
             cfg: &self.cfg,
             kv: self.kv,
             m: 1,
+            span,
             want: Want::Argmax,
             read: true,
             feedback: true,
@@ -368,10 +383,10 @@ impl Model {
         st.be.upload(&s.history, 0, &0u32.to_le_bytes())?;
         let mut done = 0;
         while done < steps {
-            if self.replay && st.be.replay(DECODE_GREEDY, steps - done)? {
+            if self.replay && st.be.replay(key, steps - done)? {
                 break;
             }
-            begin(st, self.replay.then_some(DECODE_GREEDY))?;
+            begin(st, self.replay.then_some(key))?;
             st.record_closed(&rec)?;
             done += 1;
         }
@@ -446,15 +461,21 @@ impl Model {
             st.be
                 .upload(&st.s.pos, 0, bytemuck::cast_slice(&positions))?;
         }
-        let key = match want {
+        let end = self.n_past + m;
+        let kind = match want {
             Want::LastLogits if m == 1 && read => Some(DECODE_LOGITS),
             Want::Argmax if m == 1 && read => Some(DECODE_TOKEN),
             _ => None,
         };
+        // Kept or not, a pass is planned for its span class, so a replayed
+        // pass runs the plan of a freshly recorded one.
+        let (span, key) = span_class(kind.unwrap_or(0), end, self.kv.capacity);
+        let key = kind.map(|_| key);
         let rec = Recording {
             cfg: &self.cfg,
             kv: self.kv,
             m,
+            span,
             want,
             read,
             feedback: false,

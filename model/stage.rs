@@ -290,6 +290,7 @@ impl Stage {
                 n_kv_heads: c.n_head_kv,
                 head_dim: c.head_dim,
                 capacity: kv.capacity,
+                span: r.span,
                 scale: c.attn_scale,
                 window: lc.window,
                 kv_dtype: kv.dtype,
@@ -358,13 +359,15 @@ impl Stage {
     }
 }
 
-/// What one pass records: `m` rows, the output asked for, whether it is
-/// read at all (an intermediate prefill chunk only fills the cache), and
-/// whether a greedy step feeds its token back on the device.
+/// What one pass records: `m` rows attending at most `span` positions, the
+/// output asked for, whether it is read at all (an intermediate prefill
+/// chunk only fills the cache), and whether a greedy step feeds its token
+/// back on the device.
 pub(crate) struct Recording<'a> {
     pub cfg: &'a ModelConfig,
     pub kv: KvSpec,
     pub m: usize,
+    pub span: usize,
     pub want: Want,
     pub read: bool,
     pub feedback: bool,

@@ -720,6 +720,7 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
                     n_kv_heads,
                     head_dim,
                     capacity,
+                    span: capacity,
                     scale: 1.0 / (head_dim as f32).sqrt(),
                     window,
                     kv_dtype: DType::F32,
@@ -769,6 +770,7 @@ fn attention_gqa_causal_and_window((name, mut b): Named) {
             n_kv_heads: 2,
             head_dim,
             capacity: 160,
+            span: 160,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: DType::F32,
@@ -815,7 +817,10 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
     // 3, 4 and 16 (several head tiles), head_dim 64, 80 (2 lanes a key, 5
     // units of 8 each), 128, 256 and 6 (not a multiple of 8: the fallback
     // kernel), sliding windows shorter and longer
-    // than the span, and up to 4 rows at different positions.
+    // than the span, and up to 4 rows at different positions. Each case is
+    // planned for the whole cache and for its own span (Vulkan: unsplit
+    // where that is short), and a span planned too short must still attend
+    // every key.
     // Tolerance: 4e-5 absolute (values in [-1, 1]; the CPU's f32 sums over
     // up to 8192 keys reach ~1.3e-5 against the f64 reference).
     let capacity = 8192;
@@ -843,13 +848,21 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
             (&[7, 2000, 8191], 1000),
             (&[0, 1, 33, 64], 16),
         ];
-        for (positions, window) in cases {
+        let planned = |positions: &[u32]| {
+            let end = *positions.iter().max().unwrap() as usize + 1;
+            [capacity, end, end.div_ceil(4)]
+        };
+        let spans = cases
+            .iter()
+            .flat_map(|&(positions, window)| planned(positions).map(|s| (positions, window, s)));
+        for (positions, window, span) in spans {
             let p = AttentionParams {
                 rows: positions.len(),
                 n_heads,
                 n_kv_heads,
                 head_dim,
                 capacity,
+                span,
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 window,
                 kv_dtype: DType::F32,
@@ -870,7 +883,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
             let err = max_abs_diff(&got, &want);
             assert!(
                 err <= 4e-5,
-                "{name} attention {n_heads}/{n_kv_heads} hd={head_dim} window={window} pos={positions:?}: error {err}"
+                "{name} attention {n_heads}/{n_kv_heads} hd={head_dim} window={window} pos={positions:?} span {span}: error {err}"
             );
             for buf in [qb, pb, out] {
                 b.free(buf);
@@ -896,6 +909,7 @@ fn attention_window_and_causality_change_the_result() {
         n_kv_heads: 1,
         head_dim: 8,
         capacity: 10,
+        span: 10,
         scale: 0.3,
         window: 3,
         kv_dtype: DType::F32,
@@ -1211,6 +1225,7 @@ fn bad_shapes_and_handles_are_errors((name, mut b): Named) {
         n_kv_heads: 2,
         head_dim: 8,
         capacity: 4,
+        span: 4,
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
@@ -1528,6 +1543,7 @@ fn attention_f16_cache((name, mut b): Named) {
             n_kv_heads,
             head_dim,
             capacity,
+            span: capacity,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: DType::F16,
@@ -1667,6 +1683,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             n_kv_heads: n_kv,
             head_dim,
             capacity,
+            span: capacity,
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: dtype,

@@ -424,14 +424,15 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
     );
 }
 
-/// The decode attention's split merge writes its output as the integer-dot
-/// GEMV's int8 digits too (attention_combine.comp), so the o projection
-/// after it skips its quantize dispatch: the projection of that output must
-/// equal, bit for bit, the projection of a copy of it, which quantize_q8.comp
-/// quantizes; and the pass must hold one quantize dispatch, the copy's.
-/// Rows 1 and 3, head_dim 64 and 128, contexts of 3 to 128 splits; Q4_0,
-/// Q4_K (their block sums enter the dot) and Q8_0 weights (the integer-dot
-/// kernel on for every size). Told no next weight, the merge writes only f32
+/// The decode attention writes its output as the integer-dot GEMV's int8
+/// digits too, from its split merge (attention_combine.comp) or, unsplit,
+/// from attention_decode.comp itself, so the o projection after it skips its
+/// quantize dispatch: the projection of that output must equal, bit for bit,
+/// the projection of a copy of it, which quantize_q8.comp quantizes; and the
+/// pass must hold one quantize dispatch, the copy's. Rows 1 and 3, head_dim
+/// 64 and 128, unsplit short spans and a long one of 128 splits; Q4_0, Q4_K
+/// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
+/// on for every size). Told no next weight, the attention writes only f32
 /// and the projection quantizes for itself.
 #[test]
 fn attention_merge_quantizes_like_quantize_q8() {
@@ -442,11 +443,12 @@ fn attention_merge_quantizes_like_quantize_q8() {
         return; // no integer dot products: nothing is quantized
     }
     b.set_gemv_q8(Some(0)).unwrap();
-    for (rows, depth, n_heads, n_kv_heads, head_dim, dtype) in [
-        (1, 700, 9, 3, 64, DType::Q4_0),
-        (1, 5000, 4, 4, 128, DType::Q4K),
-        (3, 100, 8, 2, 128, DType::Q8_0),
-        (3, 100, 8, 2, 128, DType::Q4K),
+    // The last column: merge dispatches (a split span: 4 heads over 5K keys).
+    for (rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges) in [
+        (1, 300, 9, 3, 64, DType::Q4_0, 0),
+        (1, 5000, 4, 4, 128, DType::Q4K, 1),
+        (3, 100, 8, 2, 128, DType::Q8_0, 0),
+        (3, 100, 8, 2, 128, DType::Q4K, 0),
     ] {
         let what = format!("rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim}");
         let (mut p, positions, q, k, v) = attention_case(
@@ -477,8 +479,12 @@ fn attention_merge_quantizes_like_quantize_q8() {
             b.copy(&att, 0, &copy, 0, rows * dim * 4).unwrap();
             b.matmul(&w, None, &copy, &y_copy, rows).unwrap();
         });
-        // attention, its merge, matmul, quantize (of the copy), matmul.
-        assert_eq!(b.last_pass_stats().unwrap().dispatches, 5, "{what}");
+        // attention (and its merge), matmul, quantize (of the copy), matmul.
+        assert_eq!(
+            b.last_pass_stats().unwrap().dispatches,
+            4 + merges,
+            "{what}"
+        );
         let fused = download_f32(&mut b, &y_fused, rows * n_out);
         let copied = download_f32(&mut b, &y_copy, rows * n_out);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -493,10 +499,10 @@ fn attention_merge_quantizes_like_quantize_q8() {
             b.attention(&qb, &kb, &vb, &pb, &att, &unknown).unwrap();
             b.matmul(&w, None, &att, &y_copy, rows).unwrap();
         });
-        // attention, its merge, quantize, matmul.
+        // attention (and its merge), quantize, matmul.
         assert_eq!(
             b.last_pass_stats().unwrap().dispatches,
-            4,
+            3 + merges,
             "{what}: no next weight"
         );
         let a = download_f32(&mut b, &att, rows * dim);
@@ -529,6 +535,7 @@ fn attention_case(
         n_kv_heads,
         head_dim,
         capacity: depth + rows + 5,
+        span: depth + rows + 5,
         scale: 1.0 / (head_dim as f32).sqrt(),
         window,
         kv_dtype,
@@ -744,6 +751,7 @@ fn barriers_only_between_dependent_ops() {
         n_kv_heads: 1,
         head_dim: n,
         capacity: 2,
+        span: 2,
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
@@ -807,6 +815,7 @@ fn replayed_pass_reads_new_token_and_position() {
         n_kv_heads: 1,
         head_dim: dim,
         capacity: cap,
+        span: cap,
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
@@ -983,6 +992,7 @@ fn out_of_range_shapes_are_errors() {
         n_kv_heads: 2,
         head_dim: 1,
         capacity: 1,
+        span: 1,
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
@@ -1044,6 +1054,7 @@ fn out_of_range_shapes_are_errors() {
         n_kv_heads: 1,
         head_dim: 4,
         capacity: 2,
+        span: 2,
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,

@@ -27,6 +27,13 @@ const DECODE_WG: usize = 128;
 const DECODE_MAX_HEADS: usize = 4;
 const DECODE_MAX_HEAD_DIM: usize = 256;
 const DECODE_MAX_UNITS: usize = 8;
+/// Unsplit decode attention (one dispatch, no merge of splits; see
+/// `Encoder::decode_plan`) up to this many keys x head_dim (twice that where
+/// the split kernel's workgroups would take several heads), one query head
+/// per workgroup of UNSPLIT_WG invocations (or fewer where shared memory is
+/// short).
+const UNSPLIT_KEY_DIMS: usize = 32 << 10;
+const UNSPLIT_WG: usize = 512;
 /// Keys per split at least (SPLIT_MIN in attention_split.glsl).
 const SPLIT_MIN: usize = 32;
 /// The most splits (attention_combine.comp's MAX_SPLITS).
@@ -76,15 +83,25 @@ fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
     (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
 }
 
-/// Shared memory attention_decode.comp declares for `heads` query heads
-/// and clusters of `lanes` (mirrors its declarations: qs, red, red_m, red_l,
-/// kf, vf).
-fn decode_shared_bytes(heads: usize, lanes: usize, head_dim: usize) -> usize {
-    let clusters = DECODE_WG / lanes;
-    (heads * head_dim + clusters * (head_dim + 2) + 2 * head_dim) * 4
+/// Shared memory attention_decode.comp declares for `heads` query heads,
+/// clusters of `lanes` and workgroups of `wg` (mirrors its declarations: qs,
+/// red, red_m, red_l, kf, vf, outs, bscale, dsum).
+fn decode_shared_bytes(heads: usize, lanes: usize, head_dim: usize, wg: usize) -> usize {
+    let clusters = wg / lanes;
+    let q8 = head_dim + head_dim / 32 + 1 + head_dim / 4;
+    (heads * head_dim + clusters * (head_dim + 2) + 2 * head_dim + q8) * 4
 }
 
-/// How attention_decode.comp runs one shape.
+/// How attention_decode.comp runs one pass: its tiling, workgroup size and
+/// key splits (merged by attention_combine.comp when more than one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::vk) struct DecodePlan {
+    pub tiles: DecodeTiles,
+    pub wg: usize,
+    pub n_split: usize,
+}
+
+/// How attention_decode.comp tiles one shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::vk) struct DecodeTiles {
     /// Workgroups per kv head, and query heads per workgroup.
@@ -95,18 +112,21 @@ pub(in crate::vk) struct DecodeTiles {
 }
 
 /// attention_decode.comp's tiling for `n_kv_heads` GQA groups of `group`
-/// heads, or None where the kernel cannot take the shape: head_dim a
-/// multiple of 8 up to 256; C lanes per key, the largest power of two that
-/// divides head_dim / 8 and fits the subgroup (and 32), each lane on
-/// head_dim / 8C units of 8 values (at most 8); tiles of at most 4 heads, as
-/// even as possible, and enough of them for DECODE_MIN_HEAD_GROUPS (kv head,
-/// tile) pairs where the group allows, all within the device's shared memory.
+/// heads in workgroups of `wg`, or None where the kernel cannot take the
+/// shape: head_dim a multiple of 8 up to 256; C lanes per key, the largest
+/// power of two that divides head_dim / 8 and fits the subgroup (and 32),
+/// each lane on head_dim / 8C units of 8 values (at most 8); tiles of at
+/// most 4 heads, as even as possible, and enough of them for `min_groups`
+/// (kv head, tile) pairs where the group allows, all within the device's
+/// shared memory.
 pub(in crate::vk) fn decode_tiles(
     n_kv_heads: usize,
     group: usize,
     head_dim: usize,
     subgroup_size: u32,
     max_shared: u32,
+    wg: usize,
+    min_groups: usize,
 ) -> Option<DecodeTiles> {
     if head_dim == 0 || !head_dim.is_multiple_of(8) || head_dim > DECODE_MAX_HEAD_DIM || group == 0
     {
@@ -121,13 +141,11 @@ pub(in crate::vk) fn decode_tiles(
     if units / lanes > DECODE_MAX_UNITS {
         return None;
     }
-    let wanted = DECODE_MIN_HEAD_GROUPS
-        .div_ceil(n_kv_heads.max(1))
-        .min(group);
+    let wanted = min_groups.div_ceil(n_kv_heads.max(1)).min(group);
     let mut tiles = group.div_ceil(DECODE_MAX_HEADS).max(wanted);
     loop {
         let heads = group.div_ceil(tiles);
-        if decode_shared_bytes(heads, lanes, head_dim) <= max_shared as usize {
+        if decode_shared_bytes(heads, lanes, head_dim, wg) <= max_shared as usize {
             return Some(DecodeTiles {
                 tiles,
                 heads,
@@ -184,6 +202,8 @@ struct DecodePush {
     /// With an [`Append`]: its rotation (else 0).
     rot_dim: u32,
     neox: u32,
+    /// With int8 digits out of one split: words from one row to the next.
+    q8_stride: u32,
 }
 
 /// A decode step's rope and cache append, done by attention_decode.comp
@@ -287,15 +307,13 @@ impl Encoder<'_> {
         }
         let status = self.status;
         let group = p.n_heads / p.n_kv_heads;
-        if p.rows <= SPLIT_MAX_ROWS {
-            if let Some(t) = self.decode_plan(p.n_kv_heads, group, p.head_dim) {
-                return self.encode_attention_decode(
-                    [q, k_cache, v_cache, positions, out],
-                    p,
-                    t,
-                    None,
-                );
-            }
+        if let Some(plan) = self.decode_plan(p) {
+            return self.encode_attention_decode(
+                [q, k_cache, v_cache, positions, out],
+                p,
+                plan,
+                None,
+            );
         }
         if p.rows > SPLIT_MAX_ROWS {
             if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16) {
@@ -421,22 +439,25 @@ impl Encoder<'_> {
         &mut self,
         [q, k_cache, v_cache, positions, out]: [&Buffer; 5],
         p: &AttentionParams,
-        t: DecodeTiles,
+        plan: DecodePlan,
         append: Option<Append>,
     ) -> Result<()> {
         const OP: &str = "attention";
-        // The split count depends on the shape and capacity only, never on
-        // positions, so a recorded pass stays valid for any position; the
-        // split length follows the span on the device (attention_split.glsl).
-        let groups = p
-            .n_kv_heads
-            .saturating_mul(t.tiles)
-            .saturating_mul(p.rows)
-            .max(1);
-        let n_split = DECODE_TARGET_WGS
-            .div_ceil(groups)
-            .min(p.capacity.div_ceil(SPLIT_MIN))
-            .clamp(1, MAX_SPLITS);
+        let (t, n_split) = (plan.tiles, plan.n_split);
+        // Where the next weight (the o projection) will read the output as
+        // int8 digits (gemv_q8), they are written too (when head_dim is a
+        // multiple of 32, one block per 32 dims): by this kernel when the
+        // keys are not split, else by the merge. H200 tg128 (merge):
+        // Llama-3.1-8B +1-2%, 32 barriers fewer per token. A weight that
+        // would read f32 must not get digits: Llama-3.2-1B's 2048-dim
+        // projection reading them was 5% slower.
+        let k = p.n_heads * p.head_dim;
+        let q8 = (p.head_dim.is_multiple_of(32)
+            && p.next.is_some_and(|w| self.takes_q8(w.dtype, w.bytes)))
+        .then(|| self.q8_scratch(p.rows, k))
+        .transpose()?;
+        let q8_stride = q8.map_or(Ok(0), |(_, stride)| u32_of(OP, "stride", stride))?;
+        let digits_here = q8.filter(|_| n_split == 1).map(|(xq, _)| xq);
         let push = DecodePush {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -448,6 +469,7 @@ impl Encoder<'_> {
             head_tiles: t.tiles as u32,
             rot_dim: append.as_ref().map_or(0, |a| a.rot_dim),
             neox: append.as_ref().map_or(0, |a| u32::from(a.neox)),
+            q8_stride,
         };
         let x = p
             .n_kv_heads
@@ -464,20 +486,28 @@ impl Encoder<'_> {
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
         // Specialization constant 0: head_dim | heads per tile << 10 |
-        // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25.
+        // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25 |
+        // Q8 << 26.
         let spec = p.head_dim as u32
             | ((t.heads as u32) << 10)
             | (t.lanes.trailing_zeros() << 14)
             | (u32::from(p.kv_dtype == DType::F16) << 24)
-            | (u32::from(append.is_some()) << 25);
+            | (u32::from(append.is_some()) << 25)
+            | (u32::from(digits_here.is_some()) << 26);
         // Bindings a mode leaves unused get the status words, which no
         // barrier tracking sees.
         let status = self.status;
         let unused = || atomic(&status);
         let appends = append.is_some();
+        // Big workgroups merge their clusters by shuffles first.
+        let kernel = if plan.wg > DECODE_WG {
+            "attention_decode_unsplit"
+        } else {
+            "attention_decode"
+        };
         self.dispatch(
             OP,
-            plain("attention_decode").spec(spec),
+            plain(kernel).specs([spec, u32_of(OP, "workgroup", plan.wg)?, 0]),
             &[
                 read(q),
                 read_or_write(k_cache, appends),
@@ -489,22 +519,14 @@ impl Encoder<'_> {
                 append.as_ref().map_or_else(unused, |a| read(a.k)),
                 append.as_ref().map_or_else(unused, |a| read(a.v)),
                 append.as_ref().map_or_else(unused, |a| read(&a.rotations)),
+                // Statically written by the shader: unused, it gets `out`,
+                // which this dispatch writes anyway (the status words would
+                // be a write the validation layer sees unordered).
+                write(digits_here.as_ref().unwrap_or(out)),
             ],
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
         )?;
-        // Where the next weight (the o projection) will read the merged
-        // output as int8 digits (gemv_q8), the merge writes them too: its
-        // workgroup's 32 dims are one block when head_dim is a multiple of
-        // 32. H200 tg128: Llama-3.1-8B +1-2%, 32 barriers fewer per token.
-        // A weight that would read f32 must not get digits: Llama-3.2-1B's
-        // 2048-dim projection reading them was 5% slower.
-        let k = p.n_heads * p.head_dim;
-        let q8 = (n_split > 1
-            && p.head_dim.is_multiple_of(32)
-            && p.next.is_some_and(|w| self.takes_q8(w.dtype, w.bytes)))
-        .then(|| self.q8_scratch(p.rows, k))
-        .transpose()?;
         self.encode_combine(
             &part,
             out,
@@ -517,7 +539,7 @@ impl Encoder<'_> {
                 capacity: push.capacity,
                 window: push.window,
                 min_chunk: 0,
-                q8_stride: q8.map_or(Ok(0), |(_, stride)| u32_of(OP, "stride", stride))?,
+                q8_stride,
             },
             q8.as_ref().map(|(xq, _)| xq),
         )?;
@@ -527,25 +549,76 @@ impl Encoder<'_> {
         Ok(())
     }
 
-    /// attention_decode.comp's tiling of a shape on this device, or None
-    /// where it cannot run (it needs subgroup shuffles).
-    pub(super) fn decode_plan(
-        &self,
-        n_kv_heads: usize,
-        group: usize,
-        head_dim: usize,
-    ) -> Option<DecodeTiles> {
+    /// How attention_decode.comp runs `p` on this device, or None where it
+    /// cannot (more than SPLIT_MAX_ROWS rows, no subgroup shuffles, a head
+    /// shape it does not take). The split count follows the shape and
+    /// `p.span`, never the positions, so a recorded pass stays valid for any
+    /// position; the split length follows the span read on the device
+    /// (attention_split.glsl).
+    ///
+    /// Up to a short span the keys are not split: workgroups of 512, one
+    /// query head each, attend the whole span, and the merge dispatch and its
+    /// barrier go; the kernel writes the o projection's int8 digits where the
+    /// merge would. Gains per layer, H100 tg128, split -> unsplit, at
+    /// positions 0-128 / 512-640 / 896-1024: SmolLM2 +3.3 / -0.3 / -2.4 µs,
+    /// TinyLlama +6.2 / +2.6 / 0, Llama-3.2-1B +10.5 / +5.7 / +3.5,
+    /// Llama-3.1-8B +5.7 / -1.3 / -5.5 (tok/s: SmolLM2 1,036 -> 1,157,
+    /// TinyLlama 855 -> 967, 1B 899 -> 1,059, 8B 313 -> 331 at 0-128). The
+    /// unsplit workgroup pays per key and dim (~6-14 ns per key here); the
+    /// split pass pays its merge and, where its workgroups take several
+    /// heads (TinyLlama, the 1B, the 8B), more per workgroup, so the
+    /// budget doubles there. At depth 4096 unsplit lost 15-19%.
+    pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
-        if !c.subgroup_shuffle {
+        if p.rows > SPLIT_MAX_ROWS || !c.subgroup_shuffle || p.n_kv_heads == 0 {
             return None;
         }
-        decode_tiles(
-            n_kv_heads,
-            group,
-            head_dim,
-            c.subgroup_size,
-            c.max_shared_memory,
-        )
+        let group = p.n_heads / p.n_kv_heads;
+        let tiles = |wg, min_groups| {
+            decode_tiles(
+                p.n_kv_heads,
+                group,
+                p.head_dim,
+                c.subgroup_size,
+                c.max_shared_memory,
+                wg,
+                min_groups,
+            )
+        };
+        let mut span = p.span.min(p.capacity);
+        if p.window > 0 {
+            span = span.min(p.window);
+        }
+        let t = tiles(DECODE_WG, DECODE_MIN_HEAD_GROUPS)?;
+        let budget = UNSPLIT_KEY_DIMS * if t.heads > 1 { 2 } else { 1 };
+        if span.saturating_mul(p.head_dim) <= budget {
+            let mut wg = UNSPLIT_WG;
+            while wg > DECODE_WG {
+                // One query head per workgroup: as many tiles as the group.
+                if let Some(t) = tiles(wg, p.n_heads).filter(|t| t.heads == 1) {
+                    return Some(DecodePlan {
+                        tiles: t,
+                        wg,
+                        n_split: 1,
+                    });
+                }
+                wg /= 2;
+            }
+        }
+        let groups = p
+            .n_kv_heads
+            .saturating_mul(t.tiles)
+            .saturating_mul(p.rows)
+            .max(1);
+        let n_split = DECODE_TARGET_WGS
+            .div_ceil(groups)
+            .min(span.div_ceil(SPLIT_MIN))
+            .clamp(1, MAX_SPLITS);
+        Some(DecodePlan {
+            tiles: t,
+            wg: DECODE_WG,
+            n_split,
+        })
     }
 
     /// attention_combine.comp: merges the `c.n_split` partial results of
@@ -594,7 +667,12 @@ impl Encoder<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_tiles, DecodeTiles};
+    use super::{decode_tiles, DecodeTiles, DECODE_MIN_HEAD_GROUPS, DECODE_WG};
+
+    /// The split kernel's tiling.
+    fn tiles(kv: usize, group: usize, hd: usize, sg: u32, shared: u32) -> Option<DecodeTiles> {
+        decode_tiles(kv, group, hd, sg, shared, DECODE_WG, DECODE_MIN_HEAD_GROUPS)
+    }
 
     #[test]
     fn decode_tiles_fit_subgroups_and_shared_memory() {
@@ -608,23 +686,44 @@ mod tests {
         const NV: u32 = 48 << 10;
         const LVP: u32 = 32 << 10;
         // (kv heads, group, head_dim, subgroup, shared memory)
-        assert_eq!(decode_tiles(3, 3, 64, 32, NV), t(3, 1, 8)); // SmolLM2
-        assert_eq!(decode_tiles(4, 8, 64, 32, NV), t(2, 4, 8)); // TinyLlama
-        assert_eq!(decode_tiles(8, 4, 64, 32, NV), t(1, 4, 8)); // Llama-3.2-1B
-        assert_eq!(decode_tiles(8, 4, 128, 32, NV), t(1, 4, 16)); // Llama-3.1-8B
-        assert_eq!(decode_tiles(8, 4, 128, 8, LVP), t(1, 4, 8)); // lavapipe: R = 2
-        assert_eq!(decode_tiles(8, 16, 64, 32, NV), t(4, 4, 8));
-        assert_eq!(decode_tiles(8, 9, 64, 32, NV), t(3, 3, 8));
-        assert_eq!(decode_tiles(1, 4, 256, 32, NV), t(4, 1, 32)); // Gemma 3 270M
-        assert_eq!(decode_tiles(8, 8, 256, 8, LVP), t(2, 4, 8));
-        assert_eq!(decode_tiles(4, 1, 80, 32, NV), t(1, 1, 2)); // 10 units: C = 2, R = 5
-        assert_eq!(decode_tiles(8, 1, 256, 64, NV), t(1, 1, 32)); // C stays within 32
-                                                                  // 8 KiB: tiles of 4, 3 or 2 heads of 256 dims would not fit, 1 does.
-        assert_eq!(decode_tiles(8, 8, 256, 32, 8 << 10), t(8, 1, 32));
-        assert_eq!(decode_tiles(8, 1, 6, 32, NV), None);
-        assert_eq!(decode_tiles(8, 1, 12, 32, NV), None); // not a multiple of 8
-        assert_eq!(decode_tiles(8, 1, 264, 32, NV), None);
-        assert_eq!(decode_tiles(8, 1, 128, 1, NV), None); // 16 units per lane
-        assert_eq!(decode_tiles(8, 1, 256, 8, 8 << 10), None);
+        assert_eq!(tiles(3, 3, 64, 32, NV), t(3, 1, 8)); // SmolLM2
+        assert_eq!(tiles(4, 8, 64, 32, NV), t(2, 4, 8)); // TinyLlama
+        assert_eq!(tiles(8, 4, 64, 32, NV), t(1, 4, 8)); // Llama-3.2-1B
+        assert_eq!(tiles(8, 4, 128, 32, NV), t(1, 4, 16)); // Llama-3.1-8B
+        assert_eq!(tiles(8, 4, 128, 8, LVP), t(1, 4, 8)); // lavapipe: R = 2
+        assert_eq!(tiles(8, 16, 64, 32, NV), t(4, 4, 8));
+        assert_eq!(tiles(8, 9, 64, 32, NV), t(3, 3, 8));
+        assert_eq!(tiles(1, 4, 256, 32, NV), t(4, 1, 32)); // Gemma 3 270M
+        assert_eq!(tiles(8, 8, 256, 8, LVP), t(2, 4, 8));
+        assert_eq!(tiles(4, 1, 80, 32, NV), t(1, 1, 2)); // 10 units: C = 2, R = 5
+        assert_eq!(tiles(8, 1, 256, 64, NV), t(1, 1, 32)); // C stays within 32
+                                                           // 9 KiB: tiles of 4, 3 or 2 heads of 256 dims would not fit, 1 does.
+        assert_eq!(tiles(8, 8, 256, 32, 9 << 10), t(8, 1, 32));
+        assert_eq!(tiles(8, 1, 6, 32, NV), None);
+        assert_eq!(tiles(8, 1, 12, 32, NV), None); // not a multiple of 8
+        assert_eq!(tiles(8, 1, 264, 32, NV), None);
+        assert_eq!(tiles(8, 1, 128, 1, NV), None); // 16 units per lane
+        assert_eq!(tiles(8, 1, 256, 8, 8 << 10), None);
+    }
+
+    #[test]
+    fn unsplit_tiles_take_one_head_per_big_workgroup() {
+        let one = |tiles, lanes| {
+            Some(DecodeTiles {
+                tiles,
+                heads: 1,
+                lanes,
+            })
+        };
+        const NV: u32 = 48 << 10;
+        const LVP: u32 = 32 << 10;
+        // (kv heads, group, head_dim, subgroup, shared memory, workgroup, heads)
+        assert_eq!(decode_tiles(3, 3, 64, 32, NV, 512, 9), one(3, 8)); // SmolLM2
+        assert_eq!(decode_tiles(4, 8, 64, 32, NV, 512, 32), one(8, 8)); // TinyLlama
+        assert_eq!(decode_tiles(8, 4, 64, 32, NV, 512, 32), one(4, 8)); // Llama-3.2-1B
+        assert_eq!(decode_tiles(8, 4, 128, 32, NV, 512, 32), one(4, 16)); // Llama-3.1-8B
+                                                                          // lavapipe's 32 KiB: 64 clusters of 8 lanes over 128 dims do not fit, 32 do.
+        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 512, 32), None);
+        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 256, 32), one(4, 8));
     }
 }

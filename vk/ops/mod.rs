@@ -27,8 +27,8 @@ use crate::error::{Error, Result};
 
 pub(super) use encoder::{Encoder, OpState};
 
-/// Most storage buffers any kernel binds (attention_decode: 10).
-const MAX_BINDINGS: usize = 10;
+/// Most storage buffers any kernel binds (attention_decode: 11).
+const MAX_BINDINGS: usize = 11;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {

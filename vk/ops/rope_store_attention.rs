@@ -30,15 +30,14 @@ impl Encoder<'_> {
                 "the rope and attention parameters describe different rows or heads",
             ));
         }
-        let group = p.n_heads.checked_div(p.n_kv_heads).unwrap_or(0);
-        let tiles = self.decode_plan(p.n_kv_heads, group, p.head_dim);
+        let plan = self.decode_plan(p);
         let fused = self.kernels.decode_rope
             && p.rows == 1
             && p.n_kv_heads > 0
             && p.n_heads.is_multiple_of(p.n_kv_heads)
             && rope.rot_dim.is_multiple_of(2)
             && rope.rot_dim <= rope.head_dim;
-        let Some(t) = tiles.filter(|_| fused) else {
+        let Some(plan) = plan.filter(|_| fused) else {
             self.encode_rope_store(
                 q,
                 k,
@@ -78,6 +77,6 @@ impl Encoder<'_> {
             rot_dim,
             neox: rope.style == RopeStyle::Neox,
         };
-        self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, t, Some(append))
+        self.encode_attention_decode([q, k_cache, v_cache, positions, out], p, plan, Some(append))
     }
 }
