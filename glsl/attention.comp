@@ -7,6 +7,12 @@
 // its own slice of the output dimensions (up to 8 per invocation, so
 // head_dim <= 512). The attention length comes from positions[row] + 1, read
 // here, so a recorded pass stays valid for any position.
+//
+// Its inner loops are unrolled (8 dims of a score, the chunk's 64 keys per
+// output dim): lavapipe ends a shader's loops after 65,535 iterations in all
+// (llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS) and returns what it has, which a
+// loop per dim and per key reached at ~7,600 keys of head_dim 256. Now a
+// chunk costs head_dim / 8 + ~17 iterations: ~50K keys at head_dim 512.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -74,7 +80,7 @@ void main() {
     barrier();
 
     float acc[MAX_DIMS];
-    for (uint i = 0u; i < MAX_DIMS; i++) {
+    [[unroll]] for (uint i = 0u; i < MAX_DIMS; i++) {
         acc[i] = 0.0;
     }
     float run_max = -1.0 / 0.0;
@@ -85,8 +91,12 @@ void main() {
         if (j < end) {
             uint kb = j * kv_stride + koff;
             float d0 = 0.0;
-            for (uint d = 0u; d < hd; d++) {
-                d0 += qs[d] * k_at(kb + d);
+            for (uint d = 0u; d < hd; d += 8u) {
+                [[unroll]] for (uint e = 0u; e < 8u; e++) {
+                    if (d + e < hd) {
+                        d0 += qs[d + e] * k_at(kb + d + e);
+                    }
+                }
             }
             s = d0 * pc.scale;
         }
@@ -97,13 +107,15 @@ void main() {
         float corr = exp(run_max - new_max);
         run_sum = run_sum * corr + chunk_sum;
         run_max = new_max;
-        uint n_keys = min(CHUNK, end - j0);
-        for (uint i = 0u; i < MAX_DIMS; i++) {
+        // Every key of the chunk, unrolled: those past the end weigh 0 and
+        // read the last key's row instead.
+        [[unroll]] for (uint i = 0u; i < MAX_DIMS; i++) {
             uint d = t + CHUNK * i;
             if (d < hd) {
                 float a = acc[i] * corr;
-                for (uint c = 0u; c < n_keys; c++) {
-                    a += ps[c] * v_at((j0 + c) * kv_stride + koff + d);
+                [[unroll]] for (uint c = 0u; c < CHUNK; c++) {
+                    uint key = min(j0 + c, end - 1u);
+                    a += ps[c] * v_at(key * kv_stride + koff + d);
                 }
                 acc[i] = a;
             }
@@ -116,7 +128,7 @@ void main() {
             part[pbase] = run_max;
             part[pbase + 1u] = run_sum;
         }
-        for (uint i = 0u; i < MAX_DIMS; i++) {
+        [[unroll]] for (uint i = 0u; i < MAX_DIMS; i++) {
             uint d = t + CHUNK * i;
             if (d < hd) {
                 part[pbase + 2u + d] = acc[i];
@@ -125,7 +137,7 @@ void main() {
         return;
     }
     float inv = run_sum > 0.0 ? 1.0 / run_sum : 0.0;
-    for (uint i = 0u; i < MAX_DIMS; i++) {
+    [[unroll]] for (uint i = 0u; i < MAX_DIMS; i++) {
         uint d = t + CHUNK * i;
         if (d < hd) {
             o[qbase + d] = acc[i] * inv;

@@ -815,8 +815,9 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
     // caches of capacity 8192 read at short and long lengths, spans that
     // straddle a round of the clusters' keys and splits, GQA groups of 1, 2,
     // 3, 4 and 16 (several head tiles), head_dim 64, 80 (2 lanes a key, 5
-    // units of 8 each), 128, 256 and 6 (not a multiple of 8: the fallback
-    // kernel), sliding windows shorter and longer
+    // units of 8 each), 128, 256, and 6 and 320 (not a multiple of 8, past
+    // 256: the fallback kernel, whose loops lavapipe once cut short at ~6K
+    // keys of head_dim 320), sliding windows shorter and longer
     // than the span, and up to 4 rows at different positions. Each case is
     // planned for the whole cache and for its own span (Vulkan: unsplit
     // where that is short), and a span planned too short must still attend
@@ -831,6 +832,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
         (4, 4, 80),
         (8, 2, 256),
         (2, 1, 6),
+        (4, 2, 320),
     ] {
         let kv = capacity * n_kv_heads * head_dim;
         let k: Vec<f32> = rand_f32(kv, 31).iter().map(|v| v * 4.0).collect();
