@@ -59,11 +59,27 @@ const DECODE_TOKEN: u32 = 2;
 /// records the next one once.
 const MIN_SPAN_CLASS: usize = 128;
 
-/// The span class (positions) of a pass whose last row sits at `end - 1`, and
-/// the replay key of kind `base` for it.
-fn span_class(base: u32, end: usize, capacity: usize) -> (usize, u32) {
-    let class = end.max(MIN_SPAN_CLASS).next_power_of_two();
-    (class.min(capacity), base | class.trailing_zeros() << 2)
+/// The span class of a pass whose last row sits at `end - 1`.
+#[derive(Clone, Copy)]
+struct SpanClass {
+    /// Positions the pass is planned for.
+    span: usize,
+    log2: u32,
+}
+
+impl SpanClass {
+    fn of(end: usize, capacity: usize) -> SpanClass {
+        let class = end.max(MIN_SPAN_CLASS).next_power_of_two();
+        SpanClass {
+            span: class.min(capacity),
+            log2: class.trailing_zeros(),
+        }
+    }
+
+    /// The replay key of decode pass kind `base` in this class.
+    fn key(self, base: u32) -> u32 {
+        base | self.log2 << 2
+    }
 }
 
 /// Most greedy decode steps submitted back to back by [`Model::decode_greedy`].
@@ -365,12 +381,13 @@ impl Model {
         if self.stages.len() > 1 {
             return self.decode_split(first, steps);
         }
-        let (span, key) = span_class(DECODE_GREEDY, self.n_past + steps, self.kv.capacity);
+        let class = SpanClass::of(self.n_past + steps, self.kv.capacity);
+        let key = class.key(DECODE_GREEDY);
         let rec = Recording {
             cfg: &self.cfg,
             kv: self.kv,
             m: 1,
-            span,
+            span: class.span,
             want: Want::Argmax,
             read: true,
             feedback: true,
@@ -469,13 +486,13 @@ impl Model {
         };
         // Kept or not, a pass is planned for its span class, so a replayed
         // pass runs the plan of a freshly recorded one.
-        let (span, key) = span_class(kind.unwrap_or(0), end, self.kv.capacity);
-        let key = kind.map(|_| key);
+        let class = SpanClass::of(end, self.kv.capacity);
+        let key = kind.map(|k| class.key(k));
         let rec = Recording {
             cfg: &self.cfg,
             kv: self.kv,
             m,
-            span,
+            span: class.span,
             want,
             read,
             feedback: false,
