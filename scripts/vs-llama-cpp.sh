@@ -14,7 +14,15 @@
 #   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
 # env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp),
 #      KEEP (0; 1 keeps the model files in WORK and reuses them: a second
-#      depth on the same machine skips the minutes the 8B takes to write)
+#      depth on the same machine skips the minutes the 8B takes to write),
+#      WARM (1; 0 skips the untimed run of each engine on each file)
+#
+# Each engine first runs once untimed on each file, in a process of its own:
+# on an H100 where neither had run, the first process to build a model's
+# pipelines ran pp512 at a quarter of its speed for a second or more (Llama-3.2-1B
+# Q4_K_M: vkllm 7,658 / 7,687 / 17,833 tok/s over its three repetitions,
+# 32,000 in every later process; llama.cpp 10,176 against ~25,000), which
+# its own warm-up repetition did not absorb.
 #
 # Each model is written by `vkllm synth`; llama.cpp loading it is the check
 # that our files are real GGUF models. Both engines are timed on the same
@@ -30,6 +38,7 @@ REPS=${REPS:-3}
 BACKEND=${BACKEND:-vulkan}
 WORK=${WORK:-/tmp/vs-llama-cpp}
 KEEP=${KEEP:-0}
+WARM=${WARM:-1}
 VKLLM=${VKLLM:-.dev/vkllm}
 [ -x "$VKLLM" ] || VKLLM=target/release/vkllm
 DONOR=.dev/donor_tokenizer.gguf
@@ -71,6 +80,10 @@ for spec in "${models[@]}"; do
         echo "reusing $file" >&2
     else
         "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
+    fi
+    if [ "$WARM" = 1 ]; then
+        python3 .dev/llamacpp_bench.py "$file" --pp "$PP" --tg 16 --reps 1 --depth "$DEPTH" > /dev/null 2>&1
+        "$VKLLM" bench -m "$file" -b "$BACKEND" -p "$PP" -n 16 -d "$DEPTH" -r 1 > /dev/null 2>&1
     fi
     lc=$(llamacpp "$file")
     if [ -z "$lc" ]; then
