@@ -18,11 +18,11 @@
 #      WARM (1; 0 skips the untimed run of each engine on each file)
 #
 # Each engine first runs once untimed on each file, in a process of its own:
-# on an H100 where neither had run, the first process to run a model
-# ran pp512 at a quarter of its speed for a second or more (Llama-3.2-1B
-# Q4_K_M: vkllm 7,658 / 7,687 / 17,833 tok/s over its three repetitions,
-# 32,000 in every later process; llama.cpp 10,176 against ~25,000), which
-# its own warm-up repetition did not absorb.
+# on an H100, a process whose pipelines neither vkllm's pipeline cache nor
+# the driver's shader cache held ran pp512 at a quarter of its speed for its
+# first few hundred milliseconds (Llama-3.2-1B Q4_K_M: vkllm 7,664 / 7,663 /
+# 14,919 / 32,354 tok/s over its repetitions; llama.cpp 10,176 against
+# ~25,000), which the engines' own warm-up repetition did not absorb.
 #
 # Each model is written by `vkllm synth`; llama.cpp loading it is the check
 # that our files are real GGUF models. Both engines are timed on the same
