@@ -1,5 +1,10 @@
-//! What a decode step pays per dispatch, on the Vulkan device: a replayed
-//! pass of `STEPS` tiny `add`s, each reading the last one's output (a
+//! What a decode step pays per dispatch, on the Vulkan device. First the
+//! question a persistent kernel hinges on: `STEPS` dependent rounds of a
+//! tiny exchange between workgroups (glsl/grid_sync.comp), as a chain of
+//! dispatches with a barrier between every two, or as one dispatch whose
+//! rounds meet at a grid-wide barrier (an atomic arrival count and a spin;
+//! skipped on CPU devices, which run workgroups one after another). Then a
+//! replayed pass of `STEPS` tiny `add`s, each reading the last one's output (a
 //! barrier between every two) or all independent (no barrier); then Q4_K
 //! GEMVs with one input row and k = 4096 at growing row counts, each
 //! dependent on the last, so a line through (weight bytes, µs) gives the
@@ -15,12 +20,22 @@
 //! integer-dot kernel and its quantize_q8 dispatch run: ~8 µs is fixed per
 //! dependent quantize + GEMV (15.6 at 4096 rows when one workgroup
 //! quantized the row), and the rest streams at ~1.8 TB/s.
+//!
+//! The grid barrier on an H100 (2026-11-26), µs per round at 66 / 132 /
+//! 264 / 528 / 1056 workgroups of 128: 2.21 / 2.22 / 2.51 / 3.90 / 6.44,
+//! against 2.64 / 2.74 / 2.71 / 2.77 / 3.02 for the dispatch chain (no
+//! workgroup timed out). A barrier inside the kernel saves ~0.4 µs of a
+//! dependent step at the smallest grids and loses from ~500 workgroups (the
+//! arrivals queue on one counter): a decode kernel that kept its workgroups
+//! resident and met at such barriers would not run its steps faster; only
+//! work done while waiting (loading the next step's weights) could pay.
 
 mod common;
 
 use std::time::Instant;
 use vkllm::backend::{Buffer, ComputeBackend};
 use vkllm::quants::quantize_row;
+use vkllm::vk::{grid_sync_bytes, Options, VulkanBackend};
 use vkllm::DType;
 
 const STEPS: usize = 256;
@@ -29,11 +44,7 @@ const PASSES: usize = 20;
 const ROTATE_BYTES: usize = 256 << 20;
 
 /// Best µs per op over `PASSES` replays of a pass of `ops` ops.
-fn replayed_us(
-    b: &mut dyn ComputeBackend,
-    ops: usize,
-    record: impl Fn(&mut dyn ComputeBackend),
-) -> f64 {
+fn replayed_us<B: ComputeBackend + ?Sized>(b: &mut B, ops: usize, record: impl Fn(&mut B)) -> f64 {
     b.begin_replayable_pass(11).unwrap();
     record(b);
     b.end_pass().unwrap();
@@ -52,6 +63,42 @@ fn replayed_us(
     best * 1e6 / ops as f64
 }
 
+/// A grid barrier inside one dispatch against a dispatch boundary and a
+/// pipeline barrier, per dependent round, at grid sizes around our GEMVs'.
+fn grid_sync(vb: &mut VulkanBackend) {
+    // A CPU implementation runs a workgroup to its end before starting
+    // others: every wait would run to the spin limit.
+    if vb.device_info().kind == "CPU" {
+        println!("grid sync: skipped on a CPU device");
+        return;
+    }
+    println!("dependent rounds of {STEPS}: us per round");
+    println!(
+        "{:>8} {:>12} {:>12} {:>10}",
+        "groups", "dispatches", "grid sync", "timeouts"
+    );
+    for groups in [66usize, 132, 264, 528, 1056] {
+        let bytes = grid_sync_bytes(groups);
+        let data = vb.alloc(bytes).unwrap();
+        vb.upload(&data, 0, &vec![0u8; bytes]).unwrap();
+        let chain = replayed_us(vb, STEPS, |b| {
+            for i in 0..STEPS {
+                b.grid_sync(&data, groups, 1, i, false).unwrap();
+            }
+        });
+        let grid = replayed_us(vb, STEPS, |b| {
+            b.grid_sync(&data, groups, STEPS, 0, true).unwrap();
+        });
+        let mut timeouts = [0u8; 4];
+        vb.download(&data, 8, &mut timeouts).unwrap();
+        println!(
+            "{groups:>8} {chain:>12.2} {grid:>12.2} {:>10}",
+            u32::from_le_bytes(timeouts)
+        );
+        vb.free(data);
+    }
+}
+
 fn f32s(b: &mut dyn ComputeBackend, n: usize) -> Buffer {
     let buf = b.alloc(n * 4).unwrap();
     b.upload(&buf, 0, bytemuck::cast_slice(&common::rand(n, 5)))
@@ -60,10 +107,15 @@ fn f32s(b: &mut dyn ComputeBackend, n: usize) -> Buffer {
 }
 
 fn main() {
-    let Some(mut b) = common::vulkan("dispatch") else {
-        return;
+    let mut vb = match VulkanBackend::new(&Options::from_env()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("dispatch bench: no Vulkan device ({e})");
+            return;
+        }
     };
-    let b = b.as_mut();
+    grid_sync(&mut vb);
+    let b: &mut dyn ComputeBackend = &mut vb;
     println!("{}", b.name());
     let a = f32s(b, 64);
     let outs: Vec<Buffer> = (0..STEPS).map(|_| f32s(b, 64)).collect();

@@ -904,6 +904,45 @@ fn large_upload_download_round_trip() {
 }
 
 #[test]
+fn grid_sync_probe_rounds_see_the_round_before() {
+    // benches/dispatch.rs's probe: each round adds 1 to what another
+    // workgroup wrote in the round before, so after n rounds from zeros
+    // every value is n, whether the rounds are dispatches (with the
+    // recorder's barriers) or meet at the grid barrier. A CPU device runs
+    // workgroups one after another, so the grid barrier is checked there
+    // only with one workgroup.
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    let grid_groups = if b.device_info().kind == "CPU" { 1 } else { 64 };
+    for (groups, sync) in [(4, false), (grid_groups, true)] {
+        let bytes = vkllm::vk::grid_sync_bytes(groups);
+        let data = b.alloc(bytes).unwrap();
+        b.upload(&data, 0, &vec![0u8; bytes]).unwrap();
+        let rounds = 5;
+        pass(&mut b, |b| {
+            if sync {
+                b.grid_sync(&data, groups, rounds, 0, true).unwrap();
+            } else {
+                for i in 0..rounds {
+                    b.grid_sync(&data, groups, 1, i, false).unwrap();
+                }
+            }
+        });
+        let words = download_u32(&mut b, &data, 4 + 2 * groups * 128);
+        assert_eq!(words[2], 0, "no workgroup gave up waiting");
+        // Round 4 (the last) read the first half and wrote the second.
+        let last = &words[4 + groups * 128..];
+        assert!(
+            last.iter().all(|&w| f32::from_bits(w) == rounds as f32),
+            "{groups} workgroups, sync {sync}: {:?}",
+            &last[..8]
+        );
+        b.free(data);
+    }
+}
+
+#[test]
 fn copy_probe_fits_the_devices_binding_range() {
     // `vkllm bench` asks for 256 MiB; lavapipe binds at most 128 MiB, and
     // the probe's streaming kernel failed there. A request past the range

@@ -38,6 +38,7 @@ mod tests;
 mod transfer;
 
 pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use ops::grid_sync::grid_sync_bytes;
 pub use ops::matmul::gemv_int_dot;
 pub use options::{Options, DEFAULT_SPIN_WAIT};
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};

@@ -11,6 +11,7 @@ mod copy;
 mod embedding;
 mod encoder;
 mod glu;
+pub(super) mod grid_sync;
 mod layer_norm;
 pub(super) mod matmul;
 mod rms_norm;
