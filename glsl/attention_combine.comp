@@ -9,6 +9,8 @@
 // reads in flight, and the groups meet in shared memory. A long context
 // splits SmolLM2's keys 128 ways: one workgroup per head walking them with
 // two groups of 4 reads took ~8 us, as much as the attention it merged.
+// Loads whose addresses are known go out before the reductions (H100
+// tg128: SmolLM2 +2%, Llama-3.2-1B at depth 4608 +2%).
 // With min_chunk > 0 the splits are the prefill kernel's chunks
 // (attention_split.glsl), those the row's range meets; a row within one
 // chunk was written by the prefill kernel itself.
@@ -82,24 +84,51 @@ void main() {
     } else {
         na = decode_span(pos[r], pc.capacity, pc.window, pc.n_split).n_active;
     }
-    float mx = -1.0 / 0.0;
-    for (uint s = t; s < na; s += WG) {
+    // Every load whose address is known goes out first: this invocation's
+    // first IN_FLIGHT partial outputs and its split's (max, sum), so their
+    // round trips overlap one another and the reductions, instead of
+    // following them one after another.
+    uint g = t / DS;
+    uint d = d0 + t - g * DS;
+    float first[IN_FLIGHT];
+    [[unroll]] for (uint j = 0u; j < IN_FLIGHT; j++) {
+        uint sj = g + j * SG;
+        first[j] = d < hd && sj < na ? part[base + sj * stride + 2u + d] : 0.0;
+    }
+    float m0 = t < na ? part[base + t * stride] : -1.0 / 0.0;
+    float l0 = t < na ? part[base + t * stride + 1u] : 0.0;
+    float mx = m0;
+    for (uint s = t + WG; s < na; s += WG) {
         mx = max(mx, part[base + s * stride]);
     }
     float big = wg_max(mx);
     float ls = 0.0;
-    for (uint s = t; s < na; s += WG) {
+    if (t < na) {
+        float w = exp(m0 - big);
+        ws[t] = w;
+        ls += w * l0;
+    }
+    for (uint s = t + WG; s < na; s += WG) {
         float w = exp(part[base + s * stride] - big);
         ws[s] = w;
         ls += w * part[base + s * stride + 1u];
     }
     float l = wg_sum(ls);
     barrier(); // ws visible (wg_sum's barriers precede its read only)
-    uint g = t / DS;
-    uint d = d0 + t - g * DS;
     float a = 0.0;
     if (d < hd) {
-        for (uint s = g; s < na; s += IN_FLIGHT * SG) {
+        {
+            float v[IN_FLIGHT];
+            [[unroll]] for (uint j = 0u; j < IN_FLIGHT; j++) {
+                uint sj = g + j * SG;
+                v[j] = sj < na ? ws[sj] * first[j] : 0.0;
+            }
+            [[unroll]] for (uint j = 1u; j < IN_FLIGHT; j++) {
+                v[0] += v[j];
+            }
+            a += v[0];
+        }
+        for (uint s = g + IN_FLIGHT * SG; s < na; s += IN_FLIGHT * SG) {
             float v[IN_FLIGHT];
             [[unroll]] for (uint j = 0u; j < IN_FLIGHT; j++) {
                 uint sj = s + j * SG;
