@@ -49,6 +49,7 @@ const VARIANTS: &[(&str, &str, &str, &[&str])] = &[
         "attention_decode_unsplit",
         &[],
     ),
+    ("attention_decode", "-DMERGE", "attention_decode_merge", &[]),
 ];
 
 /// Cooperative-matrix shaders that name `TILE_SMALL` are built once per

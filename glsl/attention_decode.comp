@@ -41,6 +41,11 @@
 // row may not be written yet) and (head tile 0) write them into the cache:
 // rope_store's dispatch disappears.
 //
+// Built with MERGE (attention_decode_merge, where a head's merge is small:
+// vk/ops/attention.rs merges_last) the last split of each (row, kv head,
+// head tile) to finish, told by an arrival count that it resets, merges
+// the splits itself, and attention_combine.comp's dispatch and barrier go.
+//
 // With Q8 and one split the output also goes to `xq` as int8 digits, as
 // quantize_q8.comp would write them (the o projection's integer-dot GEMV
 // reads them; with several splits attention_combine.comp writes them).
@@ -77,7 +82,15 @@ layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
 // the second as position + 1 and the row attends to the cache it has.
 layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+#if defined(MERGE)
+// MERGE: the last split to finish reads the others' partials.
+layout(binding = 6) coherent writeonly buffer Part { float part[]; };
+layout(binding = 6) coherent readonly buffer PartIn { float part_in[]; };
+// MERGE: splits finished per (row, kv head, head tile), back to 0 after each pass.
+layout(binding = 11) coherent buffer Arrivals { uint arrived[]; };
+#else
 layout(binding = 6) writeonly buffer Part { float part[]; };
+#endif
 // ROPE: the step's new k and v rows, (cos, sin) of the step's position
 // per frequency.
 layout(binding = 7) readonly buffer KNew { float knew[]; };
@@ -109,6 +122,9 @@ layout(push_constant) uniform Push {
 #include "attention_split.glsl"
 #include "rope.glsl"
 #include "q8.glsl"
+#if defined(MERGE)
+#include "reduce.glsl"
+#endif
 
 shared vec4 qs[GT * HD4];
 // The clusters' accumulators of one head, their maxima and sums.
@@ -196,6 +212,79 @@ float query(uint base, uint d) {
     }
     return x * pc.scale;
 }
+
+#if defined(MERGE)
+// Partial outputs one invocation merges per head at most (the host picks
+// MERGE only where heads per tile x its share of splits fits).
+const uint MERGE_LOADS = 32u;
+shared bool merges;
+shared float mw[WG];
+shared float msum[WG];
+
+// After this workgroup wrote its split's partials: the last of the row's
+// active splits to arrive (n_active of them) merges every split's
+// partials of the tile's heads, as attention_combine.comp would, into o.
+// Needs head_dim <= WG and n_active <= WG.
+void merge_last(uint r, uint kvh, uint h0, uint group, uint n_active) {
+    uint t = gl_LocalInvocationID.x;
+    memoryBarrierBuffer(); // this workgroup's partials before its arrival
+    barrier();
+    if (t == 0u) {
+        uint at = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+        bool last = atomicAdd(arrived[at], 1u) == n_active - 1u;
+        if (last) {
+            atomicExchange(arrived[at], 0u);
+        }
+        merges = last;
+    }
+    barrier();
+    if (!merges) {
+        return; // uniform
+    }
+    memoryBarrierBuffer(); // the other splits' partials after their arrivals
+    const uint groups = WG / HD; // invocations on a dim: split groups
+    uint g = t / HD;
+    uint d = t - g * HD;
+    uint stride = HD + 2u;
+    for (uint h = 0u; h < GT; h++) {
+        if (h0 + h >= group) {
+            break; // uniform
+        }
+        uint hg = kvh * group + h0 + h;
+        uint base = (r * pc.n_heads + hg) * pc.n_split * stride;
+        // Every load first (see attention_combine.comp).
+        float pv[MERGE_LOADS];
+        [[unroll]] for (uint j = 0u; j < MERGE_LOADS; j++) {
+            uint s = g + j * groups;
+            pv[j] = g < groups && s < n_active ? part_in[base + s * stride + 2u + d] : 0.0;
+        }
+        float m0 = t < n_active ? part_in[base + t * stride] : -1.0 / 0.0;
+        float l0 = t < n_active ? part_in[base + t * stride + 1u] : 0.0;
+        float big = wg_max(m0);
+        float w = t < n_active ? exp(m0 - big) : 0.0;
+        mw[t] = w;
+        float l = wg_sum(w * l0);
+        barrier(); // mw visible
+        float a = 0.0;
+        [[unroll]] for (uint j = 0u; j < MERGE_LOADS; j++) {
+            uint s = g + j * groups;
+            if (g < groups && s < n_active) {
+                a += mw[s] * pv[j];
+            }
+        }
+        msum[t] = a;
+        barrier();
+        if (t < HD) {
+            float total = 0.0;
+            for (uint k = 0u; k < groups; k++) {
+                total += msum[k * HD + t];
+            }
+            o[(r * pc.n_heads + hg) * HD + t] = l > 0.0 ? total / l : 0.0;
+        }
+        barrier(); // mw and msum free for the next head
+    }
+}
+#endif
 
 void main() {
     uint t = gl_LocalInvocationID.x;
@@ -446,4 +535,7 @@ void main() {
             }
         }
     }
+#if defined(MERGE)
+    merge_last(r, kvh, h0, group, sp.n_active);
+#endif
 }

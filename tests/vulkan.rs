@@ -516,6 +516,49 @@ fn attention_merge_quantizes_like_quantize_q8() {
     }
 }
 
+#[test]
+fn decode_attention_last_split_merges_in_replayed_passes() {
+    // SmolLM2's heads (9 / 3, head_dim 64) over a span planned for 1024
+    // keys: split, and small enough for the last split to merge the others
+    // (attention_decode_merge, no combine dispatch). Its arrival counts
+    // must start at zero and be left at zero by every pass, so a replayed
+    // pass at other positions (other numbers of active splits) still
+    // merges once, with every split in.
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    let (mut p, _, q, k, v) = attention_case((1, 1100, 9, 3, 64, 0), DType::F32, 91);
+    p.span = 1024;
+    let (qb, kb, vb) = (
+        upload_f32(&mut b, &q),
+        upload_f32(&mut b, &k),
+        upload_f32(&mut b, &v),
+    );
+    let pb = upload_u32(&mut b, &[0]);
+    let ob = b.alloc(q.len() * 4).unwrap();
+    let key = 3;
+    let mut kept = Vec::new();
+    for pos in [700u32, 1000, 40, 1023, 333] {
+        b.upload(&pb, 0, bytemuck::bytes_of(&pos)).unwrap();
+        let replayed = b.replay(key, 1).unwrap();
+        if !replayed {
+            b.begin_replayable_pass(key).unwrap();
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
+            b.end_pass().unwrap();
+            assert_eq!(b.stats().dispatches, 1, "no merge dispatch");
+        }
+        kept.push(replayed);
+        let got = download_f32(&mut b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &[pos], &p).unwrap();
+        let ones = vec![1.0f32; q.len()];
+        assert_close(&format!("position {pos}"), &got, &want, &ones, TOL);
+    }
+    assert!(kept.ends_with(&[true, true, true]), "replays: {kept:?}");
+    for buf in [qb, kb, vb, pb, ob] {
+        b.free(buf);
+    }
+}
+
 /// (rows, depth, n_heads, n_kv_heads, head_dim, window) of a prefill
 /// attention case.
 type AttentionShape = (usize, usize, usize, usize, usize, usize);

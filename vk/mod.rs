@@ -288,6 +288,7 @@ impl VulkanBackend {
             frees: &mut self.pending_frees,
             status: self.status,
             timed: self.profile.is_some(),
+            pass_allocs: &mut self.pass_allocs,
         })
     }
 }

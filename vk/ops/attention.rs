@@ -83,6 +83,32 @@ fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
     (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
 }
 
+/// Partial outputs of one head an invocation of attention_decode_merge
+/// merges at most (MERGE_LOADS in the shader).
+const MERGE_LOADS: usize = 32;
+
+/// Whether a split decode pass lets its last split merge the others
+/// (attention_decode_merge) instead of a dispatch of attention_combine.comp:
+/// where each invocation's share of the merge, over the tile's heads, is
+/// at most MERGE_LOADS partials (head_dim and the splits within one
+/// workgroup). Every split then pays a memory barrier and an atomic, and
+/// the last one's merge waits on them, so this saves only part of the
+/// merge dispatch's cost (a measurement-only build with no merge at all ran
+/// SmolLM2 14% faster): H100 tg128, SmolLM2 (one head per tile, 32 / 57
+/// splits), same call, three rounds, 1,038-1,044 -> 1,063-1,071 tok/s at
+/// positions 512-640 and 977-981 -> 983-987 at 4608-4736; 31 barriers
+/// fewer per token. Shapes whose tiles hold several heads (TinyLlama,
+/// Llama-3.2-1B) would make one workgroup merge them all, as the last-split
+/// merge measured and dropped before (README) did.
+fn merges_last(plan: &DecodePlan, head_dim: usize) -> bool {
+    let groups = plan.wg / head_dim.max(1);
+    plan.n_split > 1
+        && head_dim <= plan.wg
+        && plan.n_split <= plan.wg
+        && groups > 0
+        && plan.tiles.heads * plan.n_split.div_ceil(groups) <= MERGE_LOADS
+}
+
 /// Shared memory attention_decode.comp declares for `heads` query heads,
 /// clusters of `lanes` and workgroups of `wg` (mirrors its declarations: qs,
 /// red, red_m, red_l, kf, vf, outs, bscale, dsum).
@@ -485,6 +511,14 @@ impl Encoder<'_> {
         }
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
+        // The last split to finish merges the rest where its share is
+        // small (see merges_last); else attention_combine.comp does.
+        let arrivals = if q8.is_none() && merges_last(&plan, p.head_dim) {
+            let n = x as usize * p.rows;
+            Some(self.zeroed_scratch(|b| &mut b.attn_arrivals, n * 4)?)
+        } else {
+            None
+        };
         // Specialization constant 0: head_dim | heads per tile << 10 |
         // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25 |
         // Q8 << 26.
@@ -502,6 +536,8 @@ impl Encoder<'_> {
         // Big workgroups merge their clusters by shuffles first.
         let kernel = if plan.wg > DECODE_WG {
             "attention_decode_unsplit"
+        } else if arrivals.is_some() {
+            "attention_decode_merge"
         } else {
             "attention_decode"
         };
@@ -523,10 +559,14 @@ impl Encoder<'_> {
                 // which this dispatch writes anyway (the status words would
                 // be a write the validation layer sees unordered).
                 write(digits_here.as_ref().unwrap_or(out)),
+                arrivals.as_ref().map_or_else(unused, write),
             ],
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
         )?;
+        if arrivals.is_some() {
+            return Ok(());
+        }
         self.encode_combine(
             &part,
             out,

@@ -43,6 +43,9 @@ pub(in crate::vk) struct OpState {
     pub xq_of: Option<QuantizedX>,
     /// argmax's per-workgroup (value, index) partials, grown on demand.
     pub argmax_scratch: Option<Buffer>,
+    /// Decode attention's split arrival counts (attention_decode_merge):
+    /// zeroed when made, and each pass leaves them zero.
+    pub attn_arrivals: Option<Buffer>,
 }
 
 /// Everything an op encoder may touch while recording one op.
@@ -66,6 +69,9 @@ pub(in crate::vk) struct Encoder<'a> {
     pub status: Buffer,
     /// Commands are bracketed by timestamps (profiling on).
     pub timed: bool,
+    /// Set where the op zeroed a buffer it made inside the pass: that
+    /// pass cannot be kept for replay (its replays would zero it again).
+    pub pass_allocs: &'a mut bool,
 }
 
 impl Encoder<'_> {
@@ -120,6 +126,34 @@ impl Encoder<'_> {
                 Ok(b)
             }
         }
+    }
+
+    /// A buffer of [`OpState`] (the field `slot` picks) of at least `bytes`,
+    /// zeroed when it is made (a fill recorded in this pass, which then is
+    /// not kept), for values the kernels leave as they found them.
+    pub(in crate::vk) fn zeroed_scratch(
+        &mut self,
+        slot: fn(&mut OpState) -> &mut Option<Buffer>,
+        bytes: usize,
+    ) -> Result<Buffer> {
+        let bytes = bytes.max(4);
+        if let Some(b) = *slot(self.state) {
+            if b.bytes >= bytes {
+                return Ok(b);
+            }
+            self.free(b);
+        }
+        let (id, handle, size) = self.mem.alloc(bytes)?;
+        self.rec.access(&[], &[id]);
+        // SAFETY: recording command buffer, live buffer.
+        unsafe {
+            self.device
+                .cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0)
+        };
+        *self.pass_allocs = true;
+        let b = Buffer::new(id, bytes);
+        *slot(self.state) = Some(b);
+        Ok(b)
     }
 
     /// Release a buffer the encoders own (never a split weight, never

@@ -28,8 +28,8 @@ use crate::error::{Error, Result};
 
 pub(super) use encoder::{Encoder, OpState};
 
-/// Most storage buffers any kernel binds (attention_decode: 11).
-const MAX_BINDINGS: usize = 11;
+/// Most storage buffers any kernel binds (attention_decode: 12).
+const MAX_BINDINGS: usize = 12;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {
