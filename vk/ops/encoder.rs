@@ -113,28 +113,25 @@ impl Encoder<'_> {
         slot: fn(&mut OpState) -> &mut Option<Buffer>,
         bytes: usize,
     ) -> Result<Buffer> {
-        let bytes = bytes.max(4);
-        match *slot(self.state) {
-            Some(b) if b.bytes >= bytes => Ok(b),
-            old => {
-                if let Some(b) = old {
-                    self.free(b);
-                }
-                let (id, _, _) = self.mem.alloc(bytes)?;
-                let b = Buffer::new(id, bytes);
-                *slot(self.state) = Some(b);
-                Ok(b)
-            }
-        }
+        self.grow_scratch(slot, bytes, false)
     }
 
-    /// A buffer of [`OpState`] (the field `slot` picks) of at least `bytes`,
-    /// zeroed when it is made (a fill recorded in this pass, which then is
-    /// not kept), for values the kernels leave as they found them.
+    /// [`Encoder::scratch`] zeroed when it is made (a fill recorded in this
+    /// pass, which then is not kept), for values the kernels leave as they
+    /// found them.
     pub(in crate::vk) fn zeroed_scratch(
         &mut self,
         slot: fn(&mut OpState) -> &mut Option<Buffer>,
         bytes: usize,
+    ) -> Result<Buffer> {
+        self.grow_scratch(slot, bytes, true)
+    }
+
+    fn grow_scratch(
+        &mut self,
+        slot: fn(&mut OpState) -> &mut Option<Buffer>,
+        bytes: usize,
+        zeroed: bool,
     ) -> Result<Buffer> {
         let bytes = bytes.max(4);
         if let Some(b) = *slot(self.state) {
@@ -144,13 +141,15 @@ impl Encoder<'_> {
             self.free(b);
         }
         let (id, handle, size) = self.mem.alloc(bytes)?;
-        self.rec.access(&[], &[id]);
-        // SAFETY: recording command buffer, live buffer.
-        unsafe {
-            self.device
-                .cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0)
-        };
-        *self.pass_allocs = true;
+        if zeroed {
+            self.rec.access(&[], &[id]);
+            // SAFETY: recording command buffer, live buffer.
+            unsafe {
+                self.device
+                    .cmd_fill_buffer(self.rec.cmd, handle, 0, size, 0)
+            };
+            *self.pass_allocs = true;
+        }
         let b = Buffer::new(id, bytes);
         *slot(self.state) = Some(b);
         Ok(b)
