@@ -29,13 +29,27 @@
 //! arrivals queue on one counter): a decode kernel that kept its workgroups
 //! resident and met at such barriers would not run its steps faster; only
 //! work done while waiting (loading the next step's weights) could pay.
+//!
+//! So the flow chain (glsl/flow_gemv.comp) tries exactly that: dependent
+//! 4-bit GEMVs recorded with no barrier, each workgroup loading its weights
+//! and then waiting on a count of the step before. On an H200 (2026-11-26),
+//! µs per step at n = 1024 / 2048 / 4096 (0.5 / 2.1 / 8.4 MB): barriers
+//! 4.20 / 6.10 / 15.29, waiting 3.06 / 4.72 / 14.35 (the same with a pause
+//! between polls), waiting with a barrier every second step 3.94 / 5.82 /
+//! 15.62, no ordering at all 1.35 / 3.64 / 11.53; no workgroup timed out.
+//! ~1.1-1.4 µs saved per step here did not carry over to a real decode
+//! pass (README, "Where the time goes"): ordering its GEMVs, quantizes and
+//! attention the same way made tg128 8-22% slower on an H100.
 
 mod common;
 
 use std::time::Instant;
 use vkllm::backend::{Buffer, ComputeBackend};
 use vkllm::quants::quantize_row;
-use vkllm::vk::{grid_sync_bytes, Options, VulkanBackend};
+use vkllm::vk::{
+    flow_gemv_flow_bytes, flow_gemv_weight_bytes, grid_sync_bytes, FlowOrder, Options,
+    VulkanBackend,
+};
 use vkllm::DType;
 
 const STEPS: usize = 256;
@@ -99,6 +113,69 @@ fn grid_sync(vb: &mut VulkanBackend) {
     }
 }
 
+/// A chain of dependent GEMVs (glsl/flow_gemv.comp) whose dispatches meet at
+/// pipeline barriers, against one whose dispatches start without a barrier,
+/// load their weights and wait on a count of the step before, and one with
+/// no ordering at all (the floor; wrong results).
+fn flow_chain(vb: &mut VulkanBackend) {
+    if vb.device_info().kind == "CPU" {
+        println!("flow chain: skipped on a CPU device");
+        return;
+    }
+    println!("dependent 4-bit GEMVs of {STEPS}, n x n: us per step");
+    println!(
+        "{:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "n", "MB", "barrier", "wait", "wait64", "wait2", "free", "timeouts"
+    );
+    for n in [1024usize, 2048, 4096] {
+        let wb = flow_gemv_weight_bytes(n);
+        let copies = common::rotate_bytes(ROTATE_BYTES)
+            .div_ceil(wb)
+            .clamp(1, STEPS);
+        let w = vb.alloc(copies * wb).unwrap();
+        let words: Vec<u32> = (0..copies * wb / 4)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7))
+            .collect();
+        vb.upload(&w, 0, bytemuck::cast_slice(&words)).unwrap();
+        let v = f32s(vb, (STEPS + 1) * n);
+        let fb = flow_gemv_flow_bytes(STEPS);
+        let (flow, zeros) = (vb.alloc(fb).unwrap(), vb.alloc(fb).unwrap());
+        vb.upload(&zeros, 0, &vec![0u8; fb]).unwrap();
+        vb.upload(&flow, 0, &vec![0u8; fb]).unwrap();
+        let (mut us, mut timeouts) = (Vec::new(), [0u8; 4]);
+        let mut timed_out = 0;
+        for order in [
+            FlowOrder::Barrier,
+            FlowOrder::Wait { backoff: 0 },
+            FlowOrder::Wait { backoff: 64 },
+            FlowOrder::WaitPairs,
+            FlowOrder::Free,
+        ] {
+            us.push(replayed_us(vb, STEPS, |b| {
+                b.copy(&zeros, 0, &flow, 0, fb).unwrap();
+                for i in 0..STEPS {
+                    b.flow_gemv(&flow, &v, &w, i % copies, n, i, order).unwrap();
+                }
+            }));
+            // The last replay's count of workgroups that gave up.
+            vb.download(&flow, 0, &mut timeouts).unwrap();
+            timed_out += u32::from_le_bytes(timeouts);
+        }
+        println!(
+            "{n:>6} {:>6.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {timed_out:>8}",
+            wb as f64 / 1e6,
+            us[0],
+            us[1],
+            us[2],
+            us[3],
+            us[4],
+        );
+        for buf in [w, v, flow, zeros] {
+            vb.free(buf);
+        }
+    }
+}
+
 fn f32s(b: &mut dyn ComputeBackend, n: usize) -> Buffer {
     let buf = b.alloc(n * 4).unwrap();
     b.upload(&buf, 0, bytemuck::cast_slice(&common::rand(n, 5)))
@@ -115,6 +192,7 @@ fn main() {
         }
     };
     grid_sync(&mut vb);
+    flow_chain(&mut vb);
     let b: &mut dyn ComputeBackend = &mut vb;
     println!("{}", b.name());
     let a = f32s(b, 64);

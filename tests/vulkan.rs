@@ -985,6 +985,91 @@ fn grid_sync_probe_rounds_see_the_round_before() {
     }
 }
 
+/// Steps of the flow_gemv probe's chain over `words` (three n x n weights)
+/// from `first`, ordered by `order`: v's rows and the flow words.
+fn flow_chain(
+    b: &mut VulkanBackend,
+    words: &[u32],
+    first: &[f32],
+    steps: usize,
+    order: vkllm::vk::FlowOrder,
+) -> (Vec<f32>, Vec<u32>) {
+    use vkllm::vk::{flow_gemv_flow_bytes, flow_gemv_weight_bytes};
+    let n = first.len();
+    let copies = words.len() * 4 / flow_gemv_weight_bytes(n);
+    let w = b.alloc(words.len() * 4).unwrap();
+    b.upload(&w, 0, bytemuck::cast_slice(words)).unwrap();
+    let v = b.alloc((steps + 1) * n * 4).unwrap();
+    b.upload(&v, 0, &vec![0u8; (steps + 1) * n * 4]).unwrap();
+    b.upload(&v, 0, bytemuck::cast_slice(first)).unwrap();
+    let fb = flow_gemv_flow_bytes(steps);
+    let flow = b.alloc(fb).unwrap();
+    b.upload(&flow, 0, &vec![0u8; fb]).unwrap();
+    pass(b, |b| {
+        for i in 0..steps {
+            b.flow_gemv(&flow, &v, &w, i % copies, n, i, order).unwrap();
+        }
+    });
+    let flags = download_u32(b, &flow, 4 + steps);
+    let vals = download_u32(b, &v, (steps + 1) * n)
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    for buf in [w, v, flow] {
+        b.free(buf);
+    }
+    (vals, flags)
+}
+
+#[test]
+fn flow_gemv_probe_waiting_chain_equals_the_barrier_chain() {
+    // benches/dispatch.rs's probe: a chain of GEMVs whose dispatches wait
+    // on counts instead of barriers must read every step's input after it
+    // is written, so it gives the barrier chain's values exactly. The
+    // waiting chains run without the validation layer: they leave Vulkan's
+    // ordering on purpose (what the probe measures), and its
+    // synchronization validation reports every step.
+    use vkllm::vk::{flow_gemv_weight_bytes, FlowOrder, Options};
+    let (n, steps, copies) = (1024, 6, 3);
+    let words: Vec<u32> = (0..copies * flow_gemv_weight_bytes(n) / 4)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7))
+        .collect();
+    let first: Vec<f32> = (0..n).map(|i| ((i * 37) % 19) as f32 / 9.0 - 1.0).collect();
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    let (barrier, _) = flow_chain(&mut b, &words, &first, steps, FlowOrder::Barrier);
+    drop(b);
+    // The scalar GEMV of step 0, so the chain computes what it says.
+    let nib = |row: usize, i: usize| {
+        let word = words[row * n / 8 + i / 8];
+        ((word >> (4 * (i % 8))) & 15) as f32 - 8.0
+    };
+    for row in [0, 1, 517, n - 1] {
+        let want: f32 = (0..n).map(|i| nib(row, i) * first[i]).sum::<f32>() / n as f32;
+        let got = barrier[n + row];
+        assert!((got - want).abs() < 1e-4, "row {row}: {got} vs {want}");
+    }
+    assert!(barrier[steps * n..].iter().any(|&x| x != 0.0));
+    let unvalidated = Options {
+        validate: false,
+        ..Options::from_env()
+    };
+    let Some(mut b) = common::vulkan_with(&unvalidated) else {
+        return;
+    };
+    for order in [FlowOrder::Wait { backoff: 8 }, FlowOrder::WaitPairs] {
+        let (vals, flags) = flow_chain(&mut b, &words, &first, steps, order);
+        assert_eq!(flags[0], 0, "{order:?}: no workgroup gave up waiting");
+        assert!(
+            flags[4..].iter().all(|&c| c as usize == n / 8),
+            "{order:?}: every workgroup of every step counted itself: {:?}",
+            &flags[4..]
+        );
+        assert!(vals == barrier, "{order:?}: the waiting chain differs");
+    }
+}
+
 #[test]
 fn copy_probe_fits_the_devices_binding_range() {
     // `vkllm bench` asks for 256 MiB; lavapipe binds at most 128 MiB, and

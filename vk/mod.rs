@@ -38,6 +38,7 @@ mod tests;
 mod transfer;
 
 pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use ops::flow_gemv::{flow_gemv_flow_bytes, flow_gemv_weight_bytes, FlowOrder};
 pub use ops::grid_sync::grid_sync_bytes;
 pub use ops::matmul::gemv_int_dot;
 pub use options::{Options, DEFAULT_SPIN_WAIT};

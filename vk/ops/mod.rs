@@ -10,6 +10,7 @@ mod attention;
 mod copy;
 mod embedding;
 mod encoder;
+pub(super) mod flow_gemv;
 mod glu;
 pub(super) mod grid_sync;
 mod layer_norm;
