@@ -48,7 +48,9 @@ const COMBINE_DIMS_Q8: u32 = 32;
 /// short ones. H200, µs per layer at 512 / 4.6K positions: SmolLM2 (3 kv
 /// heads of a group of 3) 10.4 / 15.6 with 1 tile of 3 heads, 8.6 / 10.1
 /// with 3 tiles of 1; aiming for 16 pairs sped up Llama-3.2-1B at 512
-/// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1).
+/// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1). At 16 or
+/// 32 (one head per tile, so TinyLlama's and the 1B's last split merges)
+/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100).
 const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// Workgroups a decode attention aims for (kv heads x head tiles x rows x
 /// splits), about four per SM of a 132-SM H100/H200. 256 or 1024 were
