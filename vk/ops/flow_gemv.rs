@@ -12,7 +12,8 @@ use bytemuck::{Pod, Zeroable};
 
 /// Output rows per workgroup (ROWS in the shader).
 const ROWS: usize = 8;
-/// Largest n: 32 invocations per row, at most 4 weight words of 32 values each.
+/// Largest n: a row is split over 32 lanes holding at most 4 16-byte weight
+/// words (32 values each) apiece (MAX_N in the shader).
 const MAX_N: usize = 32 * 32 * 4;
 /// Polls of the count before a waiting workgroup gives up.
 const SPIN_LIMIT: u32 = 1 << 20;
