@@ -142,8 +142,7 @@ fn flow_chain(vb: &mut VulkanBackend) {
         let (flow, zeros) = (vb.alloc(fb).unwrap(), vb.alloc(fb).unwrap());
         vb.upload(&zeros, 0, &vec![0u8; fb]).unwrap();
         vb.upload(&flow, 0, &vec![0u8; fb]).unwrap();
-        let (mut us, mut timeouts) = (Vec::new(), [0u8; 4]);
-        let mut timed_out = 0;
+        let (mut us, mut timed_out) = (Vec::new(), 0);
         for order in [
             FlowOrder::Barrier,
             FlowOrder::Wait { backoff: 0 },
@@ -158,6 +157,7 @@ fn flow_chain(vb: &mut VulkanBackend) {
                 }
             }));
             // The last replay's count of workgroups that gave up.
+            let mut timeouts = [0u8; 4];
             vb.download(&flow, 0, &mut timeouts).unwrap();
             timed_out += u32::from_le_bytes(timeouts);
         }

@@ -67,6 +67,7 @@ void main() {
                 for (uint i = 0u; i < pc.backoff; i++) {
                     idle = idle * 0.999 + 0.001;
                 }
+                // Uses `idle` (never above 1) so the pause is not removed.
                 spins += idle > 2.0 ? 2u : 1u;
                 if (spins >= pc.spin_limit) {
                     atomicAdd(f.timeouts, 1u);
