@@ -6,8 +6,8 @@
 //! as a model's layers do, and many matmuls share one pass, so the figure
 //! is what a decode step can reach.
 //!
-//! `cargo bench --bench gemv [-- DTYPE...]` prints one table (of the named
-//! weight types only, if any); `benches/memory.rs` shows why the copy
+//! `cargo bench --bench gemv [-- DTYPE... ROWSxCOLS...]` prints one table
+//! (of the named weight types and shapes only, if any); `benches/memory.rs` shows why the copy
 //! ceiling is timed over long passes (short ones read low right after a
 //! process writes gigabytes of fresh host memory).
 
@@ -127,6 +127,10 @@ fn main() {
         (14336, 4096),
         (4096, 14336),
         (8192, 2048),
+        (2048, 2048),
+        (11264, 2048),
+        (2048, 5632),
+        (512, 2048),
     ];
     let dtypes = [
         DType::Q4K,
@@ -144,11 +148,19 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    for dtype in dtypes
-        .into_iter()
-        .filter(|d| only.is_empty() || only.iter().any(|o| o == d.name()))
-    {
-        for &(rows, cols) in &shapes {
+    // Arguments name weight types (q4_k) and shapes (4096x14336).
+    let named = |name: &str, is_shape: bool| {
+        let of_kind: Vec<&String> = only
+            .iter()
+            .filter(|o| o.contains('x') == is_shape)
+            .collect();
+        of_kind.is_empty() || of_kind.iter().any(|o| *o == name)
+    };
+    for dtype in dtypes.into_iter().filter(|d| named(d.name(), false)) {
+        for &(rows, cols) in shapes
+            .iter()
+            .filter(|(r, c)| named(&format!("{r}x{c}"), true))
+        {
             let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
             let bytes = row.len() * rows;
             let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);

@@ -19,11 +19,26 @@ use bytemuck::{Pod, Zeroable};
 const HALF_X_MIN_WEIGHTS: usize = 4 << 20;
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
-/// Weight rows per GEMV group (NR in mul_mat_vec.comp): a workgroup shares
-/// 4, a subgroup takes 2 of its own (both measured best on an H200 against
-/// 1, 2, 4 and 8; with 1 the GLU kernel could not pair gate and up rows).
-const GEMV_ROWS_WORKGROUP: u32 = 4;
+/// Weight rows per GEMV group (NR in mul_mat_vec.comp): a subgroup takes 2
+/// of its own (measured best on an H200 against 1, 2, 4 and 8; with 1 the
+/// GLU kernel could not pair gate and up rows); a workgroup shares
+/// [`gemv_rows_workgroup`].
 const GEMV_ROWS_SUBGROUP: u32 = 2;
+
+/// Weight rows a GEMV workgroup shares (the f32-input kernel below the
+/// integer-dot threshold). Q4_0 / Q4_1 take 2, twice the workgroups of 4
+/// on their small decode shapes, which leave most multiprocessors idle
+/// (H100, `cargo bench --bench gemv`, GB/s 4 -> 2 rows: 2048 x 2048 299 ->
+/// 334, 2048 x 5632 524 -> 636, 512 x 2048 81 -> 104; tg128 at positions
+/// 512-640, two rounds: TinyLlama Q4_0 861 / 868 -> 917 / 914 tok/s,
+/// SmolLM2 Q4_1 1,057 / 1,054 -> 1,084 / 1,087). The K-quants keep 4:
+/// with 2, Llama-3.2-1B Q4_K_M read 975 / 969 against 986 / 989 (1 row: 910).
+fn gemv_rows_workgroup(dtype: DType) -> u32 {
+    match dtype {
+        DType::Q4_0 | DType::Q4_1 => 2,
+        _ => 4,
+    }
+}
 /// Invocations of a workgroup whose subgroups take rows of their own (two
 /// subgroups on NVIDIA). H200 tg128, integer-dot GEMV, against 128: the
 /// 8B 314.3 / 316.0 vs 301.7 / 303.2 tok/s, Llama-3.2-1B 864.7 / 874.5 vs
@@ -286,7 +301,7 @@ impl Encoder<'_> {
         let nr = if own_rows {
             GEMV_ROWS_SUBGROUP
         } else {
-            GEMV_ROWS_WORKGROUP
+            gemv_rows_workgroup(w.dtype)
         };
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
