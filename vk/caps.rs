@@ -404,9 +404,11 @@ impl std::fmt::Display for Kernels {
             MatmulKernel::CoopmatNv => "f16 cooperative matrices, NV (mul_mat_coopmat_nv)",
         };
         let gemv = match self.gemv {
-            GemvKernel::Workgroup => "4 rows per workgroup",
+            GemvKernel::Workgroup => "2 (q4_0, q4_1) or 4 rows per workgroup",
             GemvKernel::Subgroup => "2 rows per subgroup",
-            GemvKernel::Auto => "2 rows per subgroup with integer dots, 4 per workgroup in f32",
+            GemvKernel::Auto => {
+                "2 rows per subgroup with integer dots, 2 (q4_0, q4_1) or 4 per workgroup in f32"
+            }
         };
         let gemv_x = if self.gemv_q8 {
             let types: Vec<&str> = DType::ALL
