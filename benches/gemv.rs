@@ -7,9 +7,9 @@
 //! is what a decode step can reach.
 //!
 //! `cargo bench --bench gemv [-- DTYPE... ROWSxCOLS...]` prints one table
-//! (of the named weight types and shapes only, if any); `benches/memory.rs` shows why the copy
-//! ceiling is timed over long passes (short ones read low right after a
-//! process writes gigabytes of fresh host memory).
+//! (of the named weight types and shapes only, if any); `benches/memory.rs`
+//! shows why the copy ceiling is timed over long passes (short ones read
+//! low right after a process writes gigabytes of fresh host memory).
 
 mod common;
 
@@ -149,11 +149,12 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     // Arguments name weight types (q4_k) and shapes (4096x14336).
+    let shape_arg = |o: &str| {
+        o.split_once('x')
+            .is_some_and(|(r, c)| r.parse::<usize>().is_ok() && c.parse::<usize>().is_ok())
+    };
     let named = |name: &str, is_shape: bool| {
-        let of_kind: Vec<&String> = only
-            .iter()
-            .filter(|o| o.contains('x') == is_shape)
-            .collect();
+        let of_kind: Vec<&String> = only.iter().filter(|o| shape_arg(o) == is_shape).collect();
         of_kind.is_empty() || of_kind.iter().any(|o| *o == name)
     };
     for dtype in dtypes.into_iter().filter(|d| named(d.name(), false)) {
