@@ -16,6 +16,7 @@ mod common;
 
 use std::time::Instant;
 use vkllm::backend::{AttentionParams, Buffer, ComputeBackend};
+use vkllm::model::runner::decode_span;
 use vkllm::DType;
 
 /// Caches the calls rotate over (one per layer).
@@ -123,15 +124,16 @@ fn main() {
             next: None,
         };
         for depth in [512usize, 4608] {
-            // The span a decode pass is planned for (model/runner.rs
-            // SpanClass: short ones go unsplit), then the whole cache's.
-            let class = (depth + 1).max(128).next_power_of_two().min(CAPACITY);
-            for (span, how) in [(class, ""), (CAPACITY, " split")] {
-                if how == " split" && class == CAPACITY {
-                    continue;
-                }
+            // The span a decode pass is planned for (short ones go
+            // unsplit), then, where it is shorter, the whole cache's.
+            let planned = decode_span(depth + 1, CAPACITY);
+            let mut spans = vec![(planned, "")];
+            if planned < CAPACITY {
+                spans.push((CAPACITY, " split"));
+            }
+            let kv_bytes = (depth + 1) * n_kv_heads * head_dim * 2 * 2;
+            for (span, how) in spans {
                 let s = seconds_per_call(b.as_mut(), &caches, &params(1, span), &[depth as u32]);
-                let kv_bytes = (depth + 1) * n_kv_heads * head_dim * 2 * 2;
                 println!(
                     "{name:<15} {:>16} {:>10.1} {:>9.0}",
                     format!("decode @{depth}{how}"),

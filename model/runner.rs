@@ -59,6 +59,12 @@ const DECODE_TOKEN: u32 = 2;
 /// records the next one once.
 const MIN_SPAN_CLASS: usize = 128;
 
+/// The span a decode pass whose last row sits at `end - 1` is planned for
+/// (its attention's key splits follow it; benches time decode at it).
+pub fn decode_span(end: usize, capacity: usize) -> usize {
+    SpanClass::of(end, capacity).span
+}
+
 /// The span class of a pass whose last row sits at `end - 1`.
 #[derive(Clone, Copy)]
 struct SpanClass {
