@@ -22,7 +22,9 @@ const MAX_HEAD_DIM: usize = 512;
 const SPLIT_MAX_ROWS: usize = 4;
 /// attention_decode.comp: invocations, most query heads per workgroup (its
 /// registers hold 16 R floats per head; 8 heads ran no faster on an H200),
-/// most head_dim, most 8-value units per lane (R).
+/// most head_dim, most 8-value units per lane (R). Split workgroups of 256
+/// to 1024 over tiles of four heads (the unsplit build) took 44-108 µs per
+/// call at 4.6K positions against 13-18 (H100, TinyLlama to the 8B).
 const DECODE_WG: usize = 128;
 const DECODE_MAX_HEADS: usize = 4;
 const DECODE_MAX_HEAD_DIM: usize = 256;
@@ -50,12 +52,16 @@ const COMBINE_DIMS_Q8: u32 = 32;
 /// with 3 tiles of 1; aiming for 16 pairs sped up Llama-3.2-1B at 512
 /// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1). At 16 or
 /// 32 (one head per tile, so TinyLlama's and the 1B's last split merges)
-/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100).
+/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100); at
+/// 16 (tiles of two heads, the last of 32 splits merging) TinyLlama -3%,
+/// the 1B +1% (H200).
 const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// Workgroups a decode attention aims for (kv heads x head tiles x rows x
 /// splits), about four per SM of a 132-SM H100/H200. 256 or 1024 were
 /// slower at 4.6K positions on every shape (H200; Llama-3.1-8B 18.4 us per
-/// layer, 20.8 with 256, 23.7 with 1024).
+/// layer, 20.8 with 256, 23.7 with 1024). 128 or 96 (16 or 12 splits, few
+/// enough for the last split to merge four heads, no merge dispatch) took
+/// TinyLlama and the 1B from 12.6 / 13.7 to 21.6-25.2 µs (H200).
 const DECODE_TARGET_WGS: usize = 512;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
