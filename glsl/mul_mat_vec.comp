@@ -21,6 +21,11 @@
 // the f32 path's ~5 instructions per 4-bit weight bound it well below
 // memory speed.
 //
+// With the Q8OUT flag a workgroup takes whole blocks of 32 outputs and also
+// writes them as int8 digits (q8.glsl, bit for bit quantize_q8.comp's), so
+// the GEMV reading them next needs no quantize dispatch (vk/ops/matmul.rs
+// GLU_Q8OUT_MAX_BYTES says where that pays).
+//
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
 // block's header once and then all quants of its slice with wide loads, so
@@ -43,6 +48,8 @@ layout(binding = 2) buffer Y { float y[]; };
 layout(binding = 3) readonly buffer B { float bias[]; };
 layout(binding = 4) readonly buffer NW { float nw[]; };
 layout(binding = 4) readonly buffer NW4 { vec4 nw4[]; };
+layout(binding = 5) writeonly buffer YQ { uint yq[]; };
+layout(binding = 5) writeonly buffer YQF { float yqf[]; };
 
 // Flag bits (vk/ops/matmul.rs GemvPush).
 const uint HAS_BIAS = 1u;
@@ -56,6 +63,10 @@ const uint SUBGROUP_ROWS = 8u;
 // outputs. GELU picks the tanh GELU over SiLU.
 const uint GLU = 16u;
 const uint GELU = 32u;
+// Q8OUT (SUBGROUP_ROWS, one x row, rows_per_wg a multiple of 32 up to
+// Q8OUT_ROWS): the workgroup also writes its outputs into `yq` as
+// quantize_q8.comp would without a norm.
+const uint Q8OUT = 64u;
 
 layout(push_constant) uniform Push {
     uint n;
@@ -73,6 +84,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "dequant.glsl"
+#include "q8.glsl"
 
 #if defined(Q8X)
 // quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
@@ -546,6 +558,12 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
 const uint MAX_SUBGROUPS = 32u;
 shared float part_acc[MAX_SUBGROUPS][NR_CAP * M_CAP];
 shared float part_ss[MAX_SUBGROUPS][M_CAP];
+// Q8OUT: a workgroup's outputs (rows_per_wg at most), their 4-value maxima
+// and digit sums.
+const uint Q8OUT_ROWS = 64u;
+shared float qo[Q8OUT_ROWS];
+shared float qmax[Q8OUT_ROWS / 4u];
+shared int qsum[Q8OUT_ROWS / 4u];
 
 // What storing output (row, x row r) reads besides its dot products: the
 // bias, y's old value (ADD) and, for int8 x with the norm, x's Σx² parts.
@@ -597,6 +615,52 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
         total += e.y;
     }
     y[r * pc.ldy + pc.row0 + row] = total;
+    if ((pc.flags & Q8OUT) != 0u) {
+        qo[row % pc.rows_per_wg] = total;
+    }
+}
+
+// Q8OUT: the workgroup's outputs [first, last) (whole blocks of 32) as
+// int8 digits, rows of pc.n values.
+void store_q8(uint first, uint last) {
+    barrier(); // qo complete
+    uint t = gl_LocalInvocationIndex;
+    uint units = (last - first) / 4u;
+    vec4 v = vec4(0.0);
+    if (t < units) {
+        v = vec4(qo[4u * t], qo[4u * t + 1u], qo[4u * t + 2u], qo[4u * t + 3u]);
+        vec4 a = abs(v);
+        qmax[t] = max(max(a.x, a.y), max(a.z, a.w));
+    }
+    barrier();
+    float d = 0.0;
+    if (t < units) {
+        uint b0 = t & ~7u;
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) {
+            amax = max(amax, qmax[b0 + i]);
+        }
+        d = q8_scale(amax);
+        uint hi;
+        uint lo;
+        int digits;
+        q8_encode(v, d, hi, lo, digits);
+        uint u = first / 4u + t;
+        yq[u] = hi;
+        yq[pc.n / 4u + u] = lo;
+        qsum[t] = digits;
+    }
+    barrier();
+    if (t < units && (t & 7u) == 0u) {
+        int sum = 0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) {
+            sum += qsum[t + i];
+        }
+        vec2 ds2 = q8_block(d, sum);
+        uint at = pc.n / 2u + 2u * ((first / 4u + t) / 8u);
+        yqf[at] = ds2.x;
+        yqf[at + 1u] = ds2.y;
+    }
 }
 
 // The NR × MAX_M dot products and MAX_M sums of squares of rows row0.., this
@@ -654,6 +718,9 @@ void main() {
                     store(row0 + j, r, acc[t], acc[up_t], ss[r], et);
                 }
             }
+        }
+        if ((pc.flags & Q8OUT) != 0u) {
+            store_q8(first, last);
         }
         return;
     }

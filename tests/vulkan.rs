@@ -18,7 +18,7 @@ use common::{
 };
 use std::time::Duration;
 use vkllm::backend::{
-    AttentionParams, Buffer, ComputeBackend, NextWeight, RopeParams, RopeStyle, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, NextWeight, RopeParams, RopeStyle, Weight,
 };
 use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
@@ -1295,4 +1295,47 @@ fn pipeline_cache_round_trips_through_disk() {
         "a foreign file is ignored"
     );
     run(&mut b);
+}
+
+/// A GLU GEMV small enough to write its output's int8 digits itself
+/// (mul_mat_vec.comp's Q8OUT) writes them bit for bit as quantize_q8.comp
+/// would: the down projection reading them gives the same bits as one
+/// reading a copy, which is quantized by a dispatch of its own.
+#[test]
+fn glu_writes_digits_like_quantize_q8() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if !b.kernels().gemv_q8 {
+        return; // no integer dot products: nothing is quantized
+    }
+    b.set_gemv_q8(Some(0)).unwrap();
+    for (dtype, n, cols, n_down) in [(DType::Q4K, 64, 256, 32), (DType::Q4_0, 96, 64, 40)] {
+        let gub = weight_bytes(dtype, 2 * n, cols, 7);
+        let gate_up = b.upload_weight(dtype, 2 * n, cols, &gub).unwrap();
+        let db = weight_bytes(DType::Q8_0, n_down, n, 9);
+        let down = b.upload_weight(DType::Q8_0, n_down, n, &db).unwrap();
+        let x = upload_f32(&mut b, &rand_f32(cols, 3));
+        let nw = upload_f32(&mut b, &rand_f32(cols, 4));
+        let [h, copy, y_digits, y_copy] =
+            [n, n, n_down, n_down].map(|len| b.alloc(len * 4).unwrap());
+        pass(&mut b, |b| {
+            b.linear_glu(Activation::Silu, &gate_up, &x, &h, 1, Some((&nw, 1e-5)))
+                .unwrap();
+            b.matmul(&down, None, &h, &y_digits, 1).unwrap();
+            b.copy(&h, 0, &copy, 0, n * 4).unwrap();
+            b.matmul(&down, None, &copy, &y_copy, 1).unwrap();
+        });
+        // quantize (x), glu, matmul; quantize (the copy), matmul.
+        assert_eq!(b.last_pass_stats().unwrap().dispatches, 5, "{dtype}");
+        let bits = |y: &Buffer, b: &mut VulkanBackend| {
+            let v = download_f32(b, y, n_down);
+            assert!(v.iter().any(|x| *x != 0.0), "{dtype}");
+            v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&y_digits, &mut b), bits(&y_copy, &mut b), "{dtype}");
+        for buf in [x, nw, h, copy, y_digits, y_copy] {
+            b.free(buf);
+        }
+    }
 }

@@ -40,6 +40,8 @@ pub struct Caps {
     pub pipeline_stats: bool,
     pub max_storage_buffer_range: u64,
     pub max_workgroup_count: [u32; 3],
+    /// Invocations of one workgroup at most (along x).
+    pub max_workgroup_invocations: u32,
     pub max_shared_memory: u32,
     pub max_push_constants: u32,
 }
@@ -96,6 +98,9 @@ impl Caps {
                 && pipeline_stats_feature(inst, pd),
             max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
             max_workgroup_count: limits.max_compute_work_group_count,
+            max_workgroup_invocations: limits
+                .max_compute_work_group_invocations
+                .min(limits.max_compute_work_group_size[0]),
             max_shared_memory: limits.max_compute_shared_memory_size,
             max_push_constants: limits.max_push_constants_size,
         })

@@ -39,8 +39,12 @@ pub(in crate::vk) struct OpState {
     pub prepared_x: Option<PreparedX>,
     /// x as int8 digits for the integer-dot GEMV (quantize_q8.comp).
     pub xq_scratch: Option<Buffer>,
-    /// What xq_scratch holds, so matmuls of one input (Q, K and V) share it.
+    /// The int8 digits last written (in xq_scratch or xq_out_scratch) and of
+    /// what, so matmuls of one input (Q, K and V) share them.
     pub xq_of: Option<QuantizedX>,
+    /// A GLU GEMV's output as int8 digits (mul_mat_vec.comp's Q8OUT),
+    /// apart from xq_scratch, which that GEMV reads.
+    pub xq_out_scratch: Option<Buffer>,
     /// argmax's per-workgroup (value, index) partials, grown on demand.
     pub argmax_scratch: Option<Buffer>,
     /// Decode attention's split arrival counts (attention_decode_merge):

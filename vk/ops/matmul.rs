@@ -4,8 +4,8 @@
 //! f16 cooperative matrices (glsl/mul_mat_coopmat.comp) where the device has
 //! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
-use super::Encoder;
 use super::{plain, read, typed, u32_of, write};
+use super::{Encoder, OpState};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,6 +45,19 @@ fn gemv_rows_workgroup(dtype: DType) -> u32 {
 /// 847.5 / 844.1; 256 was slower; benches/gemv.rs Q6_K 4096 x 14336 2.2 vs
 /// 1.7-1.8 TB/s.
 const GEMV_SUBGROUP_ROWS_INVOCATIONS: usize = 64;
+/// A GLU GEMV (integer dots, one row) of a weight up to this size writes its
+/// output's int8 digits itself (mul_mat_vec.comp's Q8OUT), so the next
+/// GEMV (the down projection) needs no quantize dispatch: each workgroup of
+/// GLU_Q8OUT_INVOCATIONS takes one block of 32 outputs. H100 tg128 at
+/// positions 512-640, two rounds in each of two calls: Llama-3.2-1B (18.9 MB
+/// gate_up) 985 / 979 -> 995 / 995 and 980 / 985 -> 994 / 992 tok/s, 151 ->
+/// 135 dispatches per token (at 4608-4736: 862 / 866 -> 860 / 861); with
+/// 256 / 128 / 64 invocations 971 / 908 / 830. TinyLlama (14.5 MB, whose 7.3
+/// MB down then reads the digits instead of f32) moved within its noise
+/// (893 / 894 -> 897 / 891, 889 / 871 -> 876 / 903); Llama-3.1-8B (66 MB)
+/// lost (310 -> 300-304), so it keeps its quantize.
+const GLU_Q8OUT_MAX_BYTES: usize = 32 << 20;
+const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -81,6 +94,8 @@ struct GemvPush {
 /// while neither that input nor the scratch has been written since.
 #[derive(Clone, Copy)]
 pub(in crate::vk) struct QuantizedX {
+    /// The buffer holding the digits.
+    buf: Buffer,
     x: u32,
     nw: Option<u32>,
     m: usize,
@@ -224,7 +239,7 @@ impl Encoder<'_> {
         // One dispatch per part of a split weight, each writing its columns of y.
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, None, row0, n)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, n, false)?;
         }
         Ok(())
     }
@@ -269,11 +284,14 @@ impl Encoder<'_> {
         if m == 0 {
             return Ok(());
         }
-        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n)
+        let q8out = gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES;
+        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, q8out)
     }
 
     /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
     /// rows `ldy` wide; with `glu`, w is a gate_up weight of `2 * ldy` rows.
+    /// With `q8out` the integer-dot kernel also writes one row of y as int8
+    /// digits where it can (whole blocks, one part).
     #[allow(clippy::too_many_arguments)]
     fn encode_gemv(
         &mut self,
@@ -285,6 +303,7 @@ impl Encoder<'_> {
         glu: Option<Activation>,
         row0: usize,
         ldy: usize,
+        q8out: bool,
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
@@ -305,7 +324,23 @@ impl Encoder<'_> {
         };
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
-        let (wg, rows_per_wg) = if own_rows {
+        let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
+        let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
+        let yq = if q8out
+            && q8
+            && own_rows
+            && m == 1
+            && n_out.is_multiple_of(32)
+            && row0 == 0
+            && wg_q8out >= self.caps().subgroup_size
+        {
+            Some(self.q8_scratch_in(|b| &mut b.xq_out_scratch, m, n_out)?.0)
+        } else {
+            None
+        };
+        let (wg, rows_per_wg) = if yq.is_some() {
+            (wg_q8out, 32)
+        } else if own_rows {
             let wg = self.caps().gemv_workgroup(GEMV_SUBGROUP_ROWS_INVOCATIONS);
             (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
         } else {
@@ -316,7 +351,6 @@ impl Encoder<'_> {
         };
         // One-row decode keeps only its own sums in registers.
         let max_m = if m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
-        let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
         let push = GemvPush {
             n: u32_of(OP, "n", n_out)?,
             k: u32_of(OP, "k", w.cols)?,
@@ -326,7 +360,8 @@ impl Encoder<'_> {
                 | (o.norm.is_some() as u32) << 2
                 | (own_rows as u32) << 3
                 | (glu.is_some() as u32) << 4
-                | ((glu == Some(Activation::GeluTanh)) as u32) << 5,
+                | ((glu == Some(Activation::GeluTanh)) as u32) << 5
+                | (yq.is_some() as u32) << 6,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
             rows_per_wg,
             row0: u32_of(OP, "row0", row0)?,
@@ -348,6 +383,7 @@ impl Encoder<'_> {
             write(y),
             read(o.bias.unwrap_or(&x)),
             read(o.norm.map_or(&x, |(nw, _)| nw)),
+            write(yq.as_ref().unwrap_or(y)),
         ];
         self.dispatch(
             OP,
@@ -355,7 +391,11 @@ impl Encoder<'_> {
             &binds,
             bytemuck::bytes_of(&push),
             groups,
-        )
+        )?;
+        if let Some(yq) = yq {
+            self.mark_quantized(y, None, m, n_out, &yq);
+        }
+        Ok(())
     }
 
     /// Whether a weight of `dtype` and `bytes` takes the integer-dot GEMV
@@ -400,12 +440,22 @@ impl Encoder<'_> {
     /// The backend's xq scratch, sized for `m` quantized rows of `k`
     /// values, and their stride in words (quantize_q8.comp's layout).
     pub(in crate::vk) fn q8_scratch(&mut self, m: usize, k: usize) -> Result<(Buffer, usize)> {
+        self.q8_scratch_in(|b| &mut b.xq_scratch, m, k)
+    }
+
+    /// [`Encoder::q8_scratch`] in the scratch buffer `slot`.
+    fn q8_scratch_in(
+        &mut self,
+        slot: fn(&mut OpState) -> &mut Option<Buffer>,
+        m: usize,
+        k: usize,
+    ) -> Result<(Buffer, usize)> {
         let stride = q8_stride(k);
         let bytes = m
             .checked_mul(stride)
             .and_then(|v| v.checked_mul(4))
             .ok_or_else(|| Error::op("quantize", "quantized x size overflows"))?;
-        Ok((self.scratch(|b| &mut b.xq_scratch, bytes)?, stride))
+        Ok((self.scratch(slot, bytes)?, stride))
     }
 
     /// Note that the dispatch just recorded wrote `xq` as `x` quantized
@@ -421,6 +471,7 @@ impl Encoder<'_> {
         xq: &Buffer,
     ) {
         self.state.xq_of = self.rec.last_write(xq.id).map(|at| QuantizedX {
+            buf: *xq,
             x: x.id,
             nw: nw.map(|b| b.id),
             m,
@@ -432,10 +483,9 @@ impl Encoder<'_> {
     /// The xq scratch when it holds `m` rows of `x` (times `nw`) quantized
     /// in this recording and neither was written since.
     fn quantized(&self, x: &Buffer, nw: Option<&Buffer>, m: usize, k: usize) -> Option<Buffer> {
-        let t = self.state.xq_scratch?;
         let c = self.state.xq_of?;
         let same = (c.x, c.nw, c.m, c.k) == (x.id, nw.map(|b| b.id), m, k);
-        (same && self.still_derived(&t, c.at, [Some(c.x), c.nw])).then_some(t)
+        (same && self.still_derived(&c.buf, c.at, [Some(c.x), c.nw])).then_some(c.buf)
     }
 
     /// Whether `scratch` still holds what the recorder's write number `at`
