@@ -80,7 +80,8 @@ struct GemvPush {
     k: u32,
     m: u32,
     /// 1: bias, 2: add to y, 4: RMS norm of x folded in, 8: subgroup rows,
-    /// 16: GLU of gate_up rows, 32: GELU (else SiLU) for it.
+    /// 16: GLU of gate_up rows, 32: GELU (else SiLU) for it, 64: y's int8
+    /// digits too (Q8OUT).
     flags: u32,
     eps: f32,
     /// With the subgroup-rows flag: output rows of one workgroup.
@@ -325,9 +326,20 @@ impl Encoder<'_> {
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
         let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
+        let (x, kernel) = if q8 {
+            (
+                self.encode_quantize_q8(x, o.norm.map(|(nw, _)| nw), m, w.cols)?,
+                "mul_mat_vec_q8",
+            )
+        } else {
+            (*x, "mul_mat_vec")
+        };
         let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
+        // Not where x's own digits are in the output scratch (a GLU of a
+        // GLU's output): the dispatch would overwrite what it reads.
         let yq = if q8out
             && q8
+            && self.state.xq_out_scratch.is_none_or(|b| b.id != x.id)
             && own_rows
             && m == 1
             && n_out.is_multiple_of(32)
@@ -368,14 +380,6 @@ impl Encoder<'_> {
             ldy: u32_of(OP, "n", ldy)?,
         };
         let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
-        let (x, kernel) = if q8 {
-            (
-                self.encode_quantize_q8(x, o.norm.map(|(nw, _)| nw), m, w.cols)?,
-                "mul_mat_vec_q8",
-            )
-        } else {
-            (*x, "mul_mat_vec")
-        };
         // Absent bias and norm weights: x stands in at their bindings (never read).
         let binds = [
             read(&w.buf),
