@@ -55,7 +55,7 @@ const GEMV_SUBGROUP_ROWS_INVOCATIONS: usize = 64;
 /// 256 / 128 / 64 invocations 971 / 908 / 830. TinyLlama (14.5 MB, whose 7.3
 /// MB down then reads the digits instead of f32) moved within its noise
 /// (893 / 894 -> 897 / 891, 889 / 871 -> 876 / 903); Llama-3.1-8B (66 MB)
-/// lost (310 -> 300-304), so it keeps its quantize.
+/// lost (310 -> 298-304), so it keeps its quantize.
 const GLU_Q8OUT_MAX_BYTES: usize = 32 << 20;
 const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 #[repr(C)]
