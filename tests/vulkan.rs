@@ -31,6 +31,17 @@ const TOL: f32 = 1e-4;
 /// error of about 2 · 2⁻¹¹ ≈ 1e-3 (see matmul_coopmat_every_dtype).
 const COOPMAT_TOL: f32 = 2e-3;
 
+/// A Vulkan backend whose integer-dot GEMV takes weights of every size, or
+/// None where the device has no integer dot products (nothing is quantized).
+fn q8_everywhere() -> Option<VulkanBackend> {
+    let mut b = common::vulkan_backend()?;
+    if !b.kernels().gemv_q8 {
+        return None;
+    }
+    b.set_gemv_q8(Some(0)).unwrap();
+    Some(b)
+}
+
 /// Run `f` inside one pass.
 fn pass(b: &mut VulkanBackend, f: impl FnOnce(&mut VulkanBackend)) {
     b.begin_pass().unwrap();
@@ -436,13 +447,9 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 /// and the projection quantizes for itself.
 #[test]
 fn attention_merge_quantizes_like_quantize_q8() {
-    let Some(mut b) = common::vulkan_backend() else {
+    let Some(mut b) = q8_everywhere() else {
         return;
     };
-    if !b.kernels().gemv_q8 {
-        return; // no integer dot products: nothing is quantized
-    }
-    b.set_gemv_q8(Some(0)).unwrap();
     // The last column: merge dispatches (a split span: 4 heads over 5K keys).
     for (rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges) in [
         (1, 300, 9, 3, 64, DType::Q4_0, 0),
@@ -1303,13 +1310,9 @@ fn pipeline_cache_round_trips_through_disk() {
 /// reading a copy, which is quantized by a dispatch of its own.
 #[test]
 fn glu_writes_digits_like_quantize_q8() {
-    let Some(mut b) = common::vulkan_backend() else {
+    let Some(mut b) = q8_everywhere() else {
         return;
     };
-    if !b.kernels().gemv_q8 {
-        return; // no integer dot products: nothing is quantized
-    }
-    b.set_gemv_q8(Some(0)).unwrap();
     for (dtype, n, cols, n_down) in [(DType::Q4K, 64, 256, 32), (DType::Q4_0, 96, 64, 40)] {
         let gub = weight_bytes(dtype, 2 * n, cols, 7);
         let gate_up = b.upload_weight(dtype, 2 * n, cols, &gub).unwrap();
