@@ -22,6 +22,7 @@
 // dispatch, and its barrier, disappear.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
 layout(local_size_x = 128) in;
@@ -57,9 +58,8 @@ layout(push_constant) uniform Push {
 
 shared float ws[MAX_SPLITS];
 shared float sums[WG];
-// q8: the block's values, and the digit sums of its 8 groups of 4.
+// q8: the block's values.
 shared vec4 outs[DS / 4u];
-shared int dsum[DS / 4u];
 
 void main() {
     uint hd = pc.head_dim;
@@ -158,34 +158,18 @@ void main() {
         outs[t / 4u][t % 4u] = val;
     }
     barrier();
-    uint k = pc.n_heads * hd;
-    uint qbase = r * pc.q8_stride;
-    float d8 = 0.0;
-    if (t < DS / 4u) {
-        float amax = 0.0;
-        [[unroll]] for (uint i = 0u; i < DS / 4u; i++) {
-            vec4 a = abs(outs[i]);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    uint qu = q8_unit_index();
+    if (qu < DS / 4u) {
+        Q8Unit dg = q8_unit(outs[qu]);
+        uint k = pc.n_heads * hd;
+        uint qbase = r * pc.q8_stride;
+        uint u = (h * hd + d0) / 4u + qu; // this invocation's 4 values in the row
+        q[qbase + u] = dg.hi;
+        q[qbase + q8_lo_at(k, u)] = dg.lo;
+        if (qu == 0u) {
+            uint at = qbase + q8_block_at(k, u);
+            qf[at] = dg.block.x;
+            qf[at + 1u] = dg.block.y;
         }
-        d8 = q8_scale(amax);
-        uint hi;
-        uint lo;
-        int digits;
-        q8_encode(outs[t], d8, hi, lo, digits);
-        uint u = (h * hd + d0) / 4u + t; // this invocation's 4 values in the row
-        q[qbase + u] = hi;
-        q[qbase + k / 4u + u] = lo;
-        dsum[t] = digits;
-    }
-    barrier();
-    if (t == 0u) {
-        int sum = 0;
-        [[unroll]] for (uint i = 0u; i < DS / 4u; i++) {
-            sum += dsum[i];
-        }
-        vec2 ds2 = q8_block(d8, sum);
-        uint at = qbase + k / 2u + 2u * ((h * hd + d0) / 32u);
-        qf[at] = ds2.x;
-        qf[at + 1u] = ds2.y;
     }
 }

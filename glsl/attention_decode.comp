@@ -136,10 +136,8 @@ shared float red_l[NC];
 // load would be, so no compiler can fold the f16 rounding away.
 shared uvec4 kf[HD4];
 shared uvec4 vf[HD4];
-// Q8: a head's output, its blocks' scales and the digit sums of each 4 values.
+// Q8: a head's output.
 shared vec4 outs[HD4];
-shared float bscale[HD / 32u + 1u];
-shared int dsum[HD4];
 
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 // Four values as the cache's words, and back.
@@ -500,38 +498,19 @@ void main() {
             // The head's blocks of 32 as quantize_q8.comp would write them
             // (head_dim a multiple of 32; uniform per workgroup).
             barrier();
-            uint k = pc.n_heads * HD;
-            uint qbase = r * pc.q8_stride;
-            if (t < HD4) {
-                uint b0 = t / 8u * 8u;
-                float amax = 0.0;
-                [[unroll]] for (uint i = 0u; i < 8u; i++) {
-                    vec4 v = abs(outs[b0 + i]);
-                    amax = max(amax, max(max(v.x, v.y), max(v.z, v.w)));
+            uint qu = q8_unit_index();
+            if (qu < HD4) {
+                Q8Unit dg = q8_unit(outs[qu]);
+                uint k = pc.n_heads * HD;
+                uint qbase = r * pc.q8_stride;
+                uint u = hg * HD4 + qu;
+                xq[qbase + u] = dg.hi;
+                xq[qbase + q8_lo_at(k, u)] = dg.lo;
+                if (qu % 8u == 0u) {
+                    uint at = qbase + q8_block_at(k, u);
+                    xqf[at] = dg.block.x;
+                    xqf[at + 1u] = dg.block.y;
                 }
-                float d8 = q8_scale(amax);
-                uint hi;
-                uint lo;
-                int digits;
-                q8_encode(outs[t], d8, hi, lo, digits);
-                uint u = hg * HD4 + t;
-                xq[qbase + u] = hi;
-                xq[qbase + k / 4u + u] = lo;
-                dsum[t] = digits;
-                if (t == b0) {
-                    bscale[t / 8u] = d8;
-                }
-            }
-            barrier();
-            if (t < HD / 32u) {
-                int sum = 0;
-                [[unroll]] for (uint i = 0u; i < 8u; i++) {
-                    sum += dsum[8u * t + i];
-                }
-                vec2 ds2 = q8_block(bscale[t], sum);
-                uint at = qbase + k / 2u + 2u * (hg * (HD / 32u) + t);
-                xqf[at] = ds2.x;
-                xqf[at + 1u] = ds2.y;
             }
         }
     }

@@ -36,6 +36,7 @@
 
 #if defined(Q8X)
 #extension GL_EXT_spirv_intrinsics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #include "common.glsl"
 
@@ -63,7 +64,7 @@ const uint SUBGROUP_ROWS = 8u;
 // outputs. GELU picks the tanh GELU over SiLU.
 const uint GLU = 16u;
 const uint GELU = 32u;
-// Q8OUT (SUBGROUP_ROWS, one x row, rows_per_wg a multiple of 32 up to
+// Q8OUT (Q8X, SUBGROUP_ROWS, one x row, rows_per_wg a multiple of 32 up to
 // Q8OUT_ROWS): the workgroup also writes its outputs into `yq` as
 // quantize_q8.comp would without a norm.
 const uint Q8OUT = 64u;
@@ -84,9 +85,10 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "dequant.glsl"
-#include "q8.glsl"
 
 #if defined(Q8X)
+#include "q8.glsl"
+
 // quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
 // k/32 (d, Σx̂), Σx² of each 1024 values.
 layout(binding = 1) readonly buffer XQ4 { uvec4 xq4[]; };
@@ -558,12 +560,11 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
 const uint MAX_SUBGROUPS = 32u;
 shared float part_acc[MAX_SUBGROUPS][NR_CAP * M_CAP];
 shared float part_ss[MAX_SUBGROUPS][M_CAP];
-// Q8OUT: a workgroup's outputs (rows_per_wg at most), their 4-value maxima
-// and digit sums.
+#if defined(Q8X)
+// Q8OUT: a workgroup's outputs (rows_per_wg at most).
 const uint Q8OUT_ROWS = 64u;
 shared float qo[Q8OUT_ROWS];
-shared float qmax[Q8OUT_ROWS / 4u];
-shared int qsum[Q8OUT_ROWS / 4u];
+#endif
 
 // What storing output (row, x row r) reads besides its dot products: the
 // bias, y's old value (ADD) and, for int8 x with the norm, x's Σx² parts.
@@ -615,53 +616,32 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
         total += e.y;
     }
     y[r * pc.ldy + pc.row0 + row] = total;
+#if defined(Q8X)
     if ((pc.flags & Q8OUT) != 0u) {
         qo[row % pc.rows_per_wg] = total;
     }
+#endif
 }
 
+#if defined(Q8X)
 // Q8OUT: the workgroup's outputs [first, last) (whole blocks of 32) as
 // int8 digits, rows of pc.n values.
 void store_q8(uint first, uint last) {
     barrier(); // qo complete
-    uint t = gl_LocalInvocationIndex;
-    uint units = (last - first) / 4u;
-    vec4 v = vec4(0.0);
-    if (t < units) {
-        v = vec4(qo[4u * t], qo[4u * t + 1u], qo[4u * t + 2u], qo[4u * t + 3u]);
-        vec4 a = abs(v);
-        qmax[t] = max(max(a.x, a.y), max(a.z, a.w));
-    }
-    barrier();
-    float d = 0.0;
-    if (t < units) {
-        uint b0 = t & ~7u;
-        float amax = 0.0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            amax = max(amax, qmax[b0 + i]);
+    uint qu = q8_unit_index();
+    if (qu < (last - first) / 4u) {
+        Q8Unit dg = q8_unit(vec4(qo[4u * qu], qo[4u * qu + 1u], qo[4u * qu + 2u], qo[4u * qu + 3u]));
+        uint u = first / 4u + qu;
+        yq[u] = dg.hi;
+        yq[q8_lo_at(pc.n, u)] = dg.lo;
+        if (qu % 8u == 0u) {
+            uint at = q8_block_at(pc.n, u);
+            yqf[at] = dg.block.x;
+            yqf[at + 1u] = dg.block.y;
         }
-        d = q8_scale(amax);
-        uint hi;
-        uint lo;
-        int digits;
-        q8_encode(v, d, hi, lo, digits);
-        uint u = first / 4u + t;
-        yq[u] = hi;
-        yq[pc.n / 4u + u] = lo;
-        qsum[t] = digits;
-    }
-    barrier();
-    if (t < units && (t & 7u) == 0u) {
-        int sum = 0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            sum += qsum[t + i];
-        }
-        vec2 ds2 = q8_block(d, sum);
-        uint at = pc.n / 2u + 2u * ((first / 4u + t) / 8u);
-        yqf[at] = ds2.x;
-        yqf[at + 1u] = ds2.y;
     }
 }
+#endif
 
 // The NR × MAX_M dot products and MAX_M sums of squares of rows row0.., this
 // subgroup's share summed.
@@ -719,9 +699,11 @@ void main() {
                 }
             }
         }
+#if defined(Q8X)
         if ((pc.flags & Q8OUT) != 0u) {
-            store_q8(first, last);
+            store_q8(first, last); // uniform: flags and the workgroup's rows
         }
+#endif
         return;
     }
     uint row0 = wg_linear() * out_rows();

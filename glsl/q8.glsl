@@ -1,9 +1,10 @@
 // x as two int8 digits per value, as mul_mat_vec.comp's Q8X variant reads it
-// (quantize_q8.comp says why and lays out the row); attention_combine.comp
-// writes the same digits for its output. Both go through these functions,
-// and `precise` keeps a compiler from reassociating them differently in the
-// two shaders (lavapipe did: Σ moved by an ulp), so the two agree bit for
-// bit.
+// (quantize_q8.comp says why and lays out the row). quantize_q8.comp,
+// attention_decode.comp, attention_combine.comp and mul_mat_vec.comp's
+// Q8OUT all write them through q8_unit, and `precise` keeps a compiler from
+// reassociating the arithmetic differently in each (lavapipe did: Σ moved
+// by an ulp), so they agree bit for bit. An includer enables
+// GL_KHR_shader_subgroup_shuffle.
 
 // Halves away from zero, as Rust's f32::round and ggml's roundf.
 vec4 round_away(vec4 v) {
@@ -39,4 +40,49 @@ void q8_encode(vec4 v, float d, out uint hi_word, out uint lo_word, out int digi
 vec2 q8_block(float d, int digit_sum) {
     precise float sigma = d * float(digit_sum) / 254.0;
     return vec2(d, sigma);
+}
+
+// Where a row of k values keeps unit u's (values 4u..4u+3) hi and lo digits
+// and its block's (d, Σ), in words from the row's start.
+uint q8_lo_at(uint k, uint u) {
+    return k / 4u + u;
+}
+
+uint q8_block_at(uint k, uint u) {
+    return k / 2u + 2u * (u / 8u);
+}
+
+// This invocation's place among a workgroup's q8 units: numbered by
+// subgroup lane, so the 8 units of a block are 8 lanes of one subgroup
+// (subgroups of at least 8, vk/caps.rs) whatever the driver's lane order.
+uint q8_unit_index() {
+    return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+}
+
+// Unit v's digits and its block's (d, Σ) (the same in all 8 lanes).
+struct Q8Unit {
+    uint hi;
+    uint lo;
+    vec2 block;
+};
+
+// Called by the 8 lanes of a block (q8_unit_index() / 8 alike), all active:
+// the block's |x| max and digit sum go round them by xor shuffles, exact
+// whatever the order (a max and an integer sum), so no shared memory or
+// barrier is needed.
+Q8Unit q8_unit(vec4 v) {
+    vec4 a = abs(v);
+    float amax = max(max(a.x, a.y), max(a.z, a.w));
+    [[unroll]] for (uint m = 1u; m < 8u; m <<= 1u) {
+        amax = max(amax, subgroupShuffleXor(amax, m));
+    }
+    float d = q8_scale(amax);
+    Q8Unit q;
+    int digits;
+    q8_encode(v, d, q.hi, q.lo, digits);
+    [[unroll]] for (uint m = 1u; m < 8u; m <<= 1u) {
+        digits += subgroupShuffleXor(digits, m);
+    }
+    q.block = q8_block(d, digits);
+    return q;
 }

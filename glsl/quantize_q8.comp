@@ -10,7 +10,7 @@
 //
 // One invocation per 4 values, 8 to a block, workgroups of 1024 values
 // across the row (y: the row): a dispatch on the decode path's critical
-// path, so its chain per invocation is one load, a few shared-memory steps
+// path, so its chain per invocation is one load, a few subgroup shuffles
 // and one store; one workgroup walking the row serially cost an 8B decode
 // step ~1 ms over its 129 quantizes.
 //
@@ -19,6 +19,7 @@
 // workgroup's 1024 values (q8_parts in vk/ops/matmul.rs).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -38,14 +39,9 @@ layout(push_constant) uniform Push {
 #include "reduce.glsl"
 #include "q8.glsl"
 
-// Per invocation: |x| max of its 4 values, then its digits' sum.
-shared float blk_max[256];
-shared int blk_sum[256];
-
 void main() {
     uint r = gl_WorkGroupID.y;
-    uint t = gl_LocalInvocationID.x;
-    uint u = gl_WorkGroupID.x * 256u + t; // this invocation's 4 values
+    uint u = gl_WorkGroupID.x * 256u + q8_unit_index(); // this invocation's 4 values
     bool live = u < pc.k / 4u;
     uint base = r * pc.stride;
     vec4 v = live ? x4[r * (pc.k / 4u) + u] : vec4(0.0);
@@ -53,40 +49,21 @@ void main() {
     if (live && pc.norm != 0u) {
         v *= nw4[u];
     }
-    vec4 a = abs(v);
-    blk_max[t] = max(max(a.x, a.y), max(a.z, a.w));
-    barrier();
-    uint first = t & ~7u;
-    float amax = 0.0;
-    [[unroll]] for (uint i = 0u; i < 8u; i++) {
-        amax = max(amax, blk_max[first + i]);
-    }
-    float d = q8_scale(amax);
-    uint hi;
-    uint lo;
-    int digits;
-    q8_encode(v, d, hi, lo, digits);
-    blk_sum[t] = digits;
+    Q8Unit dg = q8_unit(v); // every lane: a block is live or not as a whole
     if (live) {
-        q[base + u] = hi;
-        q[base + pc.k / 4u + u] = lo;
-    }
-    barrier();
-    if (live && t == first) {
-        int sum = 0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            sum += blk_sum[first + i];
+        q[base + u] = dg.hi;
+        q[base + q8_lo_at(pc.k, u)] = dg.lo;
+        if (u % 8u == 0u) {
+            uint at = base + q8_block_at(pc.k, u);
+            qf[at] = dg.block.x;
+            qf[at + 1u] = dg.block.y;
         }
-        uint ds = base + pc.k / 2u + 2u * (u / 8u);
-        vec2 ds2 = q8_block(d, sum);
-        qf[ds] = ds2.x;
-        qf[ds + 1u] = ds2.y;
     }
     // Only a folded norm reads Σx² (pc.norm is uniform, so the
     // workgroup-wide sum stays in uniform control flow).
     if (pc.norm != 0u) {
         float total = wg_sum(ss);
-        if (t == 0u) {
+        if (gl_LocalInvocationIndex == 0u) {
             qf[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
         }
     }

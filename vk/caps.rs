@@ -367,7 +367,10 @@ impl Kernels {
             }
         };
         let gemv_q8 = match std::env::var("VKLLM_GEMV_X").as_deref() {
-            Err(_) | Ok("") | Ok("q8") => caps.integer_dot,
+            // q8.glsl's block sums go round 8 lanes by shuffles.
+            Err(_) | Ok("") | Ok("q8") => {
+                caps.integer_dot && caps.subgroup_shuffle && caps.subgroup_size >= 8
+            }
             Ok("f32") => false,
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
