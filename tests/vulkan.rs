@@ -284,7 +284,9 @@ fn matmul_gemv_model_sized_rows_every_m() {
     };
     // Row counts that are not a multiple of the rows per workgroup, model-sized
     // k (4096, and 14336 for the anchor types' FFN down projection), m = 1..4
-    // sharing one pass over the weights.
+    // sharing one pass over the weights. 2048 x 4096 (4.7-6.9 MB, twice as
+    // many columns as rows): the integer-dot kernel shares its rows over the
+    // workgroup there (vk/ops/matmul.rs shares_rows), two per subgroup below.
     let mut shapes: Vec<(DType, usize, usize)> =
         DType::ALL.into_iter().map(|d| (d, 37, 4096)).collect();
     for d in [
@@ -295,6 +297,9 @@ fn matmul_gemv_model_sized_rows_every_m() {
         DType::Q8_0,
     ] {
         shapes.push((d, 5, 14336));
+    }
+    for d in [DType::Q4K, DType::Q6K, DType::Q4_0] {
+        shapes.push((d, 2048, 4096));
     }
     for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
         let wb = weight_bytes(dtype, rows, cols, 300 + si as u64);

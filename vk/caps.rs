@@ -266,19 +266,21 @@ pub enum GemvKernel {
     /// Each subgroup on 2 rows of its own, k split over its lanes.
     Subgroup,
     /// Subgroup rows for the integer-dot kernel, workgroup rows for the f32
-    /// one: each the faster on an H200 for every weight type and decode
-    /// shape of the anchor models (benches/gemv.rs and tg128, session 5 of
-    /// issue 9).
+    /// one (each the faster on an H200 for the anchor models' decode
+    /// shapes, benches/gemv.rs and tg128, session 5 of issue 9), except
+    /// integer-dot weights with few rows for their length (`few_rows`,
+    /// vk/ops/matmul.rs `shares_rows`), which share theirs too.
     Auto,
 }
 
 impl GemvKernel {
-    /// Whether the integer-dot (`q8`) or f32 kernel takes subgroup rows.
-    pub fn subgroup_rows(self, q8: bool) -> bool {
+    /// Whether the integer-dot (`q8`) or f32 kernel takes subgroup rows for
+    /// a weight with (`few_rows`) or without few rows for its length.
+    pub fn subgroup_rows(self, q8: bool, few_rows: bool) -> bool {
         match self {
             GemvKernel::Workgroup => false,
             GemvKernel::Subgroup => true,
-            GemvKernel::Auto => q8,
+            GemvKernel::Auto => q8 && !few_rows,
         }
     }
 }

@@ -39,6 +39,23 @@ fn gemv_rows_workgroup(dtype: DType) -> u32 {
         _ => 4,
     }
 }
+/// Whether an integer-dot GEMV (not a GLU: Q8OUT needs own rows) shares
+/// its rows over the workgroup, as the f32 kernel does, instead of giving
+/// each subgroup two of its own: a weight of at least 4 MiB with at most
+/// 2048 rows and at least twice as many columns (the down projections of
+/// TinyLlama and Llama-3.2-1B). Its own-row subgroups are too few to keep
+/// enough loads in flight: benches/gemv.rs, H100, GB/s own -> shared rows,
+/// 2048 x 5632 Q4_K 485 -> 513, Q6_K 913 -> 1,049, Q4_0 487 -> 626; 2048 x
+/// 8192 955 -> 1,007, 1,129 -> 1,316, 923 -> 1,095; tg128 at positions
+/// 512-640 / 4608-4736 (same call, two rounds) TinyLlama 891 / 892 -> 935 /
+/// 931 and 822 / 827 -> 842 / 841, Llama-3.2-1B 990 / 989 -> 998 / 997 and
+/// 857 / 856 -> 853 / 852. The 8B lost with it: its 2.4 MB K and V (1024 x
+/// 4096, beside Q) 308-309 -> 302 tok/s though the bench read them 6-13%
+/// faster alone, its Q6_K 4096 x 14336 down projections 307 (bench +8%).
+fn shares_rows(w: &Weight) -> bool {
+    w.buf.bytes >= 4 << 20 && w.rows <= 2048 && w.cols >= 2 * w.rows
+}
+
 /// Invocations of a workgroup whose subgroups take rows of their own (two
 /// subgroups on NVIDIA). H200 tg128, integer-dot GEMV, against 128: the
 /// 8B 314.3 / 316.0 vs 301.7 / 303.2 tok/s, Llama-3.2-1B 864.7 / 874.5 vs
@@ -317,7 +334,8 @@ impl Encoder<'_> {
                     && self
                         .quantized(x, o.norm.map(|(nw, _)| nw), m, w.cols)
                         .is_some());
-        let own_rows = self.kernels.gemv.subgroup_rows(q8);
+        let few_rows = glu.is_none() && shares_rows(w);
+        let own_rows = self.kernels.gemv.subgroup_rows(q8, few_rows);
         let nr = if own_rows {
             GEMV_ROWS_SUBGROUP
         } else {
