@@ -16,7 +16,7 @@
 // chunk was written by the prefill kernel itself.
 //
 // With q8_stride > 0 (decode, head_dim a multiple of 32, DS = 32: a
-// workgroup's dims are one block) the output also goes into `xq` as
+// workgroup's dims are one block) the output also goes into binding 3 as
 // quantize_q8.comp would write it, rows q8_stride words apart (no Σx² words:
 // the o projection reading it folds no norm), so that projection's quantize
 // dispatch, and its barrier, disappear.
@@ -38,8 +38,6 @@ const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
 layout(binding = 0) readonly buffer Part { float part[]; };
 layout(binding = 1) writeonly buffer Out { float o[]; };
 layout(binding = 2) readonly buffer Pos { uint pos[]; };
-layout(binding = 3) writeonly buffer Q { uint q[]; };
-layout(binding = 3) writeonly buffer QF { float qf[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -54,6 +52,7 @@ layout(push_constant) uniform Push {
 
 #include "reduce.glsl"
 #include "attention_split.glsl"
+#define Q8_OUT_BINDING 3
 #include "q8.glsl"
 
 shared float ws[MAX_SPLITS];
@@ -160,16 +159,7 @@ void main() {
     barrier();
     uint qu = q8_unit_index();
     if (qu < DS / 4u) {
-        Q8Unit dg = q8_unit(outs[qu]);
-        uint k = pc.n_heads * hd;
-        uint qbase = r * pc.q8_stride;
         uint u = (h * hd + d0) / 4u + qu; // this invocation's 4 values in the row
-        q[qbase + u] = dg.hi;
-        q[qbase + q8_lo_at(k, u)] = dg.lo;
-        if (qu == 0u) {
-            uint at = qbase + q8_block_at(k, u);
-            qf[at] = dg.block.x;
-            qf[at + 1u] = dg.block.y;
-        }
+        q8_store(r * pc.q8_stride, pc.n_heads * hd, u, q8_unit(outs[qu]));
     }
 }

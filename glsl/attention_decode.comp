@@ -46,7 +46,7 @@
 // head tile) to finish, told by an arrival count that it resets, merges
 // the splits itself, and attention_combine.comp's dispatch and barrier go.
 //
-// With Q8 and one split the output also goes to `xq` as int8 digits, as
+// With Q8 and one split the output also goes to binding 10 as int8 digits, as
 // quantize_q8.comp would write them (the o projection's integer-dot GEMV
 // reads them; with several splits attention_combine.comp writes them).
 //
@@ -101,9 +101,6 @@ layout(binding = 1) writeonly buffer KOut { vec4 kout4[]; };
 layout(binding = 2) writeonly buffer VOut { vec4 vout4[]; };
 layout(binding = 1) writeonly buffer KOut16 { uvec2 kout16[]; };
 layout(binding = 2) writeonly buffer VOut16 { uvec2 vout16[]; };
-// Q8: the output as int8 digits too (q8.glsl), rows q8_stride words apart.
-layout(binding = 10) writeonly buffer XQ { uint xq[]; };
-layout(binding = 10) writeonly buffer XQF { float xqf[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -121,6 +118,8 @@ layout(push_constant) uniform Push {
 
 #include "attention_split.glsl"
 #include "rope.glsl"
+// Q8: the output as int8 digits too, rows q8_stride words apart.
+#define Q8_OUT_BINDING 10
 #include "q8.glsl"
 #if defined(MERGE)
 #include "reduce.glsl"
@@ -500,17 +499,7 @@ void main() {
             barrier();
             uint qu = q8_unit_index();
             if (qu < HD4) {
-                Q8Unit dg = q8_unit(outs[qu]);
-                uint k = pc.n_heads * HD;
-                uint qbase = r * pc.q8_stride;
-                uint u = hg * HD4 + qu;
-                xq[qbase + u] = dg.hi;
-                xq[qbase + q8_lo_at(k, u)] = dg.lo;
-                if (qu % 8u == 0u) {
-                    uint at = qbase + q8_block_at(k, u);
-                    xqf[at] = dg.block.x;
-                    xqf[at + 1u] = dg.block.y;
-                }
+                q8_store(r * pc.q8_stride, pc.n_heads * HD, hg * HD4 + qu, q8_unit(outs[qu]));
             }
         }
     }

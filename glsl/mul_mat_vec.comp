@@ -49,8 +49,6 @@ layout(binding = 2) buffer Y { float y[]; };
 layout(binding = 3) readonly buffer B { float bias[]; };
 layout(binding = 4) readonly buffer NW { float nw[]; };
 layout(binding = 4) readonly buffer NW4 { vec4 nw4[]; };
-layout(binding = 5) writeonly buffer YQ { uint yq[]; };
-layout(binding = 5) writeonly buffer YQF { float yqf[]; };
 
 // Flag bits (vk/ops/matmul.rs GemvPush).
 const uint HAS_BIAS = 1u;
@@ -65,7 +63,7 @@ const uint SUBGROUP_ROWS = 8u;
 const uint GLU = 16u;
 const uint GELU = 32u;
 // Q8OUT (Q8X, SUBGROUP_ROWS, one x row, rows_per_wg a multiple of 32 up to
-// Q8OUT_ROWS): the workgroup also writes its outputs into `yq` as
+// Q8OUT_ROWS): the workgroup also writes its outputs into binding 5 as
 // quantize_q8.comp would without a norm.
 const uint Q8OUT = 64u;
 
@@ -87,6 +85,7 @@ layout(push_constant) uniform Push {
 #include "dequant.glsl"
 
 #if defined(Q8X)
+#define Q8_OUT_BINDING 5 // Q8OUT's digits
 #include "q8.glsl"
 
 // quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
@@ -630,15 +629,8 @@ void store_q8(uint first, uint last) {
     barrier(); // qo complete
     uint qu = q8_unit_index();
     if (qu < (last - first) / 4u) {
-        Q8Unit dg = q8_unit(vec4(qo[4u * qu], qo[4u * qu + 1u], qo[4u * qu + 2u], qo[4u * qu + 3u]));
-        uint u = first / 4u + qu;
-        yq[u] = dg.hi;
-        yq[q8_lo_at(pc.n, u)] = dg.lo;
-        if (qu % 8u == 0u) {
-            uint at = q8_block_at(pc.n, u);
-            yqf[at] = dg.block.x;
-            yqf[at + 1u] = dg.block.y;
-        }
+        vec4 v = vec4(qo[4u * qu], qo[4u * qu + 1u], qo[4u * qu + 2u], qo[4u * qu + 3u]);
+        q8_store(0u, pc.n, first / 4u + qu, q8_unit(v));
     }
 }
 #endif

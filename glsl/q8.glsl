@@ -4,7 +4,8 @@
 // Q8OUT all write them through q8_unit, and `precise` keeps a compiler from
 // reassociating the arithmetic differently in each (lavapipe did: Σ moved
 // by an ulp), so they agree bit for bit. An includer enables
-// GL_KHR_shader_subgroup_shuffle.
+// GL_KHR_shader_subgroup_shuffle and, to store digits with q8_store,
+// defines Q8_OUT_BINDING (the destination's binding).
 
 // Halves away from zero, as Rust's f32::round and ggml's roundf.
 vec4 round_away(vec4 v) {
@@ -42,16 +43,6 @@ vec2 q8_block(float d, int digit_sum) {
     return vec2(d, sigma);
 }
 
-// Where a row of k values keeps unit u's (values 4u..4u+3) hi and lo digits
-// and its block's (d, Σ), in words from the row's start.
-uint q8_lo_at(uint k, uint u) {
-    return k / 4u + u;
-}
-
-uint q8_block_at(uint k, uint u) {
-    return k / 2u + 2u * (u / 8u);
-}
-
 // This invocation's place among a workgroup's q8 units: numbered by
 // subgroup lane, so the 8 units of a block are 8 lanes of one subgroup
 // (subgroups of at least 8, vk/caps.rs) whatever the driver's lane order.
@@ -86,3 +77,21 @@ Q8Unit q8_unit(vec4 v) {
     q.block = q8_block(d, digits);
     return q;
 }
+
+#if defined(Q8_OUT_BINDING)
+layout(binding = Q8_OUT_BINDING) writeonly buffer Q8Words { uint q8_words[]; };
+layout(binding = Q8_OUT_BINDING) writeonly buffer Q8Floats { float q8_floats[]; };
+
+// Unit u of the row of k values that starts at word `row`: hi digits at u,
+// lo digits at k/4 + u and, from the block's first unit, its (d, Σ) at
+// k/2 + 2·(u/8).
+void q8_store(uint row, uint k, uint u, Q8Unit dg) {
+    q8_words[row + u] = dg.hi;
+    q8_words[row + k / 4u + u] = dg.lo;
+    if (u % 8u == 0u) {
+        uint at = row + k / 2u + 2u * (u / 8u);
+        q8_floats[at] = dg.block.x;
+        q8_floats[at + 1u] = dg.block.y;
+    }
+}
+#endif

@@ -26,8 +26,6 @@ layout(local_size_x = 256) in;
 
 layout(binding = 0) readonly buffer X { vec4 x4[]; };
 layout(binding = 1) readonly buffer NW { vec4 nw4[]; };
-layout(binding = 2) writeonly buffer Q { uint q[]; };
-layout(binding = 2) writeonly buffer QF { float qf[]; };
 
 layout(push_constant) uniform Push {
     uint k;
@@ -37,6 +35,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 #include "reduce.glsl"
+#define Q8_OUT_BINDING 2
 #include "q8.glsl"
 
 void main() {
@@ -51,20 +50,14 @@ void main() {
     }
     Q8Unit dg = q8_unit(v); // every lane: a block is live or not as a whole
     if (live) {
-        q[base + u] = dg.hi;
-        q[base + q8_lo_at(pc.k, u)] = dg.lo;
-        if (u % 8u == 0u) {
-            uint at = base + q8_block_at(pc.k, u);
-            qf[at] = dg.block.x;
-            qf[at + 1u] = dg.block.y;
-        }
+        q8_store(base, pc.k, u, dg);
     }
     // Only a folded norm reads Σx² (pc.norm is uniform, so the
     // workgroup-wide sum stays in uniform control flow).
     if (pc.norm != 0u) {
         float total = wg_sum(ss);
         if (gl_LocalInvocationIndex == 0u) {
-            qf[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
+            q8_floats[base + pc.k / 2u + pc.k / 16u + gl_WorkGroupID.x] = total;
         }
     }
 }
