@@ -9,7 +9,8 @@
 //! a new type needs no change here. [`VARIANTS`] adds builds with one more
 //! define for some dtypes (mul_mat_vec's integer-dot
 //! `mul_mat_vec_q8.<dtype>`, whose packed dot products are declared through
-//! GL_EXT_spirv_intrinsics, which glslc 2023.2 has). A shader whose source
+//! GL_EXT_spirv_intrinsics, which glslc 2023.2 has, and `mul_mat_vec_q8in`,
+//! which also quantizes its input). A shader whose source
 //! contains `#extension GL_EXT_integer_dot_product` is built only when glslc
 //! supports that extension (probed here; exported as the cfg
 //! `vkllm_glsl_int_dot` and as a const in shaders.rs).
@@ -41,6 +42,12 @@ const VARIANTS: &[(&str, &str, &str, &[&str])] = &[
         "mul_mat_vec",
         "-DQ8X",
         "mul_mat_vec_q8",
+        &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
+    ),
+    (
+        "mul_mat_vec",
+        "-DQ8IN",
+        "mul_mat_vec_q8in",
         &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
     ),
     (

@@ -26,6 +26,11 @@
 // the GEMV reading them next needs no quantize dispatch (vk/ops/matmul.rs
 // GLU_Q8OUT_MAX_BYTES says where that pays).
 //
+// Built with Q8IN (mul_mat_vec_q8in, for the Q8OUT GLU), each workgroup
+// turns its one f32 x row into those digits itself, in shared memory, bit
+// for bit as quantize_q8.comp would (quantize_x), so the GLU needs no
+// quantize dispatch before it either.
+//
 // The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
 // block: a block is split into LANES slices, each invocation decodes its
 // block's header once and then all quants of its slice with wide loads, so
@@ -34,6 +39,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
+#if defined(Q8IN)
+#define Q8X
+#endif
 #if defined(Q8X)
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -97,6 +105,24 @@ layout(binding = 1) readonly buffer XQF { float xqf[]; };
 uint xq_parts() {
     return (pc.k + 1023u) / 1024u;
 }
+
+#if defined(Q8IN)
+// The workgroup's x row as quantize_q8.comp lays it out (from word 0):
+// k/16 uvec4s of hi digits then k/16 of lo digits, and the blocks' (d, Σ)
+// (float k/2 + i of the row at xinf[i]). The host keeps k within Q8IN_MAX_K.
+const uint Q8IN_MAX_K = 4096u;
+shared uvec4 xin4[Q8IN_MAX_K / 8u];
+shared float xinf[Q8IN_MAX_K / 16u];
+// Σx² of each subgroup's units per round (subgroups of at least 8), and
+// the row's total.
+shared float xin_ss[Q8IN_MAX_K / 32u];
+shared float xin_sq;
+#define X_DIGITS4(i) xin4[i]
+#define X_FLOAT(i) xinf[(i) - pc.k / 2u]
+#else
+#define X_DIGITS4(i) xq4[i]
+#define X_FLOAT(i) xqf[i]
+#endif
 
 // Rounded up to 4 words so every row's digits start 16-byte aligned.
 uint xq_stride() {
@@ -202,11 +228,11 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint col = col0 + 64u * sub;
     uint w4 = (r * xq_stride() + col / 4u) / 4u;
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        xs[i] = xq4[w4 + i];
-        xs[4u + i] = xq4[w4 + lo4() + i];
+        xs[i] = X_DIGITS4(w4 + i);
+        xs[4u + i] = X_DIGITS4(w4 + lo4() + i);
     }
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
-    sums = vec4(xqf[d], xqf[d + 1u], xqf[d + 2u], xqf[d + 3u]);
+    sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), X_FLOAT(d + 2u), X_FLOAT(d + 3u));
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
@@ -249,9 +275,9 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint d = row + pc.k / 2u + 2u * (col / 32u);
     [[unroll]] for (uint t = 0u; t < 4u; t++) {
         uint w4 = (row + (col + 32u * t) / 4u) / 4u;
-        xs[t] = xq4[w4];
-        xs[4u + t] = xq4[w4 + lo4()];
-        sums[t] = xqf[d + 2u * t];
+        xs[t] = X_DIGITS4(w4);
+        xs[4u + t] = X_DIGITS4(w4 + lo4());
+        sums[t] = X_FLOAT(d + 2u * t);
     }
 }
 
@@ -304,12 +330,12 @@ const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
     uint w4 = (r * xq_stride() + col0 / 4u) / 4u;
-    xs[0] = xq4[w4];
-    xs[1] = xq4[w4 + 1u];
-    xs[2] = xq4[w4 + lo4()];
-    xs[3] = xq4[w4 + lo4() + 1u];
+    xs[0] = X_DIGITS4(w4);
+    xs[1] = X_DIGITS4(w4 + 1u);
+    xs[2] = X_DIGITS4(w4 + lo4());
+    xs[3] = X_DIGITS4(w4 + lo4() + 1u);
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
-    sums = vec4(xqf[d], xqf[d + 1u], 0.0, 0.0);
+    sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), 0.0, 0.0);
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
@@ -583,7 +609,11 @@ Extra load_extra(uint row, uint r) {
     if ((pc.flags & ADD) != 0u) {
         e.y = y[r * pc.ldy + pc.row0 + row];
     }
-#if defined(Q8X)
+#if defined(Q8IN)
+    if ((pc.flags & NORM) != 0u) {
+        e.sq = xin_sq;
+    }
+#elif defined(Q8X)
     if ((pc.flags & NORM) != 0u) {
         uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
         for (uint p = 0u; p < xq_parts(); p++) {
@@ -621,6 +651,54 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
     }
 #endif
 }
+
+#if defined(Q8IN)
+// x's one row into xin4 / xinf, and its Σx² into xin_sq, bit for bit as
+// quantize_q8.comp writes them: unit u (4 values) in the lane it has there
+// (q8_unit_index(), rounds of a workgroup), and Σx² summed as there, by
+// subgroup, then 1024 values' subgroups in order, then those parts in
+// order (load_extra). Every invocation calls it.
+void quantize_x() {
+    uint units = pc.k / 4u;
+    for (uint base = 0u; base < units; base += gl_WorkGroupSize.x) {
+        uint u = base + q8_unit_index();
+        bool live = u < units;
+        vec4 v = live ? x4[u] : vec4(0.0);
+        float ss = subgroupAdd(dot(v, v));
+        if (live && (pc.flags & NORM) != 0u) {
+            v *= nw4[u];
+        }
+        Q8Unit dg = q8_unit(v); // every lane: a block is live or not as a whole
+        if (live) {
+            xin4[u / 4u][u % 4u] = dg.hi;
+            xin4[pc.k / 16u + u / 4u][u % 4u] = dg.lo;
+            if (u % 8u == 0u) {
+                xinf[u / 4u] = dg.block.x;
+                xinf[u / 4u + 1u] = dg.block.y;
+            }
+        }
+        uint first = base + gl_SubgroupID * gl_SubgroupSize;
+        if (subgroupElect() && first < units) {
+            xin_ss[first / gl_SubgroupSize] = ss;
+        }
+    }
+    barrier();
+    if (gl_LocalInvocationIndex == 0u && (pc.flags & NORM) != 0u) {
+        uint chunks = (units + gl_SubgroupSize - 1u) / gl_SubgroupSize;
+        uint per_part = 256u / gl_SubgroupSize; // quantize_q8.comp's workgroup
+        float sq = 0.0;
+        for (uint c0 = 0u; c0 < chunks; c0 += per_part) {
+            float part = 0.0;
+            for (uint c = c0; c < min(c0 + per_part, chunks); c++) {
+                part += xin_ss[c];
+            }
+            sq += part;
+        }
+        xin_sq = sq;
+    }
+    barrier();
+}
+#endif
 
 #if defined(Q8X)
 // Q8OUT: the workgroup's outputs [first, last) (whole blocks of 32) as
@@ -662,6 +740,9 @@ void rows(uint row0, uint lane, uint width, uint m, out float acc[NR_CAP * M_CAP
 }
 
 void main() {
+#if defined(Q8IN)
+    quantize_x(); // one x row (the host's condition)
+#endif
     uint m = min(pc.m, MAX_M);
     float acc[NR_CAP * M_CAP];
     float ss[M_CAP];

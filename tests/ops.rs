@@ -2032,11 +2032,16 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
         DType::Q4K,
         DType::Q6K,
     ] {
-        let (n, cols) = (19, 256);
-        for (m, act, with_norm) in [
-            (1, Activation::Silu, true),
-            (3, Activation::GeluTanh, false),
-            (6, Activation::Silu, true),
+        let cols = 256;
+        // n = 32: whole blocks of outputs, so one-row integer-dot GLUs write
+        // their output's digits and quantize their own input (mul_mat_vec.comp
+        // Q8OUT, Q8IN).
+        for (n, m, act, with_norm) in [
+            (19, 1, Activation::Silu, true),
+            (32, 1, Activation::Silu, true),
+            (32, 1, Activation::GeluTanh, false),
+            (19, 3, Activation::GeluTanh, false),
+            (19, 6, Activation::Silu, true),
         ] {
             let wb = weight_bytes(dtype, 2 * n, cols, (n * 5 + cols) as u64);
             let wf = reference::dequantize(dtype, &wb, 2 * n, cols).unwrap();

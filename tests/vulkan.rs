@@ -18,7 +18,8 @@ use common::{
 };
 use std::time::Duration;
 use vkllm::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, NextWeight, RopeParams, RopeStyle, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, NextWeight, RopeParams,
+    RopeStyle, Weight,
 };
 use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
@@ -1309,6 +1310,62 @@ fn pipeline_cache_round_trips_through_disk() {
     run(&mut b);
 }
 
+/// That GLU GEMV also quantizes its own input (mul_mat_vec_q8in), bit for
+/// bit as quantize_q8.comp does: its output equals that of the same GLU
+/// reading x's digits from a quantize dispatch (made for a matmul of the same
+/// normed x just before), over one round of the workgroup and over several,
+/// with and without the norm.
+#[test]
+fn glu_quantizes_its_input_like_quantize_q8() {
+    let Some(mut b) = q8_everywhere() else {
+        return;
+    };
+    for (dtype, n, cols) in [
+        (DType::Q4K, 64, 256),
+        (DType::Q6K, 32, 2304),
+        (DType::Q4_0, 96, 4096),
+    ] {
+        let gub = weight_bytes(dtype, 2 * n, cols, 17);
+        let gate_up = b.upload_weight(dtype, 2 * n, cols, &gub).unwrap();
+        let ob = weight_bytes(DType::Q8_0, 32, cols, 19);
+        let other = b.upload_weight(DType::Q8_0, 32, cols, &ob).unwrap();
+        let x = upload_f32(&mut b, &rand_f32(cols, 5));
+        let nw = upload_f32(&mut b, &rand_f32(cols, 6));
+        let [own, given, y] = [n, n, 32].map(|len| b.alloc(len * 4).unwrap());
+        for norm in [Some((&nw, 1e-5)), None] {
+            let o = LinearOpts {
+                norm,
+                ..LinearOpts::default()
+            };
+            pass(&mut b, |b| {
+                b.linear_glu(Activation::Silu, &gate_up, &x, &own, 1, norm)
+                    .unwrap();
+            });
+            // The glu alone.
+            assert_eq!(b.last_pass_stats().unwrap().dispatches, 1, "{dtype}");
+            pass(&mut b, |b| {
+                b.linear(&other, &x, &y, 1, &o).unwrap();
+                b.linear_glu(Activation::Silu, &gate_up, &x, &given, 1, norm)
+                    .unwrap();
+            });
+            // quantize, matmul, glu (reading the quantize's digits).
+            assert_eq!(b.last_pass_stats().unwrap().dispatches, 3, "{dtype}");
+            let bits = |y: &Buffer, b: &mut VulkanBackend| {
+                let v = download_f32(b, y, n);
+                assert!(v.iter().any(|x| *x != 0.0), "{dtype}");
+                v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            };
+            let what = format!("{dtype} norm={}", norm.is_some());
+            assert_eq!(bits(&own, &mut b), bits(&given, &mut b), "{what}");
+        }
+        for buf in [x, nw, own, given, y] {
+            b.free(buf);
+        }
+        b.free_weight(gate_up);
+        b.free_weight(other);
+    }
+}
+
 /// A GLU GEMV small enough to write its output's int8 digits itself
 /// (mul_mat_vec.comp's Q8OUT) writes them bit for bit as quantize_q8.comp
 /// would: the down projection reading them gives the same bits as one
@@ -1334,8 +1391,8 @@ fn glu_writes_digits_like_quantize_q8() {
             b.copy(&h, 0, &copy, 0, n * 4).unwrap();
             b.matmul(&down, None, &copy, &y_copy, 1).unwrap();
         });
-        // quantize (x), glu, matmul; quantize (the copy), matmul.
-        assert_eq!(b.last_pass_stats().unwrap().dispatches, 5, "{dtype}");
+        // glu (quantizing x itself), matmul; quantize (the copy), matmul.
+        assert_eq!(b.last_pass_stats().unwrap().dispatches, 4, "{dtype}");
         let bits = |y: &Buffer, b: &mut VulkanBackend| {
             let v = download_f32(b, y, n_down);
             assert!(v.iter().any(|x| *x != 0.0), "{dtype}");

@@ -75,6 +75,10 @@ const GEMV_SUBGROUP_ROWS_INVOCATIONS: usize = 64;
 /// lost (310 -> 298-304), so it keeps its quantize.
 const GLU_Q8OUT_MAX_BYTES: usize = 32 << 20;
 const GLU_Q8OUT_INVOCATIONS: u32 = 512;
+/// Up to this many columns (Q8IN_MAX_K in mul_mat_vec.comp, its shared
+/// memory) such a GLU also quantizes its own input, each workgroup in shared
+/// memory (mul_mat_vec_q8in), instead of a quantize dispatch before it.
+const GLU_Q8IN_MAX_COLS: usize = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -344,26 +348,26 @@ impl Encoder<'_> {
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
         let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
-        let (x, kernel) = if q8 {
-            (
-                self.encode_quantize_q8(x, o.norm.map(|(nw, _)| nw), m, w.cols)?,
-                "mul_mat_vec_q8",
-            )
-        } else {
-            (*x, "mul_mat_vec")
-        };
         let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
-        // Not where x's own digits are in the output scratch (a GLU of a
-        // GLU's output): the dispatch would overwrite what it reads.
-        let yq = if q8out
+        let q8out = q8out
             && q8
-            && self.state.xq_out_scratch.is_none_or(|b| b.id != x.id)
             && own_rows
             && m == 1
             && n_out.is_multiple_of(32)
             && row0 == 0
-            && wg_q8out >= self.caps().subgroup_size
-        {
+            && wg_q8out >= self.caps().subgroup_size;
+        let nw = o.norm.map(|(nw, _)| nw);
+        let (x, kernel) =
+            if q8out && w.cols <= GLU_Q8IN_MAX_COLS && self.quantized(x, nw, m, w.cols).is_none() {
+                (*x, "mul_mat_vec_q8in")
+            } else if q8 {
+                (self.encode_quantize_q8(x, nw, m, w.cols)?, "mul_mat_vec_q8")
+            } else {
+                (*x, "mul_mat_vec")
+            };
+        // Not where x's own digits are in the output scratch (a GLU of a
+        // GLU's output): the dispatch would overwrite what it reads.
+        let yq = if q8out && self.state.xq_out_scratch.is_none_or(|b| b.id != x.id) {
             Some(self.q8_scratch_in(|b| &mut b.xq_out_scratch, m, n_out)?.0)
         } else {
             None
