@@ -51,7 +51,8 @@ fn gemv_rows_workgroup(dtype: DType) -> u32 {
 /// 931 and 822 / 827 -> 842 / 841, Llama-3.2-1B 990 / 989 -> 998 / 997 and
 /// 857 / 856 -> 853 / 852. The 8B lost with it: its 2.4 MB K and V (1024 x
 /// 4096, beside Q) 308-309 -> 302 tok/s though the bench read them 6-13%
-/// faster alone, its Q6_K 4096 x 14336 down projections 307 (bench +8%).
+/// faster alone, its Q6_K 4096 x 14336 down projections 307 (bench +8%),
+/// its 4096 x 4096 Q and o 302 (against 308).
 fn shares_rows(w: &Weight) -> bool {
     w.buf.bytes >= 4 << 20 && w.rows <= 2048 && w.cols >= 2 * w.rows
 }
@@ -77,7 +78,10 @@ const GLU_Q8OUT_MAX_BYTES: usize = 32 << 20;
 const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 /// Up to this many columns (Q8IN_MAX_K in mul_mat_vec.comp, its shared
 /// memory) such a GLU also quantizes its own input, each workgroup in shared
-/// memory (mul_mat_vec_q8in), instead of a quantize dispatch before it.
+/// memory (mul_mat_vec_q8in), instead of a quantize dispatch before it: H100
+/// tg128 at positions 512-640 / 4608-4736 (same call, two rounds) TinyLlama
+/// 931-934 -> 952-964 / 841-842 -> 864-865 tok/s, Llama-3.2-1B 987-994 ->
+/// 1,037-1,038 / 850 -> 885-890.
 const GLU_Q8IN_MAX_COLS: usize = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
