@@ -663,12 +663,11 @@ void quantize_x() {
     for (uint base = 0u; base < units; base += gl_WorkGroupSize.x) {
         uint u = base + q8_unit_index();
         bool live = u < units;
+        // Both loads issued before the subgroup sum waits on x.
         vec4 v = live ? x4[u] : vec4(0.0);
+        vec4 g = live && (pc.flags & NORM) != 0u ? nw4[u] : vec4(1.0);
         float ss = subgroupAdd(dot(v, v));
-        if (live && (pc.flags & NORM) != 0u) {
-            v *= nw4[u];
-        }
-        Q8Unit dg = q8_unit(v); // every lane: a block is live or not as a whole
+        Q8Unit dg = q8_unit(v * g); // every lane: a block is live or not as a whole
         if (live) {
             xin4[u / 4u][u % 4u] = dg.hi;
             xin4[pc.k / 16u + u / 4u][u % 4u] = dg.lo;

@@ -44,11 +44,9 @@ void main() {
     bool live = u < pc.k / 4u;
     uint base = r * pc.stride;
     vec4 v = live ? x4[r * (pc.k / 4u) + u] : vec4(0.0);
+    vec4 g = live && pc.norm != 0u ? nw4[u] : vec4(1.0);
     float ss = dot(v, v);
-    if (live && pc.norm != 0u) {
-        v *= nw4[u];
-    }
-    Q8Unit dg = q8_unit(v); // every lane: a block is live or not as a whole
+    Q8Unit dg = q8_unit(v * g); // every lane: a block is live or not as a whole
     if (live) {
         q8_store(base, pc.k, u, dg);
     }
