@@ -117,10 +117,25 @@ shared float xinf[Q8IN_MAX_K / 16u];
 // the row's total.
 shared float xin_ss[Q8IN_MAX_K / 32u];
 shared float xin_sq;
-#define X_DIGITS4(i) xin4[i]
+// A type's lanes each read XIN_PIECES consecutive uvec4s of hi (and of lo)
+// digits per slot, so piece p of every slot is kept together: lanes on
+// consecutive slots then read consecutive 16 bytes (no bank conflicts).
+#if defined(TYPE_Q4_K)
+const uint XIN_PIECES = 4u;
+#elif defined(TYPE_Q6_K)
+const uint XIN_PIECES = 1u;
+#else
+const uint XIN_PIECES = 2u;
+#endif
+uint xin_at(uint j) {
+    return (j % XIN_PIECES) * (pc.k / (16u * XIN_PIECES)) + j / XIN_PIECES;
+}
+#define X_HI4(i) xin4[xin_at(i)]
+#define X_LO4(i) xin4[pc.k / 16u + xin_at(i)]
 #define X_FLOAT(i) xinf[(i) - pc.k / 2u]
 #else
-#define X_DIGITS4(i) xq4[i]
+#define X_HI4(i) xq4[i]
+#define X_LO4(i) xq4[(i) + lo4()]
 #define X_FLOAT(i) xqf[i]
 #endif
 
@@ -228,8 +243,8 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint col = col0 + 64u * sub;
     uint w4 = (r * xq_stride() + col / 4u) / 4u;
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        xs[i] = X_DIGITS4(w4 + i);
-        xs[4u + i] = X_DIGITS4(w4 + lo4() + i);
+        xs[i] = X_HI4(w4 + i);
+        xs[4u + i] = X_LO4(w4 + i);
     }
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
     sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), X_FLOAT(d + 2u), X_FLOAT(d + 3u));
@@ -275,8 +290,8 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint d = row + pc.k / 2u + 2u * (col / 32u);
     [[unroll]] for (uint t = 0u; t < 4u; t++) {
         uint w4 = (row + (col + 32u * t) / 4u) / 4u;
-        xs[t] = X_DIGITS4(w4);
-        xs[4u + t] = X_DIGITS4(w4 + lo4());
+        xs[t] = X_HI4(w4);
+        xs[4u + t] = X_LO4(w4);
         sums[t] = X_FLOAT(d + 2u * t);
     }
 }
@@ -330,10 +345,10 @@ const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
     uint w4 = (r * xq_stride() + col0 / 4u) / 4u;
-    xs[0] = X_DIGITS4(w4);
-    xs[1] = X_DIGITS4(w4 + 1u);
-    xs[2] = X_DIGITS4(w4 + lo4());
-    xs[3] = X_DIGITS4(w4 + lo4() + 1u);
+    xs[0] = X_HI4(w4);
+    xs[1] = X_HI4(w4 + 1u);
+    xs[2] = X_LO4(w4);
+    xs[3] = X_LO4(w4 + 1u);
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
     sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), 0.0, 0.0);
 }
@@ -669,8 +684,8 @@ void quantize_x() {
         float ss = subgroupAdd(dot(v, v));
         Q8Unit dg = q8_unit(v * g); // every lane: a block is live or not as a whole
         if (live) {
-            xin4[u / 4u][u % 4u] = dg.hi;
-            xin4[pc.k / 16u + u / 4u][u % 4u] = dg.lo;
+            xin4[xin_at(u / 4u)][u % 4u] = dg.hi;
+            xin4[pc.k / 16u + xin_at(u / 4u)][u % 4u] = dg.lo;
             if (u % 8u == 0u) {
                 xinf[u / 4u] = dg.block.x;
                 xinf[u / 4u + 1u] = dg.block.y;
