@@ -107,9 +107,10 @@ uint xq_parts() {
 }
 
 #if defined(Q8IN)
-// The workgroup's x row as quantize_q8.comp lays it out (from word 0):
-// k/16 uvec4s of hi digits then k/16 of lo digits, and the blocks' (d, Σ)
-// (float k/2 + i of the row at xinf[i]). The host keeps k within Q8IN_MAX_K.
+// The workgroup's x row with quantize_q8.comp's digits: k/16 uvec4s of hi
+// digits then k/16 of lo digits (each half in xin_at's order), and the
+// blocks' (d, Σ) (float k/2 + i of that row at xinf[i]). The host keeps k
+// within Q8IN_MAX_K.
 const uint Q8IN_MAX_K = 4096u;
 shared uvec4 xin4[Q8IN_MAX_K / 8u];
 shared float xinf[Q8IN_MAX_K / 16u];
@@ -118,8 +119,11 @@ shared float xinf[Q8IN_MAX_K / 16u];
 shared float xin_ss[Q8IN_MAX_K / 32u];
 shared float xin_sq;
 // A type's lanes each read XIN_PIECES consecutive uvec4s of hi (and of lo)
-// digits per slot, so piece p of every slot is kept together: lanes on
-// consecutive slots then read consecutive 16 bytes (no bank conflicts).
+// digits per slot, so piece p of every slot is kept together (uvec4 j of
+// quantize_q8.comp's half row at xin_at(j)): lanes on consecutive slots then
+// read consecutive 16 bytes, where the row order put them 32 or 64 bytes
+// apart (bank conflicts: the 1B's Q4_K GLU 15.7 -> 14.4 µs, H100). Q6_K's
+// slots interleave their pieces, so it keeps the row order.
 #if defined(TYPE_Q4_K)
 const uint XIN_PIECES = 4u;
 #elif defined(TYPE_Q6_K)
@@ -669,7 +673,7 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
 
 #if defined(Q8IN)
 // x's one row into xin4 / xinf, and its Σx² into xin_sq, bit for bit as
-// quantize_q8.comp writes them: unit u (4 values) in the lane it has there
+// quantize_q8.comp computes them: unit u (4 values) in the lane it has there
 // (q8_unit_index(), rounds of a workgroup), and Σx² summed as there, by
 // subgroup, then 1024 values' subgroups in order, then those parts in
 // order (load_extra). Every invocation calls it.
