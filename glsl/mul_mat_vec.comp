@@ -96,7 +96,8 @@ layout(push_constant) uniform Push {
 #define Q8_OUT_BINDING 5 // Q8OUT's digits
 #include "q8.glsl"
 
-// quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits,
+// quantize_q8.comp's rows: k/4 words of hi digits, k/4 of lo digits (in
+// q8_at's order),
 // k/32 (d, Σx̂), Σx² of each 1024 values.
 layout(binding = 1) readonly buffer XQ4 { uvec4 xq4[]; };
 layout(binding = 1) readonly buffer XQF { float xqf[]; };
@@ -107,10 +108,9 @@ uint xq_parts() {
 }
 
 #if defined(Q8IN)
-// The workgroup's x row with quantize_q8.comp's digits: k/16 uvec4s of hi
-// digits then k/16 of lo digits (each half in xin_at's order), and the
-// blocks' (d, Σ) (float k/2 + i of that row at xinf[i]). The host keeps k
-// within Q8IN_MAX_K.
+// The workgroup's x row as quantize_q8.comp lays it out (from word 0):
+// k/16 uvec4s of hi digits then k/16 of lo digits, and the blocks' (d, Σ)
+// (float k/2 + i of the row at xinf[i]). The host keeps k within Q8IN_MAX_K.
 const uint Q8IN_MAX_K = 4096u;
 shared uvec4 xin4[Q8IN_MAX_K / 8u];
 shared float xinf[Q8IN_MAX_K / 16u];
@@ -118,28 +118,14 @@ shared float xinf[Q8IN_MAX_K / 16u];
 // the row's total.
 shared float xin_ss[Q8IN_MAX_K / 32u];
 shared float xin_sq;
-// A type's lanes each read XIN_PIECES consecutive uvec4s of hi (and of lo)
-// digits per slot, so piece p of every slot is kept together (uvec4 j of
-// quantize_q8.comp's half row at xin_at(j)): lanes on consecutive slots then
-// read consecutive 16 bytes, where the row order put them 32 or 64 bytes
-// apart (bank conflicts: the 1B's Q4_K GLU 15.7 -> 14.4 µs, H100). Q6_K's
-// slots interleave their pieces, so it keeps the row order.
-#if defined(TYPE_Q4_K)
-const uint XIN_PIECES = 4u;
-#elif defined(TYPE_Q6_K)
-const uint XIN_PIECES = 1u;
-#else
-const uint XIN_PIECES = 2u;
-#endif
-uint xin_at(uint j) {
-    return (j % XIN_PIECES) * (pc.k / (16u * XIN_PIECES)) + j / XIN_PIECES;
-}
-#define X_HI4(i) xin4[xin_at(i)]
-#define X_LO4(i) xin4[pc.k / 16u + xin_at(i)]
+// uvec4 i (q8.glsl's q8_at order) of x row r's hi and lo digits, and float
+// i of the row.
+#define X_HI4(r, i) xin4[i]
+#define X_LO4(r, i) xin4[pc.k / 16u + (i)]
 #define X_FLOAT(i) xinf[(i) - pc.k / 2u]
 #else
-#define X_HI4(i) xq4[i]
-#define X_LO4(i) xq4[(i) + lo4()]
+#define X_HI4(r, i) xq4[(r) * xq_stride() / 4u + (i)]
+#define X_LO4(r, i) xq4[(r) * xq_stride() / 4u + lo4() + (i)]
 #define X_FLOAT(i) xqf[i]
 #endif
 
@@ -245,10 +231,10 @@ const uint XN = 8u;
 // 2s + 1 in xs[2..3], lo likewise in xs[4..7]; sums: (d, Σx̂) of both.
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
     uint col = col0 + 64u * sub;
-    uint w4 = (r * xq_stride() + col / 4u) / 4u;
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        xs[i] = X_HI4(w4 + i);
-        xs[4u + i] = X_LO4(w4 + i);
+        uint at = q8_run(col / 64u, i, pc.k);
+        xs[i] = X_HI4(r, at);
+        xs[4u + i] = X_LO4(r, at);
     }
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
     sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), X_FLOAT(d + 2u), X_FLOAT(d + 3u));
@@ -293,9 +279,10 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint row = r * xq_stride();
     uint d = row + pc.k / 2u + 2u * (col / 32u);
     [[unroll]] for (uint t = 0u; t < 4u; t++) {
-        uint w4 = (row + (col + 32u * t) / 4u) / 4u;
-        xs[t] = X_HI4(w4);
-        xs[4u + t] = X_LO4(w4);
+        // uvec4 col/16 + 2t: col/16 is 16·block + 8·(sub/2) + sub%2.
+        uint at = q8_run(col / 64u + t / 2u, (sub & 1u) + 2u * (t & 1u), pc.k);
+        xs[t] = X_HI4(r, at);
+        xs[4u + t] = X_LO4(r, at);
         sums[t] = X_FLOAT(d + 2u * t);
     }
 }
@@ -348,11 +335,12 @@ const uint LANES = 1u;
 const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
-    uint w4 = (r * xq_stride() + col0 / 4u) / 4u;
-    xs[0] = X_HI4(w4);
-    xs[1] = X_HI4(w4 + 1u);
-    xs[2] = X_LO4(w4);
-    xs[3] = X_LO4(w4 + 1u);
+    uint at0 = q8_at(col0 / 16u, pc.k);
+    uint at1 = q8_at(col0 / 16u + 1u, pc.k);
+    xs[0] = X_HI4(r, at0);
+    xs[1] = X_HI4(r, at1);
+    xs[2] = X_LO4(r, at0);
+    xs[3] = X_LO4(r, at1);
     uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
     sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), 0.0, 0.0);
 }
@@ -688,8 +676,8 @@ void quantize_x() {
         float ss = subgroupAdd(dot(v, v));
         Q8Unit dg = q8_unit(v * g); // every lane: a block is live or not as a whole
         if (live) {
-            xin4[xin_at(u / 4u)][u % 4u] = dg.hi;
-            xin4[pc.k / 16u + xin_at(u / 4u)][u % 4u] = dg.lo;
+            xin4[q8_at(u / 4u, pc.k)][u % 4u] = dg.hi;
+            xin4[pc.k / 16u + q8_at(u / 4u, pc.k)][u % 4u] = dg.lo;
             if (u % 8u == 0u) {
                 xinf[u / 4u] = dg.block.x;
                 xinf[u / 4u + 1u] = dg.block.y;

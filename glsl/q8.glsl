@@ -78,16 +78,33 @@ Q8Unit q8_unit(vec4 v) {
     return q;
 }
 
+// Where a row of k values keeps uvec4 j (16 values) of its hi (or lo)
+// digits, counted in uvec4s from the start of those digits: the four
+// uvec4s of each 64 values are spread over four runs, uvec4 p of every 64
+// values in run p, so GEMV lanes that each take 64 (or 32) consecutive
+// values read consecutive 16 bytes (in row order they were 64 (32) bytes
+// apart, four (two) times the cache lines or shared-memory banks per load).
+// A tail of k % 64 = 32 values stays in row order.
+uint q8_run(uint grp, uint piece, uint k) {
+    uint g = k / 64u;
+    return grp < g ? piece * g + grp : 4u * grp + piece;
+}
+
+uint q8_at(uint j, uint k) {
+    return q8_run(j >> 2, j & 3u, k);
+}
+
 #if defined(Q8_OUT_BINDING)
 layout(binding = Q8_OUT_BINDING) writeonly buffer Q8Words { uint q8_words[]; };
 layout(binding = Q8_OUT_BINDING) writeonly buffer Q8Floats { float q8_floats[]; };
 
-// Unit u of the row of k values that starts at word `row`: hi digits at u,
-// lo digits at k/4 + u and, from the block's first unit, its (d, Σ) at
-// k/2 + 2·(u/8).
+// Unit u of the row of k values that starts at word `row`: hi digits in
+// the first k/4 words, lo digits in the next k/4 (each as q8_at places
+// uvec4 u/4) and, from the block's first unit, its (d, Σ) at k/2 + 2·(u/8).
 void q8_store(uint row, uint k, uint u, Q8Unit dg) {
-    q8_words[row + u] = dg.hi;
-    q8_words[row + k / 4u + u] = dg.lo;
+    uint w = 4u * q8_at(u / 4u, k) + u % 4u;
+    q8_words[row + w] = dg.hi;
+    q8_words[row + k / 4u + w] = dg.lo;
     if (u % 8u == 0u) {
         uint at = row + k / 2u + 2u * (u / 8u);
         q8_floats[at] = dg.block.x;

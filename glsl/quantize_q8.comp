@@ -15,7 +15,8 @@
 // step ~1 ms over its 129 quantizes.
 //
 // Row r of the output, `stride` words from the previous one: k/4 words of
-// packed hi digits, k/4 of lo digits, k/32 (d, Σ) pairs, then Σx² of each
+// packed hi digits, k/4 of lo digits (each in 16-byte pieces ordered as
+// q8.glsl's q8_at says), k/32 (d, Σ) pairs, then Σx² of each
 // workgroup's 1024 values (q8_parts in vk/ops/matmul.rs).
 #version 450
 #extension GL_GOOGLE_include_directive : require
