@@ -219,6 +219,14 @@ vec4 k_sm2(uvec3 s, uint c) {
 }
 #endif
 
+#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q6_K))
+// q8_run for rows of whole 64-value runs (K-quant rows are multiples of 256),
+// without its tail case.
+uint whole_run(uint grp, uint piece) {
+    return piece * (pc.k / 64u) + grp;
+}
+#endif
+
 #if defined(Q8X) && defined(TYPE_Q4_K)
 const uint QK = 256u;
 const uint BWORDS = 36u;
@@ -232,7 +240,7 @@ const uint XN = 8u;
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
     uint col = col0 + 64u * sub;
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        uint at = q8_run(col / 64u, i, pc.k);
+        uint at = whole_run(col / 64u, i);
         xs[i] = X_HI4(r, at);
         xs[4u + i] = X_LO4(r, at);
     }
@@ -280,7 +288,7 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
     uint d = row + pc.k / 2u + 2u * (col / 32u);
     [[unroll]] for (uint t = 0u; t < 4u; t++) {
         // uvec4 col/16 + 2t: col/16 is 16·block + 8·(sub/2) + sub%2.
-        uint at = q8_run(col / 64u + t / 2u, (sub & 1u) + 2u * (t & 1u), pc.k);
+        uint at = whole_run(col / 64u + t / 2u, (sub & 1u) + 2u * (t & 1u));
         xs[t] = X_HI4(r, at);
         xs[4u + t] = X_LO4(r, at);
         sums[t] = X_FLOAT(d + 2u * t);
