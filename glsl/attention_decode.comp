@@ -46,9 +46,10 @@
 // head tile) to finish, told by an arrival count that it resets, merges
 // the splits itself, and attention_combine.comp's dispatch and barrier go.
 //
-// With Q8 and one split the output also goes to binding 10 as int8 digits, as
-// quantize_q8.comp would write them (the o projection's integer-dot GEMV
-// reads them; with several splits attention_combine.comp writes them).
+// With Q8 and one split (or built with MERGE) the output also goes to
+// binding 10 as int8 digits, as quantize_q8.comp would write them (the o
+// projection's integer-dot GEMV reads them; with several splits and no
+// MERGE attention_combine.comp writes them).
 //
 // Specialization constant 0: head_dim | heads per tile << 10 |
 // log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25 | Q8 << 26. head_dim
@@ -210,6 +211,16 @@ float query(uint base, uint d) {
     return x * pc.scale;
 }
 
+// Q8: head hg's output (in outs) as int8 digits, blocks of 32 as
+// quantize_q8.comp would write them (head_dim a multiple of 32; called by
+// the whole workgroup).
+void store_head_q8(uint r, uint hg) {
+    uint qu = q8_unit_index();
+    if (qu < HD4) {
+        q8_store(r * pc.q8_stride, pc.n_heads * HD, hg * HD4 + qu, q8_unit(outs[qu]));
+    }
+}
+
 #if defined(MERGE)
 // Partial outputs one invocation merges per head at most (the host picks
 // MERGE only where heads per tile x its share of splits fits).
@@ -276,7 +287,15 @@ void merge_last(uint r, uint kvh, uint h0, uint group, uint n_active) {
             for (uint k = 0u; k < groups; k++) {
                 total += msum[k * HD + t];
             }
-            o[(r * pc.n_heads + hg) * HD + t] = l > 0.0 ? total / l : 0.0;
+            float val = l > 0.0 ? total / l : 0.0;
+            o[(r * pc.n_heads + hg) * HD + t] = val;
+            if (Q8) {
+                outs[t / 4u][t % 4u] = val;
+            }
+        }
+        if (Q8) {
+            barrier(); // outs complete
+            store_head_q8(r, hg);
         }
         barrier(); // mw and msum free for the next head
     }
@@ -494,13 +513,8 @@ void main() {
             }
         }
         if (Q8 && pc.n_split == 1u) {
-            // The head's blocks of 32 as quantize_q8.comp would write them
-            // (head_dim a multiple of 32; uniform per workgroup).
-            barrier();
-            uint qu = q8_unit_index();
-            if (qu < HD4) {
-                q8_store(r * pc.q8_stride, pc.n_heads * HD, hg * HD4 + qu, q8_unit(outs[qu]));
-            }
+            barrier(); // outs complete
+            store_head_q8(r, hg);
         }
     }
 #if defined(MERGE)

@@ -447,7 +447,8 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 /// quantize dispatch: the projection of that output must equal, bit for bit,
 /// the projection of a copy of it, which quantize_q8.comp quantizes; and the
 /// pass must hold one quantize dispatch, the copy's. Rows 1 and 3, head_dim
-/// 64 and 128, unsplit short spans and a long one of 128 splits; Q4_0, Q4_K
+/// 64 and 128, unsplit short spans, spans of 32 and 16 splits whose last
+/// one merges (attention_decode_merge) and a long one of 128 splits; Q4_0, Q4_K
 /// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
 /// on for every size). Told no next weight, the attention writes only f32
 /// and the projection quantizes for itself.
@@ -460,6 +461,11 @@ fn attention_merge_quantizes_like_quantize_q8() {
     for (rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges) in [
         (1, 300, 9, 3, 64, DType::Q4_0, 0),
         (1, 5000, 4, 4, 128, DType::Q4K, 1),
+        // Splits of one head each whose last one merges (and quantizes):
+        // 32 of a group of 1, and 16 of an 8B's groups of 4 over a short
+        // span (one head per workgroup there, not 4).
+        (1, 1000, 4, 4, 128, DType::Q4K, 0),
+        (1, 1000, 32, 8, 128, DType::Q4K, 0),
         (3, 100, 8, 2, 128, DType::Q8_0, 0),
         (3, 100, 8, 2, 128, DType::Q4K, 0),
     ] {

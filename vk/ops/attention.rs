@@ -63,6 +63,16 @@ const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// enough for the last split to merge four heads, no merge dispatch) took
 /// TinyLlama and the 1B from 12.6 / 13.7 to 21.6-25.2 µs (H200).
 const DECODE_TARGET_WGS: usize = 512;
+/// Split spans up to this many keys x head_dim take one query head per
+/// workgroup where the last split can then merge (see merges_last): the
+/// merge dispatch and its barrier go, and the last split writes the o
+/// projection's int8 digits. H200 tg128, same call, against tiles of up
+/// to four heads and a merge dispatch: Llama-3.1-8B at positions 512-640
+/// (a span of 1024, 16 splits) 343.6-350.0 -> 352.1-360.5 tok/s, 359 -> 327
+/// dispatches per token; TinyLlama and Llama-3.2-1B at 1024-1152 (2048)
+/// 942 / 946 -> 993 / 993 and 1,009 / 1,012 -> 1,104 / 1,108. The 8B at
+/// 4608-4736 (8192) lost: 323-327 -> 315.
+const ONE_HEAD_KEY_DIMS: usize = 128 << 10;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
 const FLASH_WG: usize = 128;
@@ -491,7 +501,10 @@ impl Encoder<'_> {
         .then(|| self.q8_scratch(p.rows, k))
         .transpose()?;
         let q8_stride = q8.map_or(Ok(0), |(_, stride)| u32_of(OP, "stride", stride))?;
-        let digits_here = q8.filter(|_| n_split == 1).map(|(xq, _)| xq);
+        // The last split to finish merges the rest where its share is
+        // small (see merges_last); else attention_combine.comp does.
+        let merges = merges_last(&plan, p.head_dim);
+        let digits_here = q8.filter(|_| n_split == 1 || merges).map(|(xq, _)| xq);
         let push = DecodePush {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -519,9 +532,7 @@ impl Encoder<'_> {
         }
         let part_floats = p.rows * p.n_heads * n_split * (p.head_dim + 2);
         let part = self.scratch(|b| &mut b.attn_scratch, part_floats * 4)?;
-        // The last split to finish merges the rest where its share is
-        // small (see merges_last); else attention_combine.comp does.
-        let arrivals = if q8.is_none() && merges_last(&plan, p.head_dim) {
+        let arrivals = if merges {
             let n = x as usize * p.rows;
             Some(self.zeroed_scratch(|b| &mut b.attn_arrivals, n * 4)?)
         } else {
@@ -572,25 +583,24 @@ impl Encoder<'_> {
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
         )?;
-        if arrivals.is_some() {
-            return Ok(());
+        if arrivals.is_none() {
+            self.encode_combine(
+                &part,
+                out,
+                positions,
+                CombinePush {
+                    rows: push.rows,
+                    n_heads: push.n_heads,
+                    head_dim: p.head_dim as u32,
+                    n_split: push.n_split,
+                    capacity: push.capacity,
+                    window: push.window,
+                    min_chunk: 0,
+                    q8_stride,
+                },
+                q8.as_ref().map(|(xq, _)| xq),
+            )?;
         }
-        self.encode_combine(
-            &part,
-            out,
-            positions,
-            CombinePush {
-                rows: push.rows,
-                n_heads: push.n_heads,
-                head_dim: p.head_dim as u32,
-                n_split: push.n_split,
-                capacity: push.capacity,
-                window: push.window,
-                min_chunk: 0,
-                q8_stride,
-            },
-            q8.as_ref().map(|(xq, _)| xq),
-        )?;
         if let Some((xq, _)) = q8 {
             self.mark_quantized(out, None, p.rows, k, &xq);
         }
@@ -615,7 +625,9 @@ impl Encoder<'_> {
     /// unsplit workgroup pays per key and dim (~6-14 ns per key here); the
     /// split pass pays its merge and, where its workgroups take several
     /// heads (TinyLlama, the 1B, the 8B), more per workgroup, so the
-    /// budget doubles there. At depth 4096 unsplit lost 15-19%.
+    /// budget doubles there. At depth 4096 unsplit lost 15-19%. Past that
+    /// budget, up to ONE_HEAD_KEY_DIMS, the split workgroups take one query
+    /// head each where the last split can merge.
     pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
         if p.rows > SPLIT_MAX_ROWS || !c.subgroup_shuffle || p.n_kv_heads == 0 {
@@ -653,20 +665,31 @@ impl Encoder<'_> {
                 wg /= 2;
             }
         }
-        let groups = p
-            .n_kv_heads
-            .saturating_mul(t.tiles)
-            .saturating_mul(p.rows)
-            .max(1);
-        let n_split = DECODE_TARGET_WGS
-            .div_ceil(groups)
-            .min(span.div_ceil(SPLIT_MIN))
-            .clamp(1, MAX_SPLITS);
-        Some(DecodePlan {
-            tiles: t,
-            wg: DECODE_WG,
-            n_split,
-        })
+        let split = |t: DecodeTiles| {
+            let groups = p
+                .n_kv_heads
+                .saturating_mul(t.tiles)
+                .saturating_mul(p.rows)
+                .max(1);
+            let n_split = DECODE_TARGET_WGS
+                .div_ceil(groups)
+                .min(span.div_ceil(SPLIT_MIN))
+                .clamp(1, MAX_SPLITS);
+            DecodePlan {
+                tiles: t,
+                wg: DECODE_WG,
+                n_split,
+            }
+        };
+        if span.saturating_mul(p.head_dim) <= ONE_HEAD_KEY_DIMS {
+            let one = tiles(DECODE_WG, p.n_heads)
+                .filter(|t| t.heads == 1)
+                .map(split);
+            if let Some(plan) = one.filter(|plan| merges_last(plan, p.head_dim)) {
+                return Some(plan);
+            }
+        }
+        Some(split(t))
     }
 
     /// attention_combine.comp: merges the `c.n_split` partial results of
