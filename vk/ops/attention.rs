@@ -70,9 +70,13 @@ const DECODE_TARGET_WGS: usize = 512;
 /// to four heads and a merge dispatch: Llama-3.1-8B at positions 512-640
 /// (a span of 1024, 16 splits) 343.6-350.0 -> 352.1-360.5 tok/s, 359 -> 327
 /// dispatches per token; TinyLlama and Llama-3.2-1B at 1024-1152 (2048)
-/// 942 / 946 -> 993 / 993 and 1,009 / 1,012 -> 1,104 / 1,108. The 8B at
-/// 4608-4736 (8192) lost: 323-327 -> 315.
-const ONE_HEAD_KEY_DIMS: usize = 128 << 10;
+/// 942 / 946 -> 993 / 993 and 1,009 / 1,012 -> 1,104 / 1,108. Up to 256K:
+/// the 8B at 1536-1664 (2048) 341.8 / 342.4 -> 344.8 / 345.3, the 1B at
+/// 3072-3200 (4096) 968.8 / 943.3 -> 1,003.2 / 1,001.6, TinyLlama there
+/// 924.3 / 882.0 -> 911.6 / 899.9. Up to 512K the 8B at 3072-3200 (4096)
+/// lost, 334.2 / 334.1 -> 323.8 / 320.3, and at 4608-4736 (8192) 323-327
+/// -> 315.
+const ONE_HEAD_KEY_DIMS: usize = 256 << 10;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
 const FLASH_WG: usize = 128;
