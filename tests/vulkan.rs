@@ -448,7 +448,8 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 /// the projection of a copy of it, which quantize_q8.comp quantizes; and the
 /// pass must hold one quantize dispatch, the copy's. Rows 1 and 3, head_dim
 /// 64 and 128, unsplit short spans, spans of 32 and 16 splits whose last
-/// one merges (attention_decode_merge) and a long one of 128 splits; Q4_0, Q4_K
+/// one merges (attention_decode_merge) and long ones merged by a dispatch;
+/// Q4_0, Q4_K
 /// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
 /// on for every size). Told no next weight, the attention writes only f32
 /// and the projection quantizes for itself.
@@ -466,6 +467,10 @@ fn attention_merge_quantizes_like_quantize_q8() {
         // span (one head per workgroup there, not 4).
         (1, 1000, 4, 4, 128, DType::Q4K, 0),
         (1, 1000, 32, 8, 128, DType::Q4K, 0),
+        // Over 5K keys: one head per workgroup for groups of 4 at head_dim
+        // 64 (Llama-3.2-1B's), a merge dispatch for groups of 8 (TinyLlama's).
+        (1, 5000, 32, 8, 64, DType::Q4_0, 0),
+        (1, 5000, 32, 4, 64, DType::Q4_0, 1),
         (3, 100, 8, 2, 128, DType::Q8_0, 0),
         (3, 100, 8, 2, 128, DType::Q4K, 0),
     ] {

@@ -77,6 +77,17 @@ const DECODE_TARGET_WGS: usize = 512;
 /// lost, 334.2 / 334.1 -> 323.8 / 320.3, and at 4608-4736 (8192) 323-327
 /// -> 315.
 const ONE_HEAD_KEY_DIMS: usize = 256 << 10;
+/// Twice that where head_dim is at most 64 and a kv head has at most 4
+/// query heads (so at most 4 workgroups read each cached key), as
+/// SmolLM2's tiles, one head each at every span, read the least depth
+/// loss of the table. H200, same call, tg128 at positions 4608-4736 (span
+/// 8192): Llama-3.2-1B (groups of 4) 945.1 / 945.8 -> 990.5 / 982.6, with
+/// 32 or 64 splits instead of 16 968.1-970.8; TinyLlama (groups of 8)
+/// 907.8 / 910.5 -> 896.7 / 893.8; the 8B (head_dim 128) lost at 4096
+/// (above) and at 8192 with 32 splits (325-326 -> 306).
+const ONE_HEAD_KEY_DIMS_SMALL_GROUPS: usize = 512 << 10;
+const SMALL_GROUP: usize = 4;
+const SMALL_GROUP_HEAD_DIM: usize = 64;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
 const FLASH_WG: usize = 128;
@@ -630,8 +641,9 @@ impl Encoder<'_> {
     /// split pass pays its merge and, where its workgroups take several
     /// heads (TinyLlama, the 1B, the 8B), more per workgroup, so the
     /// budget doubles there. At depth 4096 unsplit lost 15-19%. Past that
-    /// budget, up to ONE_HEAD_KEY_DIMS, the split workgroups take one query
-    /// head each where the last split can merge.
+    /// budget, up to ONE_HEAD_KEY_DIMS (or ONE_HEAD_KEY_DIMS_SMALL_GROUPS),
+    /// the split workgroups take one query head each where the last split
+    /// can merge.
     pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
         if p.rows > SPLIT_MAX_ROWS || !c.subgroup_shuffle || p.n_kv_heads == 0 {
@@ -685,7 +697,12 @@ impl Encoder<'_> {
                 n_split,
             }
         };
-        if span.saturating_mul(p.head_dim) <= ONE_HEAD_KEY_DIMS {
+        let one_head_key_dims = if group <= SMALL_GROUP && p.head_dim <= SMALL_GROUP_HEAD_DIM {
+            ONE_HEAD_KEY_DIMS_SMALL_GROUPS
+        } else {
+            ONE_HEAD_KEY_DIMS
+        };
+        if span.saturating_mul(p.head_dim) <= one_head_key_dims {
             let one = tiles(DECODE_WG, p.n_heads)
                 .filter(|t| t.heads == 1)
                 .map(split);
