@@ -52,9 +52,10 @@ const COMBINE_DIMS_Q8: u32 = 32;
 /// with 3 tiles of 1; aiming for 16 pairs sped up Llama-3.2-1B at 512
 /// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1). At 16 or
 /// 32 (one head per tile, so TinyLlama's and the 1B's last split merges)
-/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100); at
-/// 16 (tiles of two heads, the last of 32 splits merging) TinyLlama -3%,
-/// the 1B +1% (H200).
+/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100; on
+/// an H200 later the 1B gained: ONE_HEAD_KEY_DIMS_SMALL_GROUPS); at 16
+/// (tiles of two heads, the last of 32 splits merging) TinyLlama -3%, the
+/// 1B +1% (H200).
 const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// Workgroups a decode attention aims for (kv heads x head tiles x rows x
 /// splits), about four per SM of a 132-SM H100/H200. 256 or 1024 were
