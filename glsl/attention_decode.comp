@@ -16,8 +16,10 @@
 // at 512 / 4.6K positions, that kernel -> this one): SmolLM2 8.7 / 11.6 ->
 // 8.5 / 10.0, TinyLlama 10.8 / 17.3 -> 10.8 / 14.0, Llama-3.2-1B 10.5 / 18.5
 // -> 10.5-11.4 / 15.2, Llama-3.1-8B 12.0 / 24.7 -> 11.0 / 18.5. U = 4 or 8
-// was no faster at 4.6K and slower at 512 (a split there holds 32 keys, one
-// round of 16 clusters x 2). Each lane reading its own 8R query dims (and
+// was no faster at 4.6K and slower at 512 for tiles of several heads (a
+// split there holds 32 keys, one round of 16 clusters x 2); tiles of one
+// head, with registers to spare, take U = 4 (below). Each lane reading its
+// own 8R query dims (and
 // roping them) one after another cost Llama-3.2-1B's decode step 11 us per
 // layer more (profiled) than loading them through shared memory.
 //
@@ -65,7 +67,14 @@ layout(constant_id = 0) const uint SPEC = 64u | (1u << 10) | (3u << 14);
 const uint HD = SPEC & 0x3FFu;
 const uint GT = (SPEC >> 10) & 0xFu;
 const uint C = 1u << ((SPEC >> 14) & 7u);
-const uint U = 2u; // keys per cluster per round
+// Keys per cluster per round: 4 for one-head tiles, whose rounds are few
+// workgroups' latency (H200 tg128, same call, U = 2 -> 4, positions 4608-
+// 4736 / 512-640: Llama-3.2-1B 990 / 991 -> 1,034 / 1,032 and 1,140-1,145 ->
+// 1,127-1,138 tok/s, SmolLM2 1,030-1,034 -> 1,049-1,050 and 1,109-1,113 ->
+// 1,120-1,122, the 8B at 512-640 356 -> 361); tiles of several heads lost
+// with 4 (TinyLlama at 4608-4736 900-904 -> 876-877, the 8B 325 -> 322),
+// and a loop that loads a round ahead lost on every shape (up to -12%).
+const uint U = GT == 1u ? 4u : 2u;
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
 const bool Q8 = ((SPEC >> 26) & 1u) != 0u;

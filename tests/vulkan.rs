@@ -467,10 +467,12 @@ fn attention_merge_quantizes_like_quantize_q8() {
         // span (one head per workgroup there, not 4).
         (1, 1000, 4, 4, 128, DType::Q4K, 0),
         (1, 1000, 32, 8, 128, DType::Q4K, 0),
-        // Over 5K keys: one head per workgroup for groups of 4 at head_dim
-        // 64 (Llama-3.2-1B's), a merge dispatch for groups of 8 (TinyLlama's).
+        // Over 5K keys: one head per workgroup for groups of 4 and 8 at
+        // head_dim 64 (Llama-3.2-1B's, TinyLlama's), a merge dispatch for
+        // groups of 16.
         (1, 5000, 32, 8, 64, DType::Q4_0, 0),
-        (1, 5000, 32, 4, 64, DType::Q4_0, 1),
+        (1, 5000, 32, 4, 64, DType::Q4_0, 0),
+        (1, 5000, 32, 2, 64, DType::Q4_0, 1),
         (3, 100, 8, 2, 128, DType::Q8_0, 0),
         (3, 100, 8, 2, 128, DType::Q4K, 0),
     ] {

@@ -78,16 +78,20 @@ const DECODE_TARGET_WGS: usize = 512;
 /// lost, 334.2 / 334.1 -> 323.8 / 320.3, and at 4608-4736 (8192) 323-327
 /// -> 315.
 const ONE_HEAD_KEY_DIMS: usize = 256 << 10;
-/// Twice that where head_dim is at most 64 and a kv head has at most 4
-/// query heads (so at most 4 workgroups read each cached key), as
+/// Twice that where head_dim is at most 64 and a kv head has at most 8
+/// query heads (so at most 8 workgroups read each cached key), as
 /// SmolLM2's tiles, one head each at every span, read the least depth
 /// loss of the table. H200, same call, tg128 at positions 4608-4736 (span
 /// 8192): Llama-3.2-1B (groups of 4) 945.1 / 945.8 -> 990.5 / 982.6, with
-/// 32 or 64 splits instead of 16 968.1-970.8; TinyLlama (groups of 8)
-/// 907.8 / 910.5 -> 896.7 / 893.8; the 8B (head_dim 128) lost at 4096
-/// (above) and at 8192 with 32 splits (325-326 -> 306).
+/// 32 or 64 splits instead of 16 968.1-970.8. TinyLlama (groups of 8) lost
+/// with two keys per cluster and round (907.8 / 910.5 -> 896.7 / 893.8)
+/// and gained once one-head tiles took four (attention_decode.comp's U):
+/// 905.9 / 906.8 -> 922.9 / 924.3, 183 -> 161 dispatches per token (8 per
+/// layer, no merge). The 8B (head_dim 128) lost at 4096 (above), at 8192
+/// with 32 splits (325-326 -> 306), and at 8192 with four keys (324-326 ->
+/// 319).
 const ONE_HEAD_KEY_DIMS_SMALL_GROUPS: usize = 512 << 10;
-const SMALL_GROUP: usize = 4;
+const SMALL_GROUP: usize = 8;
 const SMALL_GROUP_HEAD_DIM: usize = 64;
 /// attention_prefill.comp: invocations, keys per tile, most head_dim (its
 /// register tile holds BR * head_dim / 128 <= 32 floats per invocation).
