@@ -19,9 +19,9 @@
 // was no faster at 4.6K and slower at 512 for tiles of several heads (a
 // split there holds 32 keys, one round of 16 clusters x 2); tiles of one
 // head, with registers to spare, take U = 4 (below). Each lane reading its
-// own 8R query dims (and
-// roping them) one after another cost Llama-3.2-1B's decode step 11 us per
-// layer more (profiled) than loading them through shared memory.
+// own 8R query dims (and roping them) one after another cost Llama-3.2-1B's
+// decode step 11 us per layer more (profiled) than loading them through
+// shared memory.
 //
 // The workgroup size is specialization constant 1 (vk/ops/attention.rs
 // DecodePlan): 128 where the keys are split over many workgroups, 512 for
