@@ -187,6 +187,9 @@ fn matmul_every_dtype_matches_reference((name, mut b, acts): Rounded) {
                 (7, 5, true),
                 (45, 17, false),
                 (40, 30, true),
+                // Past vk/ops/matmul.rs CPU_GEMV_MAX_ROWS: the tiled GEMM on
+                // a CPU device too (fewer rows run as GEMVs there).
+                (9, 36, true),
             ] {
                 let wb = weight_bytes(dtype, rows, cols, (rows * 131 + cols) as u64);
                 let x = rand_f32(m * cols, 11 + m as u64);
@@ -1873,6 +1876,7 @@ fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
             (21, 512, 7),
             (5, 2560, 1),
             (3, 2560, 4),
+            (6, 512, 36),
         ] {
             let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
             let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
@@ -2042,6 +2046,7 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
             (32, 1, Activation::GeluTanh, false),
             (19, 3, Activation::GeluTanh, false),
             (19, 6, Activation::Silu, true),
+            (19, 36, Activation::Silu, true),
         ] {
             let wb = weight_bytes(dtype, 2 * n, cols, (n * 5 + cols) as u64);
             let wf = reference::dequantize(dtype, &wb, 2 * n, cols).unwrap();

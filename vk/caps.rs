@@ -44,6 +44,10 @@ pub struct Caps {
     pub max_workgroup_invocations: u32,
     pub max_shared_memory: u32,
     pub max_push_constants: u32,
+    /// A CPU implementation (lavapipe): it runs a workgroup's subgroups as
+    /// coroutines of one thread, switching between all of them at every
+    /// barrier, so a barrier costs ~1-2 µs per subgroup.
+    pub cpu_device: bool,
 }
 
 impl Caps {
@@ -103,13 +107,19 @@ impl Caps {
                 .min(limits.max_compute_work_group_size[0]),
             max_shared_memory: limits.max_compute_shared_memory_size,
             max_push_constants: limits.max_push_constants_size,
+            cpu_device: p.device_type == vk::PhysicalDeviceType::CPU,
         })
     }
 
     /// Invocations of a GEMV workgroup whose rows split into `slots` units:
     /// one per unit up to 128 (idle invocations cost occupancy), and at
-    /// least a subgroup and 32.
+    /// least a subgroup and 32. On a CPU device, one subgroup: there each
+    /// barrier costs per subgroup (lavapipe: SmolLM2-135M's f32 GLU, 1,536
+    /// workgroups, 21 -> 9 ms; its greedy decode 0.5 -> 1.2 tok/s).
     pub fn gemv_workgroup(&self, slots: usize) -> u32 {
+        if self.cpu_device {
+            return self.subgroup_size.max(1);
+        }
         let want = slots.clamp(1, 128).next_power_of_two() as u32;
         want.max(self.subgroup_size.clamp(32, 128))
     }
@@ -483,9 +493,18 @@ impl std::fmt::Display for DeviceInfo {
             c.max_push_constants
         )?;
         match Kernels::choose(c) {
-            Ok(k) => write!(f, "\n      kernels: {k}"),
-            Err(e) => write!(f, "\n      kernels: {e}"),
+            Ok(k) => write!(f, "\n      kernels: {k}")?,
+            Err(e) => write!(f, "\n      kernels: {e}")?,
         }
+        if c.cpu_device {
+            write!(
+                f,
+                "; on this CPU device GEMV workgroups are one subgroup and matmuls of up to {} \
+                 rows run as GEMVs",
+                super::ops::matmul::CPU_GEMV_MAX_ROWS
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -167,13 +167,11 @@ impl VulkanBackend {
         let pipes = Pipelines::new(&dev.device, disk, stats)?;
         let mut rec = Recorder::new(&dev.device, dev.queue, dev.queue_family)?;
         rec.lose_device_after(opts.lose_device_after);
-        rec.spin_wait(opts.spin_wait.unwrap_or(
-            if props.device_type == vk::PhysicalDeviceType::CPU {
-                Duration::ZERO
-            } else {
-                DEFAULT_SPIN_WAIT
-            },
-        ));
+        rec.spin_wait(opts.spin_wait.unwrap_or(if dev.caps().cpu_device {
+            Duration::ZERO
+        } else {
+            DEFAULT_SPIN_WAIT
+        }));
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
         let backend = VulkanBackend {
             rec,

@@ -19,6 +19,16 @@ use bytemuck::{Pod, Zeroable};
 const HALF_X_MIN_WEIGHTS: usize = 4 << 20;
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
+/// On a CPU device up to this many rows run as GEMVs of GEMV_MAX_ROWS rows
+/// each: the tiled GEMM's 256-invocation workgroups meet at two barriers per
+/// 16 columns, which a CPU implementation pays per subgroup (lavapipe,
+/// SmolLM2-135M: a 5-token prefill 25 -> 3 s).
+pub(in crate::vk) const CPU_GEMV_MAX_ROWS: usize = 32;
+/// On a CPU device each subgroup of a GEMV whose subgroups take rows of
+/// their own steps over this many groups of rows: fewer workgroups, each
+/// with its start-up cost (lavapipe, SmolLM2-135M greedy decode 1.2 -> 1.4
+/// tok/s).
+const CPU_GEMV_ROW_STEPS: u32 = 16;
 /// Weight rows per GEMV group (NR in mul_mat_vec.comp): a subgroup takes 2
 /// of its own (measured best on an H200 against 1, 2, 4 and 8; with 1 the
 /// GLU kernel could not pair gate and up rows); a workgroup shares
@@ -83,6 +93,18 @@ const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 /// 931-934 -> 952-964 / 841-842 -> 864-865 tok/s, Llama-3.2-1B 987-994 ->
 /// 1,037-1,038 / 850 -> 885-890.
 const GLU_Q8IN_MAX_COLS: usize = 4096;
+/// What a GEMV does with int8 digits of x and y.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Digits {
+    /// None: x in f32, as the tiled GEMM it stands in for (a CPU device's
+    /// few-row matmuls) takes it.
+    Exact,
+    /// x's digits where they pay (decode).
+    In,
+    /// x's, and y's written too where the kernel can (a one-row GLU).
+    InOut,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -259,13 +281,29 @@ impl Encoder<'_> {
         if let Some((nw, _)) = o.norm {
             check::fits(OP, "norm weights", nw, k)?;
         }
+        if m > GEMV_MAX_ROWS && self.caps().cpu_device && m <= CPU_GEMV_MAX_ROWS {
+            return self.encode_linear_chunks(w, x, y, m, o);
+        }
         if m > GEMV_MAX_ROWS {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
-        // One dispatch per part of a split weight, each writing its columns of y.
+        self.encode_gemvs(w, x, y, m, o, Digits::In)
+    }
+
+    /// One GEMV dispatch per part of a split weight, each writing its
+    /// columns of y.
+    fn encode_gemvs(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+        digits: Digits,
+    ) -> Result<()> {
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, None, row0, n, false)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, w.rows, digits)?;
         }
         Ok(())
     }
@@ -310,14 +348,18 @@ impl Encoder<'_> {
         if m == 0 {
             return Ok(());
         }
-        let q8out = gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES;
-        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, q8out)
+        let digits = if gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES {
+            Digits::InOut
+        } else {
+            Digits::In
+        };
+        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, digits)
     }
 
     /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
     /// rows `ldy` wide; with `glu`, w is a gate_up weight of `2 * ldy` rows.
-    /// With `q8out` the integer-dot kernel also writes one row of y as int8
-    /// digits where it can (whole blocks, one part).
+    /// With [`Digits::InOut`] the integer-dot kernel also writes one row of
+    /// y as int8 digits where it can (whole blocks, one part).
     #[allow(clippy::too_many_arguments)]
     fn encode_gemv(
         &mut self,
@@ -329,13 +371,14 @@ impl Encoder<'_> {
         glu: Option<Activation>,
         row0: usize,
         ldy: usize,
-        q8out: bool,
+        digits: Digits,
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
         // Small weights take the f32 kernel unless x is quantized already
         // (K and V after Q): quantizing is a dispatch of its own.
-        let q8 = w.cols.is_multiple_of(32)
+        let q8 = digits != Digits::Exact
+            && w.cols.is_multiple_of(32)
             && (self.takes_q8(w.dtype, w.buf.bytes)
                 || gemv_int_dot(w.dtype)
                     && self.kernels.gemv_q8
@@ -353,7 +396,7 @@ impl Encoder<'_> {
         let outs = if glu.is_some() { nr / 2 } else { nr };
         let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
         let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
-        let q8out = q8out
+        let q8out = digits == Digits::InOut
             && q8
             && own_rows
             && m == 1
@@ -376,19 +419,30 @@ impl Encoder<'_> {
         } else {
             None
         };
+        // One-row decode keeps only its own sums in registers.
+        let max_m = if m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
         let (wg, rows_per_wg) = if yq.is_some() {
             (wg_q8out, 32)
         } else if own_rows {
             let wg = self.caps().gemv_workgroup(GEMV_SUBGROUP_ROWS_INVOCATIONS);
-            (wg, outs * (wg / self.caps().subgroup_size.max(1)).max(1))
-        } else {
+            let steps = if self.caps().cpu_device {
+                CPU_GEMV_ROW_STEPS
+            } else {
+                1
+            };
             (
-                self.caps().gemv_workgroup(gemv_slots(w.dtype, w.cols, q8)),
-                outs,
+                wg,
+                outs * (wg / self.caps().subgroup_size.max(1)).max(1) * steps,
             )
+        } else {
+            // An invocation per output (row, x row) finishes the sums.
+            let wg = self
+                .caps()
+                .gemv_workgroup(gemv_slots(w.dtype, w.cols, q8))
+                .max(outs * max_m)
+                .next_multiple_of(self.caps().subgroup_size.max(1));
+            (wg, outs)
         };
-        // One-row decode keeps only its own sums in registers.
-        let max_m = if m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
         let push = GemvPush {
             n: u32_of(OP, "n", n_out)?,
             k: u32_of(OP, "k", w.cols)?,
@@ -531,6 +585,32 @@ impl Encoder<'_> {
 
     /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
     /// in scratch buffers of the backend.
+    /// [`Encoder::encode_linear`] as GEMVs of at most GEMV_MAX_ROWS rows,
+    /// each through scratch rows (copies, as the GEMV reads x and writes y
+    /// from their first row).
+    fn encode_linear_chunks(
+        &mut self,
+        w: &Weight,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        o: &LinearOpts,
+    ) -> Result<()> {
+        let (n, k) = (w.rows, w.cols);
+        let xs = self.scratch(|b| &mut b.chunk_x_scratch, floats(GEMV_MAX_ROWS, k)?)?;
+        let ys = self.scratch(|b| &mut b.chunk_y_scratch, floats(GEMV_MAX_ROWS, n)?)?;
+        for r0 in (0..m).step_by(GEMV_MAX_ROWS) {
+            let rows = (m - r0).min(GEMV_MAX_ROWS);
+            self.encode_copy(x, r0 * k * 4, &xs, 0, rows * k * 4)?;
+            if o.add {
+                self.encode_copy(y, r0 * n * 4, &ys, 0, rows * n * 4)?;
+            }
+            self.encode_gemvs(w, &xs, &ys, rows, o, Digits::Exact)?;
+            self.encode_copy(&ys, 0, y, r0 * n * 4, rows * n * 4)?;
+        }
+        Ok(())
+    }
+
     fn encode_linear_tiled(
         &mut self,
         w: &Weight,
