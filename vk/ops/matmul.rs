@@ -583,8 +583,6 @@ impl Encoder<'_> {
                 .all(|id| self.rec.last_write(id).is_none_or(|w| w < at))
     }
 
-    /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
-    /// in scratch buffers of the backend.
     /// [`Encoder::encode_linear`] as GEMVs of at most GEMV_MAX_ROWS rows,
     /// each through scratch rows (copies, as the GEMV reads x and writes y
     /// from their first row).
@@ -611,6 +609,8 @@ impl Encoder<'_> {
         Ok(())
     }
 
+    /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
+    /// in scratch buffers of the backend.
     fn encode_linear_tiled(
         &mut self,
         w: &Weight,
