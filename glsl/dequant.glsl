@@ -135,6 +135,19 @@ vec4 dq4(uint i) {
     vec2 dm = q5_dm(base);
     return dm.x * (bytes4(w) + hi) + dm.y;
 }
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = (i >> 5) * 6u;
+    uint e = i & 31u;
+    uint h = wdata[base + 1u] >> e;
+    vec2 dm = q5_dm(base);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        uint w = (wdata[base + 2u + j] >> ((e >> 4) * 4u)) & 0x0F0F0F0Fu;
+        uint hj = h >> (4u * j);
+        vec4 hi = vec4(hj & 1u, (hj >> 1) & 1u, (hj >> 2) & 1u, (hj >> 3) & 1u) * 16.0;
+        v[j] = dm.x * (bytes4(w) + hi) + dm.y;
+    }
+}
 
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
 // q4_k: [d, dmin f16][12 scale bytes][128 quant bytes]: 36 words.

@@ -42,7 +42,7 @@ fn cpu_backends() -> Vec<Named> {
     v
 }
 
-/// Vulkan with its exact f32 GEMM tiles ([`common::vulkan_exact`]); none
+/// Vulkan with an exact f32 GEMM ([`common::vulkan_exact`]); none
 /// without a device (a failure with VKLLM_REQUIRE_VULKAN=1).
 fn vulkan_backends() -> Vec<Named> {
     common::vulkan_exact()
@@ -72,27 +72,37 @@ fn matmul_cpu_backends() -> Vec<Rounded> {
     v
 }
 
-/// Vulkan up to three times: its two-digit int8 decode activations where the
-/// device has integer dot products (steps of max|x|/(127·254)), exact f32
-/// (the f32 GEMM tiles), and its f16 cooperative-matrix GEMM where the
-/// device has one.
+/// Vulkan up to four times, so that every GEMM kernel the device can run is
+/// tested on it: its two-digit int8 decode activations where the device
+/// has integer dot products (steps of max|x|/(127·254); prefill on its
+/// exact f32 GEMM, see [`common::vulkan_exact`]: the lanes on a CPU
+/// device), the f32 tiles, the f32 lanes unless already run, and its f16
+/// cooperative-matrix GEMM where the device has one.
 fn matmul_vulkan_backends() -> Vec<Rounded> {
     let mut v: Vec<Rounded> = Vec::new();
-    for kind in ["vulkan-q8", "vulkan", "vulkan-coopmat"] {
+    let mut lanes_run = false;
+    for kind in ["vulkan-q8", "vulkan", "vulkan-lanes", "vulkan-coopmat"] {
         let Some(mut b) = common::vulkan_backend() else {
             break;
         };
-        let coopmat = b.kernels().matmul;
-        let rounding = match kind {
-            "vulkan-q8" if b.kernels().gemv_q8 => Rounding::DecodeSteps(127.0 * 254.0),
-            "vulkan-coopmat" if coopmat != MatmulKernel::Tiles => Rounding::F16Gemm,
-            "vulkan" => Rounding::None,
+        let opened = b.kernels().matmul;
+        let exact = if opened.is_coopmat() {
+            MatmulKernel::Tiles
+        } else {
+            opened
+        };
+        let (rounding, matmul) = match kind {
+            "vulkan-q8" if b.kernels().gemv_q8 => (Rounding::DecodeSteps(127.0 * 254.0), exact),
+            "vulkan" => (Rounding::None, MatmulKernel::Tiles),
+            "vulkan-lanes" if !lanes_run && b.set_matmul(MatmulKernel::Lanes).is_ok() => {
+                (Rounding::None, MatmulKernel::Lanes)
+            }
+            "vulkan-coopmat" if opened.is_coopmat() => (Rounding::F16Gemm, opened),
             _ => continue,
         };
+        lanes_run |= matmul == MatmulKernel::Lanes;
         b.set_gemv_q8((kind == "vulkan-q8").then_some(0)).unwrap();
-        if kind != "vulkan-coopmat" {
-            b.set_matmul(MatmulKernel::Tiles).unwrap();
-        }
+        b.set_matmul(matmul).unwrap();
         v.push((kind.to_string(), Box::new(b), rounding));
     }
     v
@@ -187,8 +197,8 @@ fn matmul_every_dtype_matches_reference((name, mut b, acts): Rounded) {
                 (7, 5, true),
                 (45, 17, false),
                 (40, 30, true),
-                // Past vk/ops/matmul.rs CPU_GEMV_MAX_ROWS: the tiled GEMM on
-                // a CPU device too (fewer rows run as GEMVs there).
+                // Three of mul_mat_lanes.comp's 16-row tiles, the last
+                // partial.
                 (9, 36, true),
             ] {
                 let wb = weight_bytes(dtype, rows, cols, (rows * 131 + cols) as u64);

@@ -21,7 +21,7 @@ use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, NextWeight, RopeParams,
     RopeStyle, Weight,
 };
-use vkllm::vk::{MatmulKernel, Options, PrefillAttention, VulkanBackend};
+use vkllm::vk::{Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
 /// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
@@ -79,7 +79,7 @@ fn gemv_allowed(
     x: &[f32],
     m: usize,
 ) -> Vec<f32> {
-    let tol = if m > 4 && b.kernels().matmul != MatmulKernel::Tiles {
+    let tol = if m > 4 && b.kernels().matmul.is_coopmat() {
         COOPMAT_TOL
     } else {
         TOL
@@ -330,9 +330,9 @@ fn matmul_coopmat_every_dtype() {
     let Some(mut b) = common::vulkan_backend() else {
         return;
     };
-    if b.kernels().matmul == MatmulKernel::Tiles {
+    if !b.kernels().matmul.is_coopmat() {
         eprintln!(
-            "skipped: {} gets the f32 tiles ({}), not cooperative matrices",
+            "skipped: {} gets an f32 GEMM ({}), not cooperative matrices",
             b.device_info().name,
             b.kernels()
         );

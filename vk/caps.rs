@@ -17,6 +17,8 @@ pub struct Caps {
     pub subgroup_arithmetic: bool,
     /// Subgroup shuffles (attention_decode.comp's sums over a few lanes).
     pub subgroup_shuffle: bool,
+    /// subgroupBroadcast (mul_mat_lanes.comp).
+    pub subgroup_ballot: bool,
     pub fp16: bool,
     pub int8: bool,
     pub storage16: bool,
@@ -88,6 +90,9 @@ impl Caps {
             subgroup_shuffle: subgroup
                 .supported_operations
                 .contains(vk::SubgroupFeatureFlags::SHUFFLE),
+            subgroup_ballot: subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::BALLOT),
             fp16: f12.shader_float16 == vk::TRUE,
             int8: f12.shader_int8 == vk::TRUE,
             storage16: f11.storage_buffer16_bit_access == vk::TRUE,
@@ -199,6 +204,9 @@ fn coopmat_f16(inst: &Instance, pd: vk::PhysicalDevice, khr: bool, nv: bool) -> 
 pub enum MatmulKernel {
     /// glsl/mul_mat.comp: f32 FMA tiles, every device.
     Tiles,
+    /// glsl/mul_mat_lanes.comp: f32, weight rows per lane, no shared memory
+    /// or barriers; CPU devices (lavapipe) by default.
+    Lanes,
     /// glsl/mul_mat_coopmat.comp through VK_KHR_cooperative_matrix.
     CoopmatKhr,
     /// glsl/mul_mat_coopmat.comp through VK_NV_cooperative_matrix.
@@ -208,7 +216,7 @@ pub enum MatmulKernel {
 impl MatmulKernel {
     /// Whether it runs on cooperative matrices (f16 inputs).
     pub fn is_coopmat(self) -> bool {
-        self != MatmulKernel::Tiles
+        matches!(self, MatmulKernel::CoopmatKhr | MatmulKernel::CoopmatNv)
     }
 
     /// Whether this binary and `caps` can run it. The cooperative-matrix
@@ -225,6 +233,7 @@ impl MatmulKernel {
             && caps.max_shared_memory >= COOPMAT_SHARED;
         match self {
             MatmulKernel::Tiles => true,
+            MatmulKernel::Lanes => caps.subgroup_ballot && caps.subgroup_size >= 8,
             MatmulKernel::CoopmatKhr => {
                 base && caps.coopmat_khr_f16 && super::pipeline::GLSL_COOPMAT_KHR
             }
@@ -244,6 +253,7 @@ impl MatmulKernel {
         let big = n.div_ceil(128) * m.div_ceil(128) >= BIG_MIN_TILES;
         match (self, big) {
             (MatmulKernel::Tiles, _) => ("mul_mat", 64, 64),
+            (MatmulKernel::Lanes, _) => ("mul_mat_lanes", 16, 16),
             (MatmulKernel::CoopmatKhr, true) => ("mul_mat_coopmat_khr", 128, 128),
             (MatmulKernel::CoopmatKhr, false) => ("mul_mat_coopmat_small_khr", 64, 64),
             (MatmulKernel::CoopmatNv, true) => ("mul_mat_coopmat_nv", 128, 128),
@@ -318,22 +328,38 @@ pub struct Kernels {
 
 impl Kernels {
     /// The kernels for `caps`, with the environment's overrides:
-    /// `VKLLM_MATMUL=tiles|coopmat|coopmat-khr|coopmat-nv` (cooperative matrices
-    /// where the device has them, KHR first, else tiles; a forced
-    /// cooperative-matrix kernel the device cannot run is an error) and
+    /// `VKLLM_MATMUL=tiles|lanes|coopmat|coopmat-khr|coopmat-nv` (cooperative
+    /// matrices where the device has them, KHR first, else lanes on a CPU
+    /// device, else tiles; a forced kernel the device cannot run is an
+    /// error) and
     /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup`,
     /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
     /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`.
     pub fn choose(caps: &Caps) -> Result<Kernels> {
-        use MatmulKernel::{CoopmatKhr, CoopmatNv, Tiles};
+        use MatmulKernel::{CoopmatKhr, CoopmatNv, Lanes, Tiles};
         let best_coopmat = [CoopmatKhr, CoopmatNv]
             .into_iter()
             .find(|k| k.available(caps));
         let matmul = match std::env::var("VKLLM_MATMUL").as_deref() {
             // Measured on the H200: the cooperative-matrix kernel reaches
             // 40-90 TFLOP/s at m = 512 where the f32 tiles reach 17-20.
-            Err(_) | Ok("") => best_coopmat.unwrap_or(Tiles),
+            // On lavapipe (2 AVX2 cores) the lanes took Gemma 3 270M's
+            // 64-row prefill matmuls from 20.0 to 10.9 s.
+            Err(_) | Ok("") => best_coopmat.unwrap_or(
+                if caps.cpu_device && Lanes.available(caps) {
+                    Lanes
+                } else {
+                    Tiles
+                },
+            ),
             Ok("tiles") => Tiles,
+            Ok("lanes") if Lanes.available(caps) => Lanes,
+            Ok("lanes") => {
+                return Err(Error::Vulkan(
+                    "VKLLM_MATMUL=lanes: this device cannot run it (needs subgroupBroadcast                      and subgroups of at least 8)"
+                        .into(),
+                ))
+            }
             Ok(want @ ("coopmat" | "coopmat-khr" | "coopmat-nv")) => {
                 let pick = match want {
                     "coopmat-khr" => Some(CoopmatKhr).filter(|k| k.available(caps)),
@@ -352,15 +378,15 @@ impl Kernels {
             }
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
-                    "VKLLM_MATMUL={other} is not one of tiles, coopmat, coopmat-khr, coopmat-nv"
+                    "VKLLM_MATMUL={other} is not one of tiles, lanes, coopmat, coopmat-khr, coopmat-nv"
                 )))
             }
         };
         let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
-            Err(_) | Ok("") if matmul != Tiles => PrefillAttention::Coopmat,
+            Err(_) | Ok("") if matmul.is_coopmat() => PrefillAttention::Coopmat,
             Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
             Ok("rows") => PrefillAttention::Rows,
-            Ok("coopmat") if matmul != Tiles => PrefillAttention::Coopmat,
+            Ok("coopmat") if matmul.is_coopmat() => PrefillAttention::Coopmat,
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
                     "VKLLM_ATTENTION={other} is not one of flash, rows, coopmat (which \
@@ -420,6 +446,7 @@ impl std::fmt::Display for Kernels {
         };
         let matmul = match self.matmul {
             MatmulKernel::Tiles => "f32 FMA tiles (mul_mat)",
+            MatmulKernel::Lanes => "f32, weight rows per lane (mul_mat_lanes)",
             MatmulKernel::CoopmatKhr => "f16 cooperative matrices, KHR (mul_mat_coopmat_khr)",
             MatmulKernel::CoopmatNv => "f16 cooperative matrices, NV (mul_mat_coopmat_nv)",
         };
@@ -497,12 +524,7 @@ impl std::fmt::Display for DeviceInfo {
             Err(e) => write!(f, "\n      kernels: {e}")?,
         }
         if c.cpu_device {
-            write!(
-                f,
-                "; on this CPU device GEMV workgroups are one subgroup and matmuls of up to {} \
-                 rows run as GEMVs",
-                super::ops::matmul::CPU_GEMV_MAX_ROWS
-            )?;
+            write!(f, "; on this CPU device GEMV workgroups are one subgroup")?;
         }
         Ok(())
     }

@@ -85,7 +85,7 @@ impl Device {
         let mut exts = Vec::new();
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
         match kernels.matmul {
-            MatmulKernel::Tiles => {}
+            MatmulKernel::Tiles | MatmulKernel::Lanes => {}
             MatmulKernel::CoopmatKhr => {
                 exts.push(ash::khr::cooperative_matrix::NAME.as_ptr());
                 create = create.push_next(&mut f12).push_next(&mut cm_khr);

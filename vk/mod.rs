@@ -216,15 +216,17 @@ impl VulkanBackend {
         self.kernels
     }
 
-    /// The GEMM kernel for matmuls of more than a few rows: the f32 tiles,
-    /// or the cooperative-matrix kernel the backend opened with (its device
-    /// feature is enabled only then). Tests use it to check both on one
-    /// device; `VKLLM_MATMUL` chooses at open.
+    /// The GEMM kernel for matmuls of more than a few rows: an f32 kernel
+    /// the device can run (tiles, lanes), or the cooperative-matrix kernel
+    /// the backend opened with (its device feature is enabled only then).
+    /// Tests use it to check each on one device; `VKLLM_MATMUL` chooses at
+    /// open.
     pub fn set_matmul(&mut self, kernel: MatmulKernel) -> Result<()> {
-        if kernel != MatmulKernel::Tiles && kernel != self.dev.kernels.matmul {
+        let opened = self.dev.kernels.matmul;
+        if (kernel.is_coopmat() && kernel != opened) || !kernel.available(self.caps()) {
             return Err(Error::Unsupported(format!(
-                "{} was opened with {:?} matmuls, not {kernel:?}",
-                self.dev.info.name, self.dev.kernels.matmul
+                "{} was opened with {opened:?} matmuls and cannot run {kernel:?}",
+                self.dev.info.name
             )));
         }
         self.kernels.matmul = kernel;

@@ -98,13 +98,16 @@ pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
     vulkan_backend().map(|b| Box::new(b) as Box<dyn ComputeBackend>)
 }
 
-/// [`vulkan_backend`] with its exact f32 GEMM tiles: by default a device
-/// with cooperative matrices rounds prefill matmul inputs to f16, and the
-/// parity tests against transformers use this one (tests of the default
-/// use [`vulkan`]).
+/// [`vulkan_backend`] with an exact f32 GEMM: by default a device with
+/// cooperative matrices rounds prefill matmul inputs to f16, and the parity
+/// tests against transformers use this one (tests of the default use
+/// [`vulkan`]). Its f32 tiles there; a CPU device's own default (the
+/// lanes, lavapipe) is f32 already.
 pub fn vulkan_exact() -> Option<Box<dyn ComputeBackend>> {
     vulkan_backend().map(|mut b| {
-        b.set_matmul(MatmulKernel::Tiles).unwrap();
+        if b.kernels().matmul.is_coopmat() {
+            b.set_matmul(MatmulKernel::Tiles).unwrap();
+        }
         Box::new(b) as Box<dyn ComputeBackend>
     })
 }

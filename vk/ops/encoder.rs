@@ -33,9 +33,6 @@ pub(in crate::vk) struct OpState {
     pub product_scratch: Option<Buffer>,
     /// `linear_glu`'s gate_up product for many rows.
     pub glu_scratch: Option<Buffer>,
-    /// A CPU device's few-row matmul, GEMV_MAX_ROWS rows of x and y at a time.
-    pub chunk_x_scratch: Option<Buffer>,
-    pub chunk_y_scratch: Option<Buffer>,
     /// The cooperative-matrix GEMM's input as f16 (half_rows.comp).
     pub half_scratch: Option<Buffer>,
     /// What norm_scratch / half_scratch hold for the tiled GEMM.

@@ -1,8 +1,9 @@
 //! `matmul` and `linear`: subgroup-reduced GEMV (glsl/mul_mat_vec.comp, a
 //! few output rows per subgroup, with the RMS norm of x and the residual add
-//! folded in) for a few input rows, shared-memory tiled GEMM beyond that:
+//! folded in) for a few input rows, a GEMM beyond that:
 //! f16 cooperative matrices (glsl/mul_mat_coopmat.comp) where the device has
-//! them, f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
+//! them, f32 weight rows per lane on a CPU device (glsl/mul_mat_lanes.comp),
+//! f32 FMA tiles (glsl/mul_mat.comp) elsewhere.
 
 use super::{plain, read, typed, u32_of, write};
 use super::{Encoder, OpState};
@@ -19,11 +20,6 @@ use bytemuck::{Pod, Zeroable};
 const HALF_X_MIN_WEIGHTS: usize = 4 << 20;
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
-/// On a CPU device up to this many rows run as GEMVs of GEMV_MAX_ROWS rows
-/// each: the tiled GEMM's 256-invocation workgroups meet at two barriers per
-/// 16 columns, which a CPU implementation pays per subgroup (lavapipe,
-/// SmolLM2-135M: a 5-token prefill 25 -> 3 s).
-pub(in crate::vk) const CPU_GEMV_MAX_ROWS: usize = 32;
 /// On a CPU device each subgroup of a GEMV whose subgroups take rows of
 /// their own steps over this many groups of rows: fewer workgroups, each
 /// with its start-up cost (lavapipe, SmolLM2-135M greedy decode 1.2 -> 1.4
@@ -96,9 +92,6 @@ const GLU_Q8IN_MAX_COLS: usize = 4096;
 /// What a GEMV does with int8 digits of x and y.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Digits {
-    /// None: x in f32, as the tiled GEMM it stands in for (a CPU device's
-    /// few-row matmuls) takes it.
-    Exact,
     /// x's digits where they pay (decode).
     In,
     /// x's, and y's written too where the kernel can (a one-row GLU).
@@ -281,9 +274,6 @@ impl Encoder<'_> {
         if let Some((nw, _)) = o.norm {
             check::fits(OP, "norm weights", nw, k)?;
         }
-        if m > GEMV_MAX_ROWS && self.caps().cpu_device && m <= CPU_GEMV_MAX_ROWS {
-            return self.encode_linear_chunks(w, x, y, m, o);
-        }
         if m > GEMV_MAX_ROWS {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
@@ -377,8 +367,7 @@ impl Encoder<'_> {
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
         // Small weights take the f32 kernel unless x is quantized already
         // (K and V after Q): quantizing is a dispatch of its own.
-        let q8 = digits != Digits::Exact
-            && w.cols.is_multiple_of(32)
+        let q8 = w.cols.is_multiple_of(32)
             && (self.takes_q8(w.dtype, w.buf.bytes)
                 || gemv_int_dot(w.dtype)
                     && self.kernels.gemv_q8
@@ -581,32 +570,6 @@ impl Encoder<'_> {
                 .into_iter()
                 .flatten()
                 .all(|id| self.rec.last_write(id).is_none_or(|w| w < at))
-    }
-
-    /// [`Encoder::encode_linear`] as GEMVs of at most GEMV_MAX_ROWS rows,
-    /// each through scratch rows (copies, as the GEMV reads x and writes y
-    /// from their first row).
-    fn encode_linear_chunks(
-        &mut self,
-        w: &Weight,
-        x: &Buffer,
-        y: &Buffer,
-        m: usize,
-        o: &LinearOpts,
-    ) -> Result<()> {
-        let (n, k) = (w.rows, w.cols);
-        let xs = self.scratch(|b| &mut b.chunk_x_scratch, floats(GEMV_MAX_ROWS, k)?)?;
-        let ys = self.scratch(|b| &mut b.chunk_y_scratch, floats(GEMV_MAX_ROWS, n)?)?;
-        for r0 in (0..m).step_by(GEMV_MAX_ROWS) {
-            let rows = (m - r0).min(GEMV_MAX_ROWS);
-            self.encode_copy(x, r0 * k * 4, &xs, 0, rows * k * 4)?;
-            if o.add {
-                self.encode_copy(y, r0 * n * 4, &ys, 0, rows * n * 4)?;
-            }
-            self.encode_gemvs(w, &xs, &ys, rows, o, Digits::Exact)?;
-            self.encode_copy(&ys, 0, y, r0 * n * 4, rows * n * 4)?;
-        }
-        Ok(())
     }
 
     /// Many rows: [rms_norm →] tiled GEMM [→ add], the intermediate values
