@@ -277,23 +277,10 @@ impl Encoder<'_> {
         if m > GEMV_MAX_ROWS {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
-        self.encode_gemvs(w, x, y, m, o, Digits::In)
-    }
-
-    /// One GEMV dispatch per part of a split weight, each writing its
-    /// columns of y.
-    fn encode_gemvs(
-        &mut self,
-        w: &Weight,
-        x: &Buffer,
-        y: &Buffer,
-        m: usize,
-        o: &LinearOpts,
-        digits: Digits,
-    ) -> Result<()> {
+        // One dispatch per part of a split weight, each writing its columns of y.
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, None, row0, w.rows, digits)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, n, Digits::In)?;
         }
         Ok(())
     }
