@@ -89,15 +89,6 @@ const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 /// 931-934 -> 952-964 / 841-842 -> 864-865 tok/s, Llama-3.2-1B 987-994 ->
 /// 1,037-1,038 / 850 -> 885-890.
 const GLU_Q8IN_MAX_COLS: usize = 4096;
-/// What a GEMV does with int8 digits of x and y.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Digits {
-    /// x's digits where they pay (decode).
-    In,
-    /// x's, and y's written too where the kernel can (a one-row GLU).
-    InOut,
-}
-
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
@@ -280,7 +271,7 @@ impl Encoder<'_> {
         // One dispatch per part of a split weight, each writing its columns of y.
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, None, row0, n, Digits::In)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, n, false)?;
         }
         Ok(())
     }
@@ -325,18 +316,14 @@ impl Encoder<'_> {
         if m == 0 {
             return Ok(());
         }
-        let digits = if gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES {
-            Digits::InOut
-        } else {
-            Digits::In
-        };
-        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, digits)
+        let q8out = gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES;
+        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, q8out)
     }
 
     /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
     /// rows `ldy` wide; with `glu`, w is a gate_up weight of `2 * ldy` rows.
-    /// With [`Digits::InOut`] the integer-dot kernel also writes one row of
-    /// y as int8 digits where it can (whole blocks, one part).
+    /// With `q8out` the integer-dot kernel also writes one row of y as int8
+    /// digits where it can (whole blocks, one part).
     #[allow(clippy::too_many_arguments)]
     fn encode_gemv(
         &mut self,
@@ -348,7 +335,7 @@ impl Encoder<'_> {
         glu: Option<Activation>,
         row0: usize,
         ldy: usize,
-        digits: Digits,
+        q8out: bool,
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
@@ -372,7 +359,7 @@ impl Encoder<'_> {
         let outs = if glu.is_some() { nr / 2 } else { nr };
         let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
         let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
-        let q8out = digits == Digits::InOut
+        let q8out = q8out
             && q8
             && own_rows
             && m == 1
