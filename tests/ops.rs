@@ -51,6 +51,20 @@ fn vulkan_backends() -> Vec<Named> {
         .collect()
 }
 
+/// [`vulkan_backends`], and where the device's decode attention takes each
+/// span whole (a CPU device: `Kernels::decode_splits`) again with a GPU's
+/// plans, key splits and their merges, so that both are tested on it.
+fn decode_vulkan_backends() -> Vec<Named> {
+    let mut v = vulkan_backends();
+    if let Some(mut b) = common::vulkan_backend() {
+        if !b.kernels().decode_splits && !b.kernels().matmul.is_coopmat() {
+            b.set_decode_splits(true);
+            v.push(("vulkan-splits".to_string(), Box::new(b)));
+        }
+    }
+    v
+}
+
 /// `cpu_backends()` in the default activation mode, then the CPU's other
 /// activation modes on every instruction set.
 fn matmul_cpu_backends() -> Vec<Rounded> {
@@ -769,8 +783,8 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
 }
 test_device!(
     attention_gqa_positions_and_window,
-    attention_gqa_positions_and_window_cpu,
-    attention_gqa_positions_and_window_vulkan
+    attention_gqa_positions_and_window_cpu: cpu_backends,
+    attention_gqa_positions_and_window_vulkan: decode_vulkan_backends
 );
 
 fn attention_gqa_causal_and_window((name, mut b): Named) {
@@ -819,8 +833,8 @@ fn attention_gqa_causal_and_window((name, mut b): Named) {
 }
 test_device!(
     attention_gqa_causal_and_window,
-    attention_gqa_causal_and_window_cpu,
-    attention_gqa_causal_and_window_vulkan
+    attention_gqa_causal_and_window_cpu: cpu_backends,
+    attention_gqa_causal_and_window_vulkan: decode_vulkan_backends
 );
 
 fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
@@ -910,8 +924,8 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
 }
 test_device!(
     attention_decode_long_caches_gqa_and_windows,
-    attention_decode_long_caches_gqa_and_windows_cpu,
-    attention_decode_long_caches_gqa_and_windows_vulkan
+    attention_decode_long_caches_gqa_and_windows_cpu: cpu_backends,
+    attention_decode_long_caches_gqa_and_windows_vulkan: decode_vulkan_backends
 );
 
 #[test]
@@ -1603,8 +1617,8 @@ fn attention_f16_cache((name, mut b): Named) {
 }
 test_device!(
     attention_f16_cache,
-    attention_f16_cache_cpu,
-    attention_f16_cache_vulkan
+    attention_f16_cache_cpu: cpu_backends,
+    attention_f16_cache_vulkan: decode_vulkan_backends
 );
 
 fn rope_store_attention_appends_and_attends((name, mut b): Named) {
@@ -1821,8 +1835,8 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
 }
 test_device!(
     rope_store_attention_appends_and_attends,
-    rope_store_attention_appends_and_attends_cpu,
-    rope_store_attention_appends_and_attends_vulkan
+    rope_store_attention_appends_and_attends_cpu: cpu_backends,
+    rope_store_attention_appends_and_attends_vulkan: decode_vulkan_backends
 );
 
 fn append_token_records_the_token_and_advances((name, mut b): Named) {

@@ -448,7 +448,8 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
 /// the projection of a copy of it, which quantize_q8.comp quantizes; and the
 /// pass must hold one quantize dispatch, the copy's. Rows 1 and 3, head_dim
 /// 64 and 128, unsplit short spans, spans of 32 and 16 splits whose last
-/// one merges (attention_decode_merge) and long ones merged by a dispatch;
+/// one merges (attention_decode_merge) and long ones merged by a dispatch,
+/// and each whole in tiles of several heads (a CPU device's plan);
 /// Q4_0, Q4_K
 /// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
 /// on for every size). Told no next weight, the attention writes only f32
@@ -458,8 +459,10 @@ fn attention_merge_quantizes_like_quantize_q8() {
     let Some(mut b) = q8_everywhere() else {
         return;
     };
-    // The last column: merge dispatches (a split span: 4 heads over 5K keys).
-    for (rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges) in [
+    // The last column: merge dispatches (a split span: 4 heads over 5K keys)
+    // in a GPU's plans; each case runs those and whole spans (a CPU
+    // device's plan: one workgroup per kv head and tile of heads, no merge).
+    let cases = [
         (1, 300, 9, 3, 64, DType::Q4_0, 0),
         (1, 5000, 4, 4, 128, DType::Q4K, 1),
         // Splits of one head each whose last one merges (and quantizes):
@@ -475,8 +478,15 @@ fn attention_merge_quantizes_like_quantize_q8() {
         (1, 5000, 32, 2, 64, DType::Q4_0, 1),
         (3, 100, 8, 2, 128, DType::Q8_0, 0),
         (3, 100, 8, 2, 128, DType::Q4K, 0),
-    ] {
-        let what = format!("rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim}");
+    ];
+    for ((rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges), splits) in
+        cases.into_iter().flat_map(|c| [(c, true), (c, false)])
+    {
+        b.set_decode_splits(splits);
+        let merges = if splits { merges } else { 0 };
+        let what = format!(
+            "rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim} splits {splits}"
+        );
         let (mut p, positions, q, k, v) = attention_case(
             (rows, depth, n_heads, n_kv_heads, head_dim, 0),
             DType::F32,
@@ -553,6 +563,7 @@ fn decode_attention_last_split_merges_in_replayed_passes() {
     let Some(mut b) = common::vulkan_backend() else {
         return;
     };
+    b.set_decode_splits(true);
     let (mut p, _, q, k, v) = attention_case((1, 1100, 9, 3, 64, 0), DType::F32, 91);
     p.span = 1024;
     let (qb, kb, vb) = (

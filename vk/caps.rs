@@ -324,6 +324,15 @@ pub struct Kernels {
     /// attention kernel (one dependent dispatch fewer per layer);
     /// `VKLLM_DECODE_ATTENTION=split` runs rope_store before it.
     pub decode_rope: bool,
+    /// Decode attention spreads long spans over many workgroups (key splits,
+    /// one-head tiles: a GPU's plans, vk/ops/attention.rs `decode_plan`);
+    /// off, each (kv head, tile of up to 4 heads) takes its whole span in one
+    /// workgroup, as a CPU device runs fastest: lavapipe runs a few
+    /// workgroups at a time, each paying its clusters' merge one lane at a
+    /// time (a 2-layer llama of head_dim 16 decoding at 2,900 positions:
+    /// 10-13 -> 131-152 tok/s; 2 / 4 / 8 splits 111 / 77 / 66, one-head tiles
+    /// 126). `VKLLM_DECODE_SPLITS=on|off`.
+    pub decode_splits: bool,
 }
 
 impl Kernels {
@@ -334,7 +343,8 @@ impl Kernels {
     /// error) and
     /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup`,
     /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
-    /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`.
+    /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`,
+    /// `VKLLM_DECODE_SPLITS=on|off` (on except on a CPU device).
     pub fn choose(caps: &Caps) -> Result<Kernels> {
         use MatmulKernel::{CoopmatKhr, CoopmatNv, Lanes, Tiles};
         let best_coopmat = [CoopmatKhr, CoopmatNv]
@@ -427,12 +437,23 @@ impl Kernels {
                 )))
             }
         };
+        let decode_splits = match std::env::var("VKLLM_DECODE_SPLITS").as_deref() {
+            Err(_) | Ok("") => !caps.cpu_device,
+            Ok("on") => true,
+            Ok("off") => false,
+            Ok(other) => {
+                return Err(Error::Vulkan(format!(
+                    "VKLLM_DECODE_SPLITS={other} is not one of on, off"
+                )))
+            }
+        };
         Ok(Kernels {
             matmul,
             attention,
             gemv,
             gemv_q8,
             decode_rope,
+            decode_splits,
         })
     }
 }
@@ -473,15 +494,20 @@ impl std::fmt::Display for Kernels {
         } else {
             String::new()
         };
-        let decode = if self.decode_rope {
-            "rope and cache append inside attention_decode, then attention_combine"
+        let rope = if self.decode_rope {
+            "rope and cache append inside attention_decode"
         } else {
-            "rope_store, attention_decode, attention_combine"
+            "rope_store, attention_decode"
+        };
+        let splits = if self.decode_splits {
+            ", then attention_combine"
+        } else {
+            " (one workgroup per kv head and tile of heads)"
         };
         write!(
             f,
             "matmul (m > 4): {matmul}; prefill attention: {attention}; decode matmul (m <= 4): \
-             {gemv}{gemv_x}; decode attention: {decode}"
+             {gemv}{gemv_x}; decode attention: {rope}{splits}"
         )
     }
 }

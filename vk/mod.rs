@@ -255,6 +255,15 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// Decode attention split over many workgroups (a GPU's plans) or one
+    /// per (kv head, tile of heads) (see [`Kernels::decode_splits`]). Tests
+    /// use it to check both plans on one device.
+    pub fn set_decode_splits(&mut self, on: bool) {
+        self.kernels.decode_splits = on;
+        // Kept passes were recorded with the other plan.
+        self.rec.invalidate_pass();
+    }
+
     /// Wait for the device to finish its work: `Error::DeviceLost` once it
     /// is lost. Dropping the backend waits the same way, then frees
     /// everything whatever the answer (valid on a lost device).

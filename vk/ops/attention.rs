@@ -648,7 +648,9 @@ impl Encoder<'_> {
     /// budget doubles there. At depth 4096 unsplit lost 15-19%. Past that
     /// budget, up to ONE_HEAD_KEY_DIMS (or ONE_HEAD_KEY_DIMS_SMALL_GROUPS),
     /// the split workgroups take one query head each where the last split
-    /// can merge.
+    /// can merge. Without `Kernels::decode_splits` (a CPU device) every
+    /// span runs unsplit in workgroups of DECODE_WG, tiles of up to four
+    /// heads.
     pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
         if p.rows > SPLIT_MAX_ROWS || !c.subgroup_shuffle || p.n_kv_heads == 0 {
@@ -669,6 +671,14 @@ impl Encoder<'_> {
         let mut span = p.span.min(p.capacity);
         if p.window > 0 {
             span = span.min(p.window);
+        }
+        if !self.kernels.decode_splits {
+            // Fewest workgroups, each kv head's keys read once per tile.
+            return Some(DecodePlan {
+                tiles: tiles(DECODE_WG, 1)?,
+                wg: DECODE_WG,
+                n_split: 1,
+            });
         }
         let t = tiles(DECODE_WG, DECODE_MIN_HEAD_GROUPS)?;
         let budget = UNSPLIT_KEY_DIMS * if t.heads > 1 { 2 } else { 1 };
