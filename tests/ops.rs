@@ -18,7 +18,7 @@ use vkllm::backend::{
 };
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{Activations, CpuBackend, Isa};
-use vkllm::vk::MatmulKernel;
+use vkllm::vk::{GemvKernel, MatmulKernel};
 use vkllm::{reference, DType};
 
 /// A backend under test and the name failures print.
@@ -86,15 +86,16 @@ fn matmul_cpu_backends() -> Vec<Rounded> {
     v
 }
 
-/// Vulkan up to four times, so that every GEMM kernel the device can run is
-/// tested on it: its two-digit int8 decode activations where the device
-/// has integer dot products (steps of max|x|/(127·254); prefill on its
-/// exact f32 GEMM, see [`common::vulkan_exact`]: the lanes on a CPU
-/// device), the f32 tiles, the f32 lanes unless already run, and its f16
+/// Vulkan up to four times, so that every GEMM and GEMV kernel the device
+/// can run is tested on it: the integer-dot GEMV with two-digit int8 decode
+/// activations where the device has integer dot products (steps of
+/// max|x|/(127·254); prefill on its exact f32 GEMM, see
+/// [`common::vulkan_exact`]: the lanes on a CPU device), the f32 tiles with
+/// the f32 GEMVs, the f32 lanes with the device's own decode matmuls (on a
+/// CPU device the lanes too: `GemvKernel::Gemm`), and its f16
 /// cooperative-matrix GEMM where the device has one.
 fn matmul_vulkan_backends() -> Vec<Rounded> {
     let mut v: Vec<Rounded> = Vec::new();
-    let mut lanes_run = false;
     for kind in ["vulkan-q8", "vulkan", "vulkan-lanes", "vulkan-coopmat"] {
         let Some(mut b) = common::vulkan_backend() else {
             break;
@@ -108,13 +109,15 @@ fn matmul_vulkan_backends() -> Vec<Rounded> {
         let (rounding, matmul) = match kind {
             "vulkan-q8" if b.kernels().gemv_q8 => (Rounding::DecodeSteps(127.0 * 254.0), exact),
             "vulkan" => (Rounding::None, MatmulKernel::Tiles),
-            "vulkan-lanes" if !lanes_run && b.set_matmul(MatmulKernel::Lanes).is_ok() => {
+            "vulkan-lanes" if b.set_matmul(MatmulKernel::Lanes).is_ok() => {
                 (Rounding::None, MatmulKernel::Lanes)
             }
             "vulkan-coopmat" if opened.is_coopmat() => (Rounding::F16Gemm, opened),
             _ => continue,
         };
-        lanes_run |= matmul == MatmulKernel::Lanes;
+        if kind != "vulkan-lanes" && b.kernels().gemv == GemvKernel::Gemm {
+            b.set_gemv(GemvKernel::Auto);
+        }
         b.set_gemv_q8((kind == "vulkan-q8").then_some(0)).unwrap();
         b.set_matmul(matmul).unwrap();
         v.push((kind.to_string(), Box::new(b), rounding));

@@ -21,7 +21,7 @@ use vkllm::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, NextWeight, RopeParams,
     RopeStyle, Weight,
 };
-use vkllm::vk::{Options, PrefillAttention, VulkanBackend};
+use vkllm::vk::{GemvKernel, Options, PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType, Error};
 
 /// Relative bound for f32 sums of up to a few thousand terms (k·2⁻²⁴ ≈ 3e-5
@@ -40,6 +40,8 @@ fn q8_everywhere() -> Option<VulkanBackend> {
         return None;
     }
     b.set_gemv_q8(Some(0)).unwrap();
+    // The GEMVs (a CPU device's decode matmuls take the matmul kernel).
+    b.set_gemv(GemvKernel::Auto);
     Some(b)
 }
 

@@ -37,7 +37,9 @@ mod split;
 mod tests;
 mod transfer;
 
-pub use caps::{list_devices, Caps, DeviceInfo, Kernels, MatmulKernel, PrefillAttention};
+pub use caps::{
+    list_devices, Caps, DeviceInfo, GemvKernel, Kernels, MatmulKernel, PrefillAttention,
+};
 pub use ops::flow_gemv::{flow_gemv_flow_bytes, flow_gemv_weight_bytes, FlowOrder};
 pub use ops::grid_sync::grid_sync_bytes;
 pub use ops::matmul::gemv_int_dot;
@@ -253,6 +255,14 @@ impl VulkanBackend {
         // Kept passes were recorded with the other kernel.
         self.rec.invalidate_pass();
         Ok(())
+    }
+
+    /// How decode matmuls run (see [`GemvKernel`]): tests use it to check
+    /// both the GEMVs and the matmul kernel on one device.
+    pub fn set_gemv(&mut self, gemv: GemvKernel) {
+        self.kernels.gemv = gemv;
+        // Kept passes were recorded with the other kernel.
+        self.rec.invalidate_pass();
     }
 
     /// Decode attention split over many workgroups (a GPU's plans) or one

@@ -10,6 +10,7 @@ use super::{Encoder, OpState};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::vk::caps::GemvKernel;
 use bytemuck::{Pod, Zeroable};
 
 /// Weights (rows x cols) from which the cooperative-matrix GEMM reads x
@@ -265,7 +266,7 @@ impl Encoder<'_> {
         if let Some((nw, _)) = o.norm {
             check::fits(OP, "norm weights", nw, k)?;
         }
-        if m > GEMV_MAX_ROWS {
+        if m > GEMV_MAX_ROWS || self.kernels.gemv == GemvKernel::Gemm {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
         // One dispatch per part of a split weight, each writing its columns of y.
@@ -303,7 +304,10 @@ impl Encoder<'_> {
             norm,
             ..LinearOpts::default()
         };
-        if m > GEMV_MAX_ROWS || self.splits.parts(gate_up) > 1 {
+        if m > GEMV_MAX_ROWS
+            || self.splits.parts(gate_up) > 1
+            || self.kernels.gemv == GemvKernel::Gemm
+        {
             let t = self.scratch(|b| &mut b.glu_scratch, floats(m, 2 * n)?)?;
             self.encode_linear(gate_up, x, &t, m, &o)?;
             return self.encode_glu_rows(act, &t, out, m, n);
@@ -448,7 +452,10 @@ impl Encoder<'_> {
     /// Whether a weight of `dtype` and `bytes` takes the integer-dot GEMV
     /// (where the device has it) even when its input is not quantized yet.
     pub(in crate::vk) fn takes_q8(&self, dtype: DType, bytes: usize) -> bool {
-        self.kernels.gemv_q8 && gemv_int_dot(dtype) && bytes >= self.gemv_q8_min_bytes
+        self.kernels.gemv_q8
+            && self.kernels.gemv != GemvKernel::Gemm
+            && gemv_int_dot(dtype)
+            && bytes >= self.gemv_q8_min_bytes
     }
 
     /// `m` rows of x (times the norm weights `nw`) as int8 digits per block
