@@ -56,8 +56,8 @@ fn vulkan_backends() -> Vec<Named> {
 /// plans, key splits and their merges, so that both are tested on it.
 fn decode_vulkan_backends() -> Vec<Named> {
     let mut v = vulkan_backends();
-    if let Some(mut b) = common::vulkan_backend() {
-        if !b.kernels().decode_splits && !b.kernels().matmul.is_coopmat() {
+    if let Some(mut b) = common::vulkan_exact_backend() {
+        if !b.kernels().decode_splits {
             b.set_decode_splits(true);
             v.push(("vulkan-splits".to_string(), Box::new(b)));
         }

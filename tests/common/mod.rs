@@ -104,11 +104,16 @@ pub fn vulkan() -> Option<Box<dyn ComputeBackend>> {
 /// [`vulkan`]). Its f32 tiles there; a CPU device's own default (the
 /// lanes, lavapipe) is f32 already.
 pub fn vulkan_exact() -> Option<Box<dyn ComputeBackend>> {
+    vulkan_exact_backend().map(|b| Box::new(b) as Box<dyn ComputeBackend>)
+}
+
+/// [`vulkan_exact`], unboxed.
+pub fn vulkan_exact_backend() -> Option<VulkanBackend> {
     vulkan_backend().map(|mut b| {
         if b.kernels().matmul.is_coopmat() {
             b.set_matmul(MatmulKernel::Tiles).unwrap();
         }
-        Box::new(b) as Box<dyn ComputeBackend>
+        b
     })
 }
 
