@@ -632,17 +632,32 @@ fn attention_case(
     (p, positions, q, k, v)
 }
 
-/// Prefill attention (attention_prefill.comp for more than 4 rows, the split
-/// decode kernel for 1): many rows of consecutive positions at depth 0 and
-/// after a long prior cache, GQA ratios 1/3/4, head_dim 64 and 128, with and
-/// without a sliding window. Outputs are convex combinations of values in
-/// [-1, 1], so the bound is absolute: TOL (1e-4; f32 online softmax against
-/// the f64 reference differs by ~1e-6 here).
+/// Prefill attention (the device's prefill kernel for more than 4 rows, the
+/// split decode kernel for 1; the flash tiles too where the device's
+/// default is the decode kernel for every row): many rows of consecutive
+/// positions at depth 0 and after a long prior cache, GQA ratios 1/3/4,
+/// head_dim 64 and 128, with and without a sliding window. Outputs are
+/// convex combinations of values in [-1, 1], so the bound is absolute: TOL
+/// (1e-4; f32 online softmax against the f64 reference differs by ~1e-6
+/// here).
 #[test]
 fn attention_prefill_many_rows_long_cache() {
-    let Some(mut b) = common::vulkan_backend() else {
+    let Some(b) = common::vulkan_backend() else {
         return;
     };
+    let mut kernels = vec![b.kernels().attention];
+    if kernels[0] == PrefillAttention::Decode {
+        kernels.push(PrefillAttention::Flash);
+    }
+    drop(b);
+    for kernel in kernels {
+        let mut b = common::vulkan_backend().unwrap();
+        b.set_attention(kernel).unwrap();
+        prefill_many_rows_long_cache(b);
+    }
+}
+
+fn prefill_many_rows_long_cache(mut b: VulkanBackend) {
     eprintln!(
         "kernels: {}; shared memory {} B",
         b.kernels(),

@@ -276,6 +276,16 @@ pub enum PrefillAttention {
     /// multiple of 16 up to 128 (`Flash` elsewhere, and where the matmuls
     /// take the exact f32 tiles).
     Coopmat,
+    /// glsl/attention_decode.comp for every row: a workgroup per (row, kv
+    /// head, tile of heads), K and V read straight into registers (`Flash`
+    /// for shapes it cannot take). A CPU device's default: lavapipe pays per
+    /// lane and load, and the flash tiles load every key into shared memory
+    /// and read it back per lane. lavapipe, pp64 at depth 320: SmolLM2-135M
+    /// 6.9 (flash) / 2.0 (rows) -> 8.3 tok/s, Gemma 3 270M (head_dim 256,
+    /// past the flash tiles: rows) 3.5 -> 8.7; a 2-layer llama of head_dim
+    /// 16, pp512 at depth 2000, 260 (flash) -> 404; tests/gemma3.rs teacher
+    /// forcing 145 -> 99 s.
+    Decode,
 }
 
 /// How glsl/mul_mat_vec.comp (decode matmuls) splits its work.
@@ -312,7 +322,7 @@ impl GemvKernel {
 }
 
 /// The kernels a device gets, chosen once when the backend opens (and shown
-/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows|coopmat` forces the
+/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows|decode|coopmat` forces the
 /// prefill attention kernel for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernels {
@@ -347,7 +357,8 @@ impl Kernels {
     /// matrices where the device has them, KHR first, else lanes on a CPU
     /// device, else tiles; a forced kernel the device cannot run is an
     /// error) and
-    /// `VKLLM_ATTENTION=flash|rows`, `VKLLM_GEMV=auto|workgroup|subgroup|gemm`
+    /// `VKLLM_ATTENTION=flash|rows|decode` (decode on a CPU device, else
+    /// flash), `VKLLM_GEMV=auto|workgroup|subgroup|gemm`
     /// (gemm with the lanes on a CPU device, else auto),
     /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
     /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`,
@@ -403,13 +414,15 @@ impl Kernels {
         };
         let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
             Err(_) | Ok("") if matmul.is_coopmat() => PrefillAttention::Coopmat,
+            Err(_) | Ok("") if caps.cpu_device => PrefillAttention::Decode,
             Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
             Ok("rows") => PrefillAttention::Rows,
+            Ok("decode") => PrefillAttention::Decode,
             Ok("coopmat") if matmul.is_coopmat() => PrefillAttention::Coopmat,
             Ok(other) => {
                 return Err(Error::Vulkan(format!(
-                    "VKLLM_ATTENTION={other} is not one of flash, rows, coopmat (which \
-                     needs the cooperative-matrix matmuls)"
+                    "VKLLM_ATTENTION={other} is not one of flash, rows, decode, coopmat \
+                     (which needs the cooperative-matrix matmuls)"
                 )))
             }
         };
@@ -475,6 +488,7 @@ impl std::fmt::Display for Kernels {
             PrefillAttention::Coopmat => {
                 "cooperative matrices for an f16 cache (attention_prefill_coopmat), else flash tiles"
             }
+            PrefillAttention::Decode => "the decode kernel for every row (attention_decode)",
         };
         let matmul = match self.matmul {
             MatmulKernel::Tiles => "f32 FMA tiles (mul_mat)",

@@ -257,6 +257,22 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// The prefill attention kernel (see [`PrefillAttention`]; cooperative
+    /// matrices only where the matmuls have them): tests use it to check
+    /// each on one device.
+    pub fn set_attention(&mut self, kernel: PrefillAttention) -> Result<()> {
+        if kernel == PrefillAttention::Coopmat && !self.kernels.matmul.is_coopmat() {
+            return Err(Error::Unsupported(format!(
+                "{} runs {:?} matmuls, not the cooperative-matrix attention's",
+                self.dev.info.name, self.kernels.matmul
+            )));
+        }
+        self.kernels.attention = kernel;
+        // Kept passes were recorded with the other kernel.
+        self.rec.invalidate_pass();
+        Ok(())
+    }
+
     /// How decode matmuls run (see [`GemvKernel`]): tests use it to check
     /// both the GEMVs and the matmul kernel on one device.
     pub fn set_gemv(&mut self, gemv: GemvKernel) {

@@ -628,7 +628,8 @@ impl Encoder<'_> {
     }
 
     /// How attention_decode.comp runs `p` on this device, or None where it
-    /// cannot (more than SPLIT_MAX_ROWS rows, no subgroup shuffles, a head
+    /// cannot (more than SPLIT_MAX_ROWS rows unless it is the prefill
+    /// kernel too, `PrefillAttention::Decode`; no subgroup shuffles, a head
     /// shape it does not take). The split count follows the shape and
     /// `p.span`, never the positions, so a recorded pass stays valid for any
     /// position; the split length follows the span read on the device
@@ -653,7 +654,9 @@ impl Encoder<'_> {
     /// heads.
     pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
-        if p.rows > SPLIT_MAX_ROWS || !c.subgroup_shuffle || p.n_kv_heads == 0 {
+        let rows_fit =
+            p.rows <= SPLIT_MAX_ROWS || self.kernels.attention == PrefillAttention::Decode;
+        if !rows_fit || !c.subgroup_shuffle || p.n_kv_heads == 0 {
             return None;
         }
         let group = p.n_heads / p.n_kv_heads;
