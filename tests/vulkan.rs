@@ -642,22 +642,20 @@ fn attention_case(
 /// here).
 #[test]
 fn attention_prefill_many_rows_long_cache() {
-    let Some(b) = common::vulkan_backend() else {
+    let Some(mut b) = common::vulkan_backend() else {
         return;
     };
     let mut kernels = vec![b.kernels().attention];
     if kernels[0] == PrefillAttention::Decode {
         kernels.push(PrefillAttention::Flash);
     }
-    drop(b);
     for kernel in kernels {
-        let mut b = common::vulkan_backend().unwrap();
         b.set_attention(kernel).unwrap();
-        prefill_many_rows_long_cache(b);
+        prefill_many_rows_long_cache(&mut b);
     }
 }
 
-fn prefill_many_rows_long_cache(mut b: VulkanBackend) {
+fn prefill_many_rows_long_cache(b: &mut VulkanBackend) {
     eprintln!(
         "kernels: {}; shared memory {} B",
         b.kernels(),
@@ -681,17 +679,11 @@ fn prefill_many_rows_long_cache(mut b: VulkanBackend) {
     for (ci, case) in cases.into_iter().enumerate() {
         let (p, positions, q, k, v) = attention_case(case, DType::F32, 1000 + 10 * ci as u64);
         let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
-        let (qb, kb, vb) = (
-            upload_f32(&mut b, &q),
-            upload_f32(&mut b, &k),
-            upload_f32(&mut b, &v),
-        );
-        let pb = upload_u32(&mut b, &positions);
+        let (qb, kb, vb) = (upload_f32(b, &q), upload_f32(b, &k), upload_f32(b, &v));
+        let pb = upload_u32(b, &positions);
         let ob = b.alloc(q.len() * 4).unwrap();
-        pass(&mut b, |b| {
-            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
-        });
-        let got = download_f32(&mut b, &ob, q.len());
+        pass(b, |b| b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap());
+        let got = download_f32(b, &ob, q.len());
         let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
         let scale = vec![1.0f32; q.len()];
         assert_close(
