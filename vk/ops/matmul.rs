@@ -266,7 +266,7 @@ impl Encoder<'_> {
         if let Some((nw, _)) = o.norm {
             check::fits(OP, "norm weights", nw, k)?;
         }
-        if m > GEMV_MAX_ROWS || self.kernels.gemv == GemvKernel::Gemm {
+        if !self.takes_gemv(m) {
             return self.encode_linear_tiled(w, x, y, m, o);
         }
         // One dispatch per part of a split weight, each writing its columns of y.
@@ -304,10 +304,7 @@ impl Encoder<'_> {
             norm,
             ..LinearOpts::default()
         };
-        if m > GEMV_MAX_ROWS
-            || self.splits.parts(gate_up) > 1
-            || self.kernels.gemv == GemvKernel::Gemm
-        {
+        if !self.takes_gemv(m) || self.splits.parts(gate_up) > 1 {
             let t = self.scratch(|b| &mut b.glu_scratch, floats(m, 2 * n)?)?;
             self.encode_linear(gate_up, x, &t, m, &o)?;
             return self.encode_glu_rows(act, &t, out, m, n);
@@ -447,6 +444,12 @@ impl Encoder<'_> {
             self.mark_quantized(y, None, m, n_out, &yq);
         }
         Ok(())
+    }
+
+    /// Whether a matmul of `m` rows runs as a GEMV (mul_mat_vec.comp), not
+    /// the matmul kernel.
+    fn takes_gemv(&self, m: usize) -> bool {
+        m <= GEMV_MAX_ROWS && self.kernels.gemv != GemvKernel::Gemm
     }
 
     /// Whether a weight of `dtype` and `bytes` takes the integer-dot GEMV
