@@ -632,9 +632,9 @@ fn attention_case(
     (p, positions, q, k, v)
 }
 
-/// Prefill attention (the device's prefill kernel for more than 4 rows, the
-/// split decode kernel for 1; the flash tiles too where the device's
-/// default is the decode kernel for every row): many rows of consecutive
+/// Prefill attention (the device's prefill kernel, the flash tiles and the
+/// decode kernel for every row, `VKLLM_ATTENTION=decode`, with the device's
+/// own decode plans, for more than 4 rows; the decode kernel for 1): many rows of consecutive
 /// positions at depth 0 and after a long prior cache, GQA ratios 1/3/4,
 /// head_dim 64 and 128, with and without a sliding window. Outputs are
 /// convex combinations of values in [-1, 1], so the bound is absolute: TOL
@@ -646,8 +646,10 @@ fn attention_prefill_many_rows_long_cache() {
         return;
     };
     let mut kernels = vec![b.kernels().attention];
-    if kernels[0] == PrefillAttention::Decode {
-        kernels.push(PrefillAttention::Flash);
+    for k in [PrefillAttention::Flash, PrefillAttention::Decode] {
+        if !kernels.contains(&k) {
+            kernels.push(k);
+        }
     }
     for kernel in kernels {
         b.set_attention(kernel).unwrap();
