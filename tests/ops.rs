@@ -18,7 +18,7 @@ use vkllm::backend::{
 };
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{Activations, CpuBackend, Isa};
-use vkllm::vk::{GemvKernel, MatmulKernel, PrefillAttention};
+use vkllm::vk::{GemvKernel, MatmulKernel};
 use vkllm::{reference, DType};
 
 /// A backend under test and the name failures print.
@@ -53,20 +53,13 @@ fn vulkan_backends() -> Vec<Named> {
 
 /// [`vulkan_backends`], and where the device runs a CPU device's attention
 /// plans (decode spans taken whole, `Kernels::decode_splits`; prefill rows
-/// on the decode kernel, `PrefillAttention::Decode`) again with a GPU's:
-/// key splits and their merges, the flash prefill tiles. So both are tested
-/// on it.
+/// on the decode kernel, `PrefillAttention::Decode`) again with a GPU's
+/// ([`common::vulkan_gpu_plans_backend`]): key splits and their merges, the
+/// flash prefill tiles. So both are tested on it.
 fn decode_vulkan_backends() -> Vec<Named> {
     let mut v = vulkan_backends();
-    if let Some(mut b) = common::vulkan_exact_backend() {
-        let k = b.kernels();
-        if !k.decode_splits || k.attention == PrefillAttention::Decode {
-            b.set_decode_splits(true);
-            if k.attention == PrefillAttention::Decode {
-                b.set_attention(PrefillAttention::Flash).unwrap();
-            }
-            v.push(("vulkan-gpu-plans".to_string(), Box::new(b)));
-        }
+    if let Some(b) = common::vulkan_gpu_plans_backend() {
+        v.push(("vulkan-gpu-plans".to_string(), Box::new(b)));
     }
     v
 }

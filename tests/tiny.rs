@@ -98,6 +98,29 @@ fn check(
     err
 }
 
+/// The backends these tests load models on: `common::backends()`'s, and
+/// where the Vulkan device runs a CPU device's kernel plans (lavapipe), a
+/// GPU's too (`common::vulkan_gpu_plans_backend`): the GEMVs, split decode
+/// attention and flash prefill tiles in whole passes.
+fn backend_names() -> Vec<&'static str> {
+    let mut names: Vec<_> = common::backends().into_iter().map(|(n, _)| n).collect();
+    if common::vulkan_gpu_plans_backend().is_some() {
+        names.push("vulkan-gpu-plans");
+    }
+    names
+}
+
+/// A backend of `backend_names()`; for "vulkan" the exact one with an f32
+/// cache and the device's defaults with an f16 one.
+fn open(name: &str, kv: DType) -> Box<dyn vkllm::ComputeBackend> {
+    match (name, kv) {
+        ("cpu", _) => common::cpu(),
+        ("vulkan-gpu-plans", _) => Box::new(common::vulkan_gpu_plans_backend().unwrap()),
+        (_, DType::F32) => common::vulkan_exact().unwrap(),
+        _ => common::vulkan().unwrap(),
+    }
+}
+
 fn gguf_copy(arch: &str, dir: &Path) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join(format!("{arch}.gguf"));
@@ -112,7 +135,7 @@ fn tiny_models_match_transformers() {
         let dir = common::reference_dir().join("tiny").join(arch);
         let r = reference(arch);
         let (_tmp, gguf) = gguf_copy(arch, &dir);
-        for (backend, _) in common::backends() {
+        for backend in backend_names() {
             // Logit parity at 1e-4 needs an f32 KV cache (f16 rounds keys
             // and values to ~3 digits) and f32 matmuls; Vulkan's defaults
             // (f16 cache, and f16 inputs to the cooperative-matrix GEMM where
@@ -125,12 +148,7 @@ fn tiny_models_match_transformers() {
             }
             for (kv, tol) in kvs {
                 for (format, path) in [("safetensors", &dir), ("gguf", &gguf)] {
-                    let be = match (backend, kv) {
-                        ("cpu", _) => common::cpu(),
-                        (_, DType::F32) => common::vulkan_exact().unwrap(),
-                        _ => common::vulkan().unwrap(),
-                    };
-                    let err = check(arch, backend, path, &r, be, kv, tol);
+                    let err = check(arch, backend, path, &r, open(backend, kv), kv, tol);
                     report.push(format!(
                         "{arch:7} {backend:7} kv {:3} {format:12} max|Δlogit| = {err:.2e}",
                         kv.name()
@@ -152,12 +170,9 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
     for arch in ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
         let prompt = reference(arch).prompt;
-        for (backend, _) in common::backends() {
+        for backend in backend_names() {
             let load = |replay: bool| {
-                let be = match backend {
-                    "cpu" => common::cpu(),
-                    _ => common::vulkan().unwrap(),
-                };
+                let be = open(backend, DType::F16);
                 let mut m = Model::load(be, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
                 m.set_replay(replay);
                 m
@@ -203,14 +218,31 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
     }
 }
 
+/// One run of prompt_lengths_match_token_by_token: name, backend, cache,
+/// tolerance and the longest prompt it takes.
+type LengthsConfig = (
+    &'static str,
+    Box<dyn vkllm::ComputeBackend>,
+    DType,
+    f32,
+    usize,
+);
+
 /// Prompts of 1, 7, 512, 513 and 3000 tokens, evaluated as prefill passes
 /// (up to 512 rows each), give the logits of feeding the same tokens one at
 /// a time, at every position: on the CPU and Vulkan's exact kernels with an
 /// f32 cache, and on Vulkan's defaults (f16 cache; on a GPU with cooperative
 /// matrices, f16 GEMM inputs and the split cooperative-matrix attention,
-/// against its decode GEMV and decode attention). Llama (full attention) to
-/// 3000 tokens and Gemma 3 (a 4-key sliding window beside full attention) to
-/// 513 (lavapipe takes ~10 ms a token).
+/// against its decode GEMV and decode attention), and where Vulkan runs a
+/// CPU device's plans (lavapipe: prefill rows on the decode kernel, so the
+/// two sides share it) with a GPU's too, f32 cache, up to 513 tokens: flash
+/// prefill tiles against the GEMVs and the GPU's decode attention (at these
+/// spans one 512-wide workgroup per head; key splits start past 2048
+/// positions here, and the op tests check them). Llama (full
+/// attention) to 3000 tokens and Gemma 3 (a 4-key sliding window beside full
+/// attention) to 513 (lavapipe takes ~10 ms a token; on a GPU's plans the
+/// 3000-token run alone took it ~2 minutes, their key splits' merges paying
+/// a lane at a time).
 #[test]
 fn prompt_lengths_match_token_by_token() {
     let mut report = Vec::new();
@@ -218,17 +250,20 @@ fn prompt_lengths_match_token_by_token() {
         ("llama", &[1, 7, 512, 513, 3000][..]),
         ("gemma3", &[1, 7, 512, 513][..]),
     ] {
-        let longest = lengths[lengths.len() - 1];
         let dir = common::reference_dir().join("tiny").join(arch);
-        let mut configs: Vec<(&str, Box<dyn vkllm::ComputeBackend>, DType, f32)> =
-            vec![("cpu", common::cpu(), DType::F32, 1e-4)];
+        let all_lengths = lengths[lengths.len() - 1];
+        let mut configs: Vec<LengthsConfig> =
+            vec![("cpu", common::cpu(), DType::F32, 1e-4, all_lengths)];
         if let Some(be) = common::vulkan_exact() {
-            configs.push(("vulkan exact", be, DType::F32, 1e-4));
+            configs.push(("vulkan exact", be, DType::F32, 1e-4, all_lengths));
         }
         if let Some(be) = common::vulkan() {
-            configs.push(("vulkan default", be, DType::F16, 2e-2));
+            configs.push(("vulkan default", be, DType::F16, 2e-2, all_lengths));
         }
-        for (name, be, kv, tol) in configs {
+        if let Some(be) = common::vulkan_gpu_plans_backend() {
+            configs.push(("vulkan gpu plans", Box::new(be), DType::F32, 1e-4, 513));
+        }
+        for (name, be, kv, tol, longest) in configs {
             let opts = LoadOptions {
                 context: Some(longest),
                 kv_cache: Some(kv),
@@ -244,7 +279,7 @@ fn prompt_lengths_match_token_by_token() {
             for &t in &ids {
                 one_by_one.extend(model.logits(&[t]).unwrap());
             }
-            for &n in lengths {
+            for &n in lengths.iter().filter(|&&n| n <= longest) {
                 model.reset();
                 let Output::Logits(all) = model.forward(&ids[..n], Want::AllLogits).unwrap() else {
                     panic!("{arch} {name}: no logits");

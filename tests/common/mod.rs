@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
 use vkllm::backend::ComputeBackend;
-use vkllm::vk::{MatmulKernel, Options, VulkanBackend};
+use vkllm::vk::{GemvKernel, MatmulKernel, Options, PrefillAttention, VulkanBackend};
 
 /// The checkout: cargo's run-time `CARGO_MANIFEST_DIR` (so test binaries
 /// copied to another machine can be pointed at a copy), else the build's.
@@ -115,6 +115,31 @@ pub fn vulkan_exact_backend() -> Option<VulkanBackend> {
         }
         b
     })
+}
+
+/// [`vulkan_exact_backend`] with a GPU's kernel plans where the device picks
+/// a CPU device's own (lavapipe, `Kernels` in `vkllm info`): decode matmuls
+/// on the GEMVs instead of the lanes GEMM, decode attention split over many
+/// workgroups with their merges instead of one per head tile, prefill
+/// attention on the flash tiles instead of the decode kernel. So the tests
+/// that take it run those paths in whole passes there too. None where the
+/// device already runs them (a GPU) or has no Vulkan.
+pub fn vulkan_gpu_plans_backend() -> Option<VulkanBackend> {
+    let mut b = vulkan_exact_backend()?;
+    let k = b.kernels();
+    let cpu_plans =
+        !k.decode_splits || k.attention == PrefillAttention::Decode || k.gemv == GemvKernel::Gemm;
+    if !cpu_plans {
+        return None;
+    }
+    b.set_decode_splits(true);
+    if k.attention == PrefillAttention::Decode {
+        b.set_attention(PrefillAttention::Flash).unwrap();
+    }
+    if k.gemv == GemvKernel::Gemm {
+        b.set_gemv(GemvKernel::Auto);
+    }
+    Some(b)
 }
 
 /// Every backend available here: the CPU always, Vulkan (exact, see
