@@ -100,8 +100,8 @@ fn check(
 
 /// The backends these tests load models on: `common::backends()`'s, and
 /// where the Vulkan device runs a CPU device's kernel plans (lavapipe), a
-/// GPU's too (`common::vulkan_gpu_plans_backend`): the GEMVs, split decode
-/// attention and flash prefill tiles in whole passes.
+/// GPU's too (`common::vulkan_gpu_plans_backend`): the GEMVs, the GPU's
+/// decode attention plans and the flash prefill tiles in whole passes.
 fn backend_names() -> Vec<&'static str> {
     let mut names: Vec<_> = common::backends().into_iter().map(|(n, _)| n).collect();
     if common::vulkan_gpu_plans_backend().is_some() {
