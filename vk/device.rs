@@ -217,10 +217,10 @@ fn require(info: &DeviceInfo) -> Result<()> {
 
 /// The queue family passes go to: a compute-only one where the device has
 /// it (NVIDIA's async compute family), else the first with compute. The
-/// same passes run faster there. H200, tg128 at positions 512-640 / 4608-
-/// 4736 (same call, two rounds), tok/s from the graphics family to the
-/// compute one: SmolLM2 1,136-1,183 -> 1,205-1,256 / 1,070-1,074 -> 1,118-
-/// 1,119, TinyLlama 1,074 -> 1,092-1,096 / 922-923 -> 936-940, Llama-3.2-1B
+/// same passes run faster there. H200, tg128 at positions 0-128 / 4096-4224
+/// (same call, two rounds), tok/s from the graphics family to the compute
+/// one: SmolLM2 1,136-1,183 -> 1,205-1,256 / 1,070-1,074 -> 1,118-1,119,
+/// TinyLlama 1,074 -> 1,092-1,096 / 922-923 -> 936-940, Llama-3.2-1B
 /// 1,198-1,199 -> 1,216-1,229 / 976-985 -> 983-996, Llama-3.1-8B 373-377 ->
 /// 381-386 / 327 -> 330-333; a chain of dependent 8.4 MB GEMVs 15.25 ->
 /// 14.36 µs a step (`cargo bench --bench dispatch`). A high or realtime
