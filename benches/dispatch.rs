@@ -38,8 +38,8 @@
 //! between polls), waiting with a barrier every second step 3.94 / 5.82 /
 //! 15.62, no ordering at all 1.35 / 3.64 / 11.53; no workgroup timed out.
 //! ~1.1-1.4 µs saved per step here did not carry over to a real decode
-//! pass (README, "Where the time goes"): ordering its GEMVs, quantizes and
-//! attention the same way made tg128 8-22% slower on an H100.
+//! pass (benches/README.md, "Overlapping the waits"): ordering its GEMVs,
+//! quantizes and attention the same way made tg128 8-22% slower on an H100.
 
 mod common;
 

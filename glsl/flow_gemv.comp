@@ -7,7 +7,8 @@
 // then reads v[p]. That needs the step before to be wholly launched, which
 // Vulkan does not promise: a waiting workgroup gives up after `spin_limit`
 // polls and counts itself in `timeouts`. What it saves per step did not
-// carry over to whole decode passes (README, "Where the time goes").
+// carry over to whole decode passes (benches/README.md, "Overlapping the
+// waits").
 #version 450
 
 layout(local_size_x = 128) in;

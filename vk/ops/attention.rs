@@ -137,7 +137,7 @@ const MERGE_LOADS: usize = 32;
 /// positions 512-640 and 977-981 -> 983-987 at 4608-4736; 31 barriers
 /// fewer per token. Shapes whose tiles hold several heads (TinyLlama,
 /// Llama-3.2-1B) would make one workgroup merge them all, as the last-split
-/// merge measured and dropped before (README) did.
+/// merge measured and dropped before (benches/README.md) did.
 fn merges_last(plan: &DecodePlan, head_dim: usize) -> bool {
     let groups = plan.wg / head_dim.max(1);
     plan.n_split > 1
