@@ -143,6 +143,9 @@ pub struct PassStats {
     pub descriptor_sets: u32,
     pub dispatches: u32,
     pub copies: u32,
+    /// Kernels the driver compiled while the pass was recorded (none once
+    /// a model's kernels are made at load: [`ComputeBackend::begin_kernel_survey`]).
+    pub kernels_made: u32,
 }
 
 impl std::fmt::Display for PassStats {
@@ -151,7 +154,11 @@ impl std::fmt::Display for PassStats {
             f,
             "{} submit, {} dispatches, {} copies, {} barriers, {} descriptor sets",
             self.submits, self.dispatches, self.copies, self.barriers, self.descriptor_sets
-        )
+        )?;
+        if self.kernels_made > 0 {
+            write!(f, ", {} kernels compiled", self.kernels_made)?;
+        }
+        Ok(())
     }
 }
 
@@ -313,6 +320,22 @@ pub trait ComputeBackend: Send {
     fn replay(&mut self, key: u32, times: usize) -> Result<bool> {
         let _ = (key, times);
         Ok(false)
+    }
+
+    /// Start a kernel survey: until [`ComputeBackend::end_kernel_survey`],
+    /// passes are recorded only to learn which compiled kernels they use,
+    /// and nothing recorded runs (the buffers they write keep what they
+    /// held). `Ok(false)`, and no survey, where there is nothing to make
+    /// ahead: a backend that runs ops as they are recorded, or one told not
+    /// to.
+    fn begin_kernel_survey(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+    /// End the survey and make the kernels its passes use that do not exist
+    /// yet (in parallel where the device allows), so a model's first real
+    /// pass does not wait on them. Returns how many were made.
+    fn end_kernel_survey(&mut self) -> Result<usize> {
+        Ok(0)
     }
 
     /// `out[r] = dequant(table[ids[r]])` for `rows` ids; `out` is `[rows, table.cols]`.

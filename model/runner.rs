@@ -88,6 +88,11 @@ impl SpanClass {
     }
 }
 
+/// Rows of the longest prompt pass [`Model::prepare_kernels`] records: more
+/// rows take the same kernels (on an H200 a 200-token prompt made none on
+/// first use after it) and only need larger scratch buffers.
+const PREPARED_PROMPT: usize = 64;
+
 /// Most greedy decode steps submitted back to back by [`Model::decode_greedy`].
 pub const MAX_DECODE_STEPS: usize = 64;
 
@@ -208,14 +213,66 @@ impl Model {
                 progress,
             )?);
         }
-        Ok(Model {
+        let mut model = Model {
             stages,
             cfg,
             kv,
             n_past: 0,
             replay: true,
             boundary: Vec::new(),
-        })
+        };
+        model.prepare_kernels()?;
+        Ok(model)
+    }
+
+    /// Make the kernels a first prompt and its decode steps use, on each
+    /// backend that compiles them, before a pass needs them: all at once and
+    /// in parallel where the device allows, where otherwise the first prompt
+    /// would wait while the driver compiles each as it comes. They are
+    /// learned from passes recorded but never run: a greedy and a sampled
+    /// decode step in the smallest and the largest span class (whose
+    /// attention plans differ most), and prompts of 2 and of up to
+    /// [`PREPARED_PROMPT`] rows. Other shapes make theirs on first use.
+    /// Returns how many kernels were made.
+    pub fn prepare_kernels(&mut self) -> Result<usize> {
+        let (capacity, rows) = (self.kv.capacity, self.stages[0].s.rows);
+        // Device feedback of the greedy token exists on an unsplit model only.
+        let feedback = self.stages.len() == 1;
+        let mut plans = Vec::new();
+        for end in [1, capacity] {
+            plans.push((1, end, Want::Argmax, feedback));
+            plans.push((1, end, Want::LastLogits, false));
+        }
+        for m in [2, PREPARED_PROMPT] {
+            let m = m.min(rows);
+            plans.push((m, m, Want::LastLogits, false));
+        }
+        plans.dedup();
+        let n = self.stages.len();
+        self.stages[n - 1].reserve_logits(1, self.cfg.vocab)?;
+        let mut made = 0;
+        for st in &mut self.stages {
+            if !st.be.begin_kernel_survey()? {
+                continue;
+            }
+            let recorded = plans.iter().try_for_each(|&(m, end, want, feedback)| {
+                let rec = Recording {
+                    cfg: &self.cfg,
+                    kv: self.kv,
+                    m,
+                    span: SpanClass::of(end, capacity).span,
+                    want,
+                    read: true,
+                    feedback,
+                };
+                st.be.begin_pass()?;
+                st.record_closed(&rec)
+            });
+            let ended = st.be.end_kernel_survey();
+            recorded?;
+            made += ended?;
+        }
+        Ok(made)
     }
 
     fn first(&mut self) -> &mut Stage {
@@ -255,6 +312,7 @@ impl Model {
                 descriptor_sets: a.descriptor_sets + b.descriptor_sets,
                 dispatches: a.dispatches + b.dispatches,
                 copies: a.copies + b.copies,
+                kernels_made: a.kernels_made + b.kernels_made,
             })
     }
     /// See [`ComputeBackend::device_wait_ns`]; summed over a split model's backends.

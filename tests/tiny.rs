@@ -218,6 +218,55 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
     }
 }
 
+/// A model's kernels made when it loads (`VKLLM_PREPARE_KERNELS`, on by
+/// default on a GPU) from passes recorded but never run: the model then
+/// gives exactly what one that makes them on first use gives, and its first
+/// prompt and decode step compile nothing (`PassStats::kernels_made`, which
+/// the other's first prompt shows is counted), with Vulkan's own plans and,
+/// where those are a CPU device's (lavapipe), a GPU's.
+#[test]
+fn kernels_made_at_load_change_nothing_and_leave_none_to_compile() {
+    for arch in ["llama", "gemma3"] {
+        let dir = common::reference_dir().join("tiny").join(arch);
+        let prompt = reference(arch).prompt;
+        for gpu_plans in [false, true] {
+            let run = |prepare: bool| {
+                let mut opts = vkllm::vk::Options::from_env();
+                opts.prepare_kernels = Some(prepare);
+                let be = common::vulkan_with(&opts)?;
+                let be = if gpu_plans {
+                    common::gpu_plans(be)?
+                } else {
+                    be
+                };
+                let mut m =
+                    Model::load(Box::new(be), &dir, &LoadOptions::default(), &mut |_, _| {})
+                        .unwrap();
+                let logits = m.logits(&prompt).unwrap();
+                let prompt_made = m.last_pass_stats().unwrap().kernels_made;
+                let tokens = m.decode_greedy(argmax(&logits), 16).unwrap();
+                let decode_made = m.last_pass_stats().unwrap().kernels_made;
+                Some((logits, tokens, prompt_made, decode_made))
+            };
+            let (Some(on), Some(off)) = (run(true), run(false)) else {
+                continue; // no Vulkan, or no CPU device's plans to switch
+            };
+            let what = format!("{arch}, GPU plans {gpu_plans}");
+            assert!(
+                on.0 == off.0,
+                "{what}: logits differ by up to {}",
+                common::max_abs_diff(&on.0, &off.0)
+            );
+            assert_eq!(on.1, off.1, "{what}: greedy tokens");
+            assert_eq!((on.2, on.3), (0, 0), "{what}: kernels compiled after load");
+            assert!(
+                off.2 > 0,
+                "{what}: the first prompt compiled nothing on first use"
+            );
+        }
+    }
+}
+
 /// One run of prompt_lengths_match_token_by_token: name, backend, cache,
 /// tolerance and the longest prompt it takes.
 type LengthsConfig = (

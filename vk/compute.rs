@@ -226,9 +226,34 @@ impl ComputeBackend for VulkanBackend {
         self.begin_pass_in(slot)
     }
 
+    fn begin_kernel_survey(&mut self) -> Result<bool> {
+        if self.in_pass {
+            return Err(Error::Vulkan(
+                "a kernel survey cannot start inside a pass".into(),
+            ));
+        }
+        if self.prepare_kernels {
+            self.pipes.begin_survey();
+        }
+        Ok(self.prepare_kernels)
+    }
+
+    fn end_kernel_survey(&mut self) -> Result<usize> {
+        if self.in_pass {
+            return Err(Error::Vulkan(
+                "a kernel survey cannot end inside a pass".into(),
+            ));
+        }
+        self.forget_unwritten();
+        self.pipes.end_survey()
+    }
+
     fn replay(&mut self, key: u32, times: usize) -> Result<bool> {
         if self.in_pass {
             return Err(Error::Vulkan("replay called inside a pass".into()));
+        }
+        if self.pipes.surveying() {
+            return Ok(false); // nothing recorded in a survey runs
         }
         if self.profile.is_some() || times == 0 {
             return Ok(times == 0);
@@ -249,6 +274,9 @@ impl ComputeBackend for VulkanBackend {
             return Err(Error::Vulkan("end_pass called without begin_pass".into()));
         }
         self.in_pass = false;
+        if self.pipes.surveying() {
+            return self.discard_pass();
+        }
         let result = if self.profile.is_some() {
             self.finish_profiled_pass()
         } else {

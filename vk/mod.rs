@@ -142,6 +142,8 @@ pub struct VulkanBackend {
     profile: Option<Profiler>,
     /// Kernel variants chosen for this device (and the environment).
     kernels: caps::Kernels,
+    /// Models make their kernels when they load (see [`Options::prepare_kernels`]).
+    prepare_kernels: bool,
 }
 
 impl VulkanBackend {
@@ -175,6 +177,7 @@ impl VulkanBackend {
             DEFAULT_SPIN_WAIT
         }));
         let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
+        let prepare_kernels = opts.prepare_kernels.unwrap_or(!dev.caps().cpu_device);
         let backend = VulkanBackend {
             rec,
             pipes,
@@ -193,6 +196,7 @@ impl VulkanBackend {
             pass_allocs: false,
             profile: None,
             kernels,
+            prepare_kernels,
         };
         backend.inst.check_messages()?;
         Ok(backend)

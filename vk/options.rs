@@ -43,6 +43,12 @@ pub struct Options {
     /// [`DEFAULT_SPIN_WAIT`] on a GPU, no poll on a CPU implementation
     /// (lavapipe), whose own threads need the cores.
     pub spin_wait: Option<Duration>,
+    /// `VKLLM_PREPARE_KERNELS=on|off`: whether a model's kernels are made
+    /// when it loads, all at once and in parallel, instead of on first use
+    /// ([`crate::backend::ComputeBackend::begin_kernel_survey`]). `None`:
+    /// on, except on a CPU implementation (lavapipe), whose compiles would
+    /// add seconds to each load for kernels a short run may never use.
+    pub prepare_kernels: Option<bool>,
 }
 
 impl Options {
@@ -55,6 +61,11 @@ impl Options {
             lose_device_after: env_count("VKLLM_LOSE_DEVICE_AFTER"),
             pipeline_stats: std::env::var("VKLLM_PIPELINE_STATS").as_deref() == Ok("1"),
             spin_wait: env_count("VKLLM_SPIN_US").map(Duration::from_micros),
+            prepare_kernels: match std::env::var("VKLLM_PREPARE_KERNELS").as_deref() {
+                Ok("on") => Some(true),
+                Ok("off") => Some(false),
+                _ => None,
+            },
         }
     }
 }

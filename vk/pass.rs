@@ -115,4 +115,26 @@ impl VulkanBackend {
             self.free(t);
         }
     }
+
+    /// End a pass recorded in a kernel survey without running it, and
+    /// release the buffers freed while it was recorded.
+    pub(super) fn discard_pass(&mut self) -> Result<()> {
+        let result = self.rec.discard();
+        for id in std::mem::take(&mut self.pending_frees) {
+            self.mem.free(id);
+        }
+        self.pass_allocs = false;
+        result
+    }
+
+    /// After a kernel survey, whose passes never ran: drop what encoders
+    /// keep between passes on the word of commands recorded there (the rope
+    /// tables, and the decode attention's arrival counts, zeroed by a fill
+    /// in the pass that made them); both are made again on next use.
+    pub(super) fn forget_unwritten(&mut self) {
+        self.forget_tables();
+        if let Some(b) = self.ops.attn_arrivals.take() {
+            self.free(b);
+        }
+    }
 }

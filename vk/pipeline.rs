@@ -1,15 +1,18 @@
-//! Compute pipelines, created once per (shader, specialization) on first use
-//! and kept for the backend's lifetime, through one VkPipelineCache that is
-//! read from and written back to disk ([`DiskCache`]): compiling a pipeline
-//! takes the driver milliseconds, so without it every process paid them on
-//! its first pass (a 2-token prompt at 6 tok/s). Every kernel binds only
-//! storage buffers (bindings 0..n) and takes up to [`PUSH_BYTES`] of push
-//! constants.
+//! Compute pipelines, created once per (shader, specialization) and kept
+//! for the backend's lifetime, through one VkPipelineCache that is read from
+//! and written back to disk ([`DiskCache`]): compiling a pipeline takes the
+//! driver milliseconds, so without it every process paid them on its first
+//! pass (a 2-token prompt at 6 tok/s). A survey ([`Pipelines::begin_survey`])
+//! makes the kernels a model's passes will use before the first of them runs,
+//! all at once and in parallel (drivers compile on the calling thread);
+//! anything else is made on first use. Every kernel binds only storage
+//! buffers (bindings 0..n) and takes up to [`PUSH_BYTES`] of push constants.
 
 use super::vk_err;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use ash::vk;
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -20,6 +23,10 @@ pub use shaders::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 
 /// Specialization constants 0, 1, 2 of a pipeline.
 pub type Spec = [u32; 3];
+
+/// A pipeline: its shader's stem, the weight type it was compiled for, its
+/// specialization constants.
+type Key = (&'static str, Option<DType>, Spec);
 
 /// Push-constant block size shared by all kernels (the largest block used).
 pub const PUSH_BYTES: u32 = 48;
@@ -102,11 +109,17 @@ pub struct Pipelines {
     pub loaded_bytes: usize,
     /// A pipeline was created since: the cache has new entries to save.
     dirty: bool,
+    /// Pipelines [`Pipelines::get`] has created (a pass's stats count those
+    /// its recording waited for).
+    pub made_on_use: u64,
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
-    kernels: HashMap<(&'static str, Option<DType>, Spec), Kernel>,
+    kernels: HashMap<Key, Kernel>,
     /// Where set, each new pipeline's compiled statistics go to stderr.
     stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// During a survey: the kernels it met that do not exist yet, with
+    /// their binding counts.
+    survey: Option<Vec<(Key, u32)>>,
 }
 
 fn spirv(name: &str) -> Result<Vec<u32>> {
@@ -137,9 +150,11 @@ impl Pipelines {
             disk,
             loaded_bytes: data.len(),
             dirty: false,
+            made_on_use: 0,
             layouts: HashMap::new(),
             kernels: HashMap::new(),
             stats,
+            survey: None,
         })
     }
 
@@ -195,22 +210,82 @@ impl Pipelines {
     ) -> Result<&Kernel> {
         let key = (stem, dtype, spec);
         if !self.kernels.contains_key(&key) {
-            let name = match dtype {
-                Some(d) => format!("{stem}.{}", d.name()),
-                None => stem.to_string(),
-            };
-            let kernel = self.create(&name, bindings, spec)?;
+            let (set_layout, layout) = self.layout(bindings)?;
+            let kernel = self.compile(key, set_layout, layout)?;
             self.kernels.insert(key, kernel);
             self.dirty = true;
+            self.made_on_use += 1;
         }
         self.kernels
             .get(&key)
             .ok_or_else(|| Error::Vulkan(format!("pipeline {stem} missing")))
     }
 
-    fn create(&mut self, name: &str, bindings: u32, spec: Spec) -> Result<Kernel> {
-        let (set_layout, layout) = self.layout(bindings)?;
-        let code = spirv(name)?;
+    /// Start a survey: until [`Pipelines::end_survey`], passes are recorded
+    /// only to learn their kernels ([`Pipelines::note`]), and nothing
+    /// recorded runs.
+    pub fn begin_survey(&mut self) {
+        self.survey.get_or_insert_with(Vec::new);
+    }
+
+    pub fn surveying(&self) -> bool {
+        self.survey.is_some()
+    }
+
+    /// During a survey: the kernel [`Pipelines::get`] would return, to be
+    /// made by [`Pipelines::end_survey`] if it does not exist yet.
+    pub fn note(&mut self, stem: &'static str, dtype: Option<DType>, bindings: u32, spec: Spec) {
+        let key = (stem, dtype, spec);
+        if let Some(wanted) = &mut self.survey {
+            if !self.kernels.contains_key(&key) && !wanted.iter().any(|(k, _)| *k == key) {
+                wanted.push((key, bindings));
+            }
+        }
+    }
+
+    /// End the survey and make the kernels it met, in parallel; returns how
+    /// many were made. On an error the others made are kept.
+    pub fn end_survey(&mut self) -> Result<usize> {
+        let wanted = self.survey.take().unwrap_or_default();
+        let mut jobs = Vec::with_capacity(wanted.len());
+        for (key, bindings) in wanted {
+            let (set_layout, layout) = self.layout(bindings)?;
+            jobs.push((key, set_layout, layout));
+        }
+        let made: Vec<_> = jobs
+            .par_iter()
+            .map(|&(key, set_layout, layout)| (key, self.compile(key, set_layout, layout)))
+            .collect();
+        let mut first_error = None;
+        let mut count = 0;
+        for (key, kernel) in made {
+            match kernel {
+                Ok(k) => {
+                    self.kernels.insert(key, k);
+                    count += 1;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.dirty |= count > 0;
+        first_error.map_or(Ok(count), Err)
+    }
+
+    /// The pipeline of `key` with these layouts (safe to call from several
+    /// threads at once: the pipeline cache is internally synchronized).
+    fn compile(
+        &self,
+        (stem, dtype, spec): Key,
+        set_layout: vk::DescriptorSetLayout,
+        layout: vk::PipelineLayout,
+    ) -> Result<Kernel> {
+        let name = match dtype {
+            Some(d) => format!("{stem}.{}", d.name()),
+            None => stem.to_string(),
+        };
+        let code = spirv(&name)?;
         let info = vk::ShaderModuleCreateInfo::default().code(&code);
         // SAFETY: valid device; `code` is SPIR-V from glslc.
         let module = unsafe { self.device.create_shader_module(&info, None) }

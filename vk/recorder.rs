@@ -504,6 +504,22 @@ impl Recorder {
         Ok(())
     }
 
+    /// End the command buffer being recorded without submitting it (a pass
+    /// recorded only to learn its kernels); the next `begin` resets it.
+    pub fn discard(&mut self) -> Result<()> {
+        if !self.recording {
+            return Err(Error::Vulkan("no command buffer is being recorded".into()));
+        }
+        self.recording = false;
+        // SAFETY: the command buffer is in the recording state.
+        unsafe { self.device.end_command_buffer(self.cmd) }
+            .map_err(vk_err("ending the command buffer"))?;
+        if self.slot != Slot::Transfer {
+            self.recording_mut(self.slot)?.ready = false;
+        }
+        Ok(())
+    }
+
     /// Submit the last recorded [`Slot::Pass`] again, unchanged, and wait.
     pub fn resubmit_pass(&mut self) -> Result<()> {
         if self.recording || !self.pass.ready {

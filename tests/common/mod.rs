@@ -125,7 +125,12 @@ pub fn vulkan_exact_backend() -> Option<VulkanBackend> {
 /// that take it run those paths in whole passes there too. None where the
 /// device already runs them (a GPU) or has no Vulkan.
 pub fn vulkan_gpu_plans_backend() -> Option<VulkanBackend> {
-    let mut b = vulkan_exact_backend()?;
+    gpu_plans(vulkan_exact_backend()?)
+}
+
+/// `b` switched to a GPU's kernel plans where it runs a CPU device's (see
+/// [`vulkan_gpu_plans_backend`]); None where it runs them already.
+pub fn gpu_plans(mut b: VulkanBackend) -> Option<VulkanBackend> {
     let k = b.kernels();
     let cpu_plans =
         !k.decode_splits || k.attention == PrefillAttention::Decode || k.gemv == GemvKernel::Gemm;

@@ -190,6 +190,26 @@ impl Encoder<'_> {
         if binds.len() > MAX_BINDINGS {
             return Err(Error::op(op, "too many buffer bindings"));
         }
+        let (mut reads, mut n_reads) = ([0u32; MAX_BINDINGS], 0);
+        let (mut written, mut n_written) = ([0u32; MAX_BINDINGS], 0);
+        for b in binds.iter().filter(|b| b.tracked) {
+            if b.write {
+                written[n_written] = b.buf.id;
+                n_written += 1;
+            } else {
+                reads[n_reads] = b.buf.id;
+                n_reads += 1;
+            }
+        }
+        if self.pipes.surveying() {
+            // Only the kernel is wanted; the accesses keep what encoders
+            // learn from them (what was written last) as in a real pass.
+            let bindings = binds.len() as u32;
+            self.pipes
+                .note(kernel.name, kernel.dtype, bindings, kernel.spec);
+            self.rec.access(&reads[..n_reads], &written[..n_written]);
+            return Ok(());
+        }
         // Fixed-size scratch: recording a dispatch allocates nothing on the heap.
         let max_range = self.caps().max_storage_buffer_range;
         let mut infos = [vk::DescriptorBufferInfo::default(); MAX_BINDINGS];
@@ -215,10 +235,14 @@ impl Encoder<'_> {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
+        let made = self.pipes.made_on_use;
         let kernel = self
             .pipes
             .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
+        if self.pipes.made_on_use != made {
+            self.rec.stats.kernels_made += 1;
+        }
         let set = self.rec.descriptor_set(set_layout)?;
         let mut writes = [vk::WriteDescriptorSet::default(); MAX_BINDINGS];
         for (i, (w, info)) in writes.iter_mut().zip(&infos).take(binds.len()).enumerate() {
@@ -227,17 +251,6 @@ impl Encoder<'_> {
                 .dst_binding(i as u32)
                 .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
                 .buffer_info(std::slice::from_ref(info));
-        }
-        let (mut reads, mut n_reads) = ([0u32; MAX_BINDINGS], 0);
-        let (mut written, mut n_written) = ([0u32; MAX_BINDINGS], 0);
-        for b in binds.iter().filter(|b| b.tracked) {
-            if b.write {
-                written[n_written] = b.buf.id;
-                n_written += 1;
-            } else {
-                reads[n_reads] = b.buf.id;
-                n_reads += 1;
-            }
         }
         self.rec.access(&reads[..n_reads], &written[..n_written]);
         self.rec.time_begin()?;
