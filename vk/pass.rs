@@ -61,9 +61,7 @@ impl VulkanBackend {
         if result.is_err() {
             self.forget_tables();
         }
-        for id in std::mem::take(&mut self.pending_frees) {
-            self.mem.free(id);
-        }
+        self.release_frees();
         result?;
         self.check_after_submit()
     }
@@ -120,11 +118,17 @@ impl VulkanBackend {
     /// release the buffers freed while it was recorded.
     pub(super) fn discard_pass(&mut self) -> Result<()> {
         let result = self.rec.discard();
+        self.release_frees();
+        self.pass_allocs = false;
+        result
+    }
+
+    /// Destroy the buffers freed while the last command buffer was
+    /// recorded, now that it has run or never will.
+    fn release_frees(&mut self) {
         for id in std::mem::take(&mut self.pending_frees) {
             self.mem.free(id);
         }
-        self.pass_allocs = false;
-        result
     }
 
     /// After a kernel survey, whose passes never ran: drop what encoders

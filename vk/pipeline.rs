@@ -109,9 +109,6 @@ pub struct Pipelines {
     pub loaded_bytes: usize,
     /// A pipeline was created since: the cache has new entries to save.
     dirty: bool,
-    /// Pipelines [`Pipelines::get`] has created (a pass's stats count those
-    /// its recording waited for).
-    pub made_on_use: u64,
     /// Descriptor-set and pipeline layouts by binding count.
     layouts: HashMap<u32, Layout>,
     kernels: HashMap<Key, Kernel>,
@@ -150,7 +147,6 @@ impl Pipelines {
             disk,
             loaded_bytes: data.len(),
             dirty: false,
-            made_on_use: 0,
             layouts: HashMap::new(),
             kernels: HashMap::new(),
             stats,
@@ -199,25 +195,28 @@ impl Pipelines {
     /// The pipeline of shader `stem` (compiled for `dtype` when the shader
     /// reads weights) with `bindings` storage buffers; `spec` holds
     /// specialization constants 0.. (0: the workgroup size of shaders that
-    /// declare `local_size_x_id = 0`), all 0 if none. The key allocates nothing, so
-    /// lookups cost no heap traffic per dispatch.
+    /// declare `local_size_x_id = 0`), all 0 if none; and whether this call
+    /// compiled it (a pass's stats count those its recording waited for).
+    /// The key allocates nothing, so lookups cost no heap traffic per
+    /// dispatch.
     pub fn get(
         &mut self,
         stem: &'static str,
         dtype: Option<DType>,
         bindings: u32,
         spec: Spec,
-    ) -> Result<&Kernel> {
+    ) -> Result<(&Kernel, bool)> {
         let key = (stem, dtype, spec);
-        if !self.kernels.contains_key(&key) {
+        let made = !self.kernels.contains_key(&key);
+        if made {
             let (set_layout, layout) = self.layout(bindings)?;
             let kernel = self.compile(key, set_layout, layout)?;
             self.kernels.insert(key, kernel);
             self.dirty = true;
-            self.made_on_use += 1;
         }
         self.kernels
             .get(&key)
+            .map(|k| (k, made))
             .ok_or_else(|| Error::Vulkan(format!("pipeline {stem} missing")))
     }
 

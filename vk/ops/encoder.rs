@@ -235,12 +235,11 @@ impl Encoder<'_> {
         let mut push_data = [0u8; PUSH_BYTES as usize];
         push_data[..push.len()].copy_from_slice(push);
 
-        let made = self.pipes.made_on_use;
-        let kernel = self
-            .pipes
-            .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
+        let (kernel, made) =
+            self.pipes
+                .get(kernel.name, kernel.dtype, binds.len() as u32, kernel.spec)?;
         let (pipeline, layout, set_layout) = (kernel.pipeline, kernel.layout, kernel.set_layout);
-        if self.pipes.made_on_use != made {
+        if made {
             self.rec.stats.kernels_made += 1;
         }
         let set = self.rec.descriptor_set(set_layout)?;
