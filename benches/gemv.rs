@@ -7,7 +7,8 @@
 //! is what a decode step can reach.
 //!
 //! `cargo bench --bench gemv [-- DTYPE... ROWSxCOLS...]` prints one table
-//! (of the named weight types and shapes only, if any); `benches/memory.rs`
+//! (of the named weight types only, if any, at the named shapes, if any,
+//! else at the anchor models' decode shapes); `benches/memory.rs`
 //! shows why the copy ceiling is timed over long passes (short ones read
 //! low right after a process writes gigabytes of fresh host memory).
 
@@ -122,7 +123,7 @@ fn main() {
     // As `vkllm bench`: 1 GiB buffers, or what one binding may cover.
     let copy = backend_copy_gbs(b.as_mut(), 1 << 30, DEVICE_COPIES).unwrap();
     println!("{}: copy {copy:.0} GB/s", b.name());
-    let shapes = [
+    let default_shapes = [
         (4096usize, 4096usize),
         (14336, 4096),
         (4096, 14336),
@@ -150,20 +151,21 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    // Arguments name weight types (q4_k) and shapes (4096x14336).
+    // Arguments name weight types (q4_k) and shapes (4096x14336, any size).
     let shape_arg = |o: &str| {
-        o.split_once('x')
-            .is_some_and(|(r, c)| r.parse::<usize>().is_ok() && c.parse::<usize>().is_ok())
+        let (r, c) = o.split_once('x')?;
+        Some((r.parse::<usize>().ok()?, c.parse::<usize>().ok()?))
     };
-    let named = |name: &str, is_shape: bool| {
-        let of_kind: Vec<&String> = only.iter().filter(|o| shape_arg(o) == is_shape).collect();
-        of_kind.is_empty() || of_kind.iter().any(|o| *o == name)
+    let named_shapes: Vec<(usize, usize)> = only.iter().filter_map(|o| shape_arg(o)).collect();
+    let shapes = if named_shapes.is_empty() {
+        default_shapes.to_vec()
+    } else {
+        named_shapes
     };
-    for dtype in dtypes.into_iter().filter(|d| named(d.name(), false)) {
-        for &(rows, cols) in shapes
-            .iter()
-            .filter(|(r, c)| named(&format!("{r}x{c}"), true))
-        {
+    let named_types: Vec<&String> = only.iter().filter(|o| shape_arg(o).is_none()).collect();
+    let named = |name: &str| named_types.is_empty() || named_types.iter().any(|o| *o == name);
+    for dtype in dtypes.into_iter().filter(|d| named(d.name())) {
+        for &(rows, cols) in &shapes {
             let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
             let bytes = row.len() * rows;
             let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);
