@@ -166,7 +166,14 @@ fn main() {
     let named = |name: &str| named_types.is_empty() || named_types.iter().any(|o| *o == name);
     for dtype in dtypes.into_iter().filter(|d| named(d.name())) {
         for &(rows, cols) in &shapes {
-            let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
+            let row_bytes = match dtype.row_bytes(cols) {
+                Ok(n) => n,
+                Err(e) => {
+                    println!("{:<8} {rows}x{cols}: {e}", dtype.name());
+                    continue;
+                }
+            };
+            let mut row = vec![0u8; row_bytes];
             let bytes = row.len() * rows;
             let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);
             let mut ws = Vec::new();
