@@ -173,8 +173,14 @@ fn main() {
                     continue;
                 }
             };
+            let Some(bytes) = rows.checked_mul(row_bytes).filter(|&b| b > 0) else {
+                println!(
+                    "{:<8} {rows}x{cols}: no bytes to stream, or too many",
+                    dtype.name()
+                );
+                continue;
+            };
             let mut row = vec![0u8; row_bytes];
-            let bytes = row.len() * rows;
             let copies = ROTATE_BYTES.div_ceil(bytes).clamp(1, 64);
             let mut ws = Vec::new();
             for c in 0..copies {
