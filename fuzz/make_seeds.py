@@ -3,7 +3,7 @@
 the two GGUF models in models/ (metadata kept, vocabularies cut to 400
 tokens, two tiny tensors in place of the weights, plus their first
 4 KiB as truncated headers), the tiny Hugging Face checkpoints'
-config.json files (../shared/reference/tiny, or $VKLLM_REFERENCE/tiny) with
+config.json files (tests/data/reference/tiny) with
 small safetensors images, the models' chat templates, and hand-written
 tokenizer.json files of each model family. Run from anywhere:
 python3 fuzz/make_seeds.py"""
@@ -13,7 +13,7 @@ from pathlib import Path
 FUZZ = Path(__file__).resolve().parent
 ROOT = FUZZ.parent
 SEEDS = FUZZ / "seeds"
-REF = Path(os.environ.get("VKLLM_REFERENCE", ROOT.parent / "shared" / "reference"))
+REF = ROOT / "tests" / "data" / "reference"
 VOCAB = 400  # tokens kept from each real vocabulary (small: each run rebuilds it)
 
 # --- GGUF reading and writing (v3, little-endian) ---
@@ -140,7 +140,7 @@ def safetensors_image(names):
 def safetensors_seeds():
     tiny = REF / "tiny"
     if not tiny.is_dir():
-        sys.exit(f"{tiny} is missing (set VKLLM_REFERENCE)")
+        sys.exit(f"{tiny} is missing")
     for arch in sorted(p.name for p in tiny.iterdir()):
         config = (tiny / arch / "config.json").read_text()
         b = (tiny / arch / "model.safetensors").read_bytes()

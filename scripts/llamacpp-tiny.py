@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proof that our GGUF files follow llama.cpp's conventions: llama.cpp (its
 CPU wheel cyllama 0.7.0, Python 3.12) loads what `vkllm convert` writes for
-the six tiny models in ../shared/reference/tiny and its logits at every
+the six tiny models in tests/data/reference/tiny and its logits at every
 prompt position match transformers' there. F32 weights, so llama.cpp's CPU
 path quantizes no activations and the bound is tight.
 
@@ -28,7 +28,7 @@ TOL = {"gemma3": 2e-3, "gpt2": 2e-3}
 TOL_SILU = 1e-5
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ref_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "..", "shared", "reference", "tiny")
+ref_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data", "reference", "tiny")
 vkllm = os.path.join(root, "target", "release", "vkllm")
 cy.disable_logging()
 cy.ggml_backend_load_all()

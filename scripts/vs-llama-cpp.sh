@@ -3,12 +3,12 @@
 #
 # Run on the GPU machine from the project root, after `source .dev/gpu-env.sh`.
 # Brought along (ignored by git):
-#   .whl/                     cyllama-vulkan and gguf wheels (see ../shared/anchors/README.md)
-#   .dev/llamacpp_bench.py    the anchors' llama.cpp timer
-#   .dev/donor_tokenizer.gguf tokenizer donor for the synthetic models
-#   .dev/synth_gguf.py        optional: the anchors' writer, the fallback when
-#                             llama.cpp rejects a file `vkllm synth` wrote
+#   .whl/                     cyllama-vulkan and gguf wheels (pip download, cp312)
 #   .dev/vkllm                release binary (or set VKLLM)
+# From the repository: scripts/anchors/llamacpp_bench.py (llama.cpp's timer),
+# scripts/anchors/synth_gguf.py (the fallback writer when llama.cpp rejects a
+# file `vkllm synth` wrote) and tests/data/donor_tokenizer.gguf (the
+# synthetic models' tokenizer).
 #
 # usage: scripts/vs-llama-cpp.sh [SHAPE:QUANT ...]
 #   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
@@ -41,14 +41,14 @@ KEEP=${KEEP:-0}
 WARM=${WARM:-1}
 VKLLM=${VKLLM:-.dev/vkllm}
 [ -x "$VKLLM" ] || VKLLM=target/release/vkllm
-DONOR=.dev/donor_tokenizer.gguf
+DONOR=tests/data/donor_tokenizer.gguf
+ANCHORS=scripts/anchors
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m)
 
 die() { echo "vs-llama-cpp: $*" >&2; exit 1; }
 [ -x "$VKLLM" ] || die "no vkllm binary (.dev/vkllm or target/release/vkllm)"
-[ -f .dev/llamacpp_bench.py ] || die ".dev/llamacpp_bench.py missing: copy ../shared/anchors/ into .dev/"
-[ -f "$DONOR" ] || die "$DONOR missing: copy ../shared/anchors/ into .dev/"
+[ -f "$DONOR" ] || die "$DONOR missing"
 ls .whl/*.whl >/dev/null 2>&1 || die ".whl/ has no wheels (cyllama-vulkan, gguf)"
 
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || die "installing the wheels failed"
@@ -59,7 +59,7 @@ results="$WORK/results.jsonl"
 
 # llama.cpp on FILE; prints its JSON line or nothing.
 llamacpp() {
-    python3 .dev/llamacpp_bench.py "$1" --pp "$PP" --tg "$TG" --reps "$REPS" --depth "$DEPTH" 2> "$WORK/llamacpp.err" | tail -n 1
+    python3 $ANCHORS/llamacpp_bench.py "$1" --pp "$PP" --tg "$TG" --reps "$REPS" --depth "$DEPTH" 2> "$WORK/llamacpp.err" | tail -n 1
 }
 
 # vkllm on FILE: pp at DEPTH and tg at DEPTH + PP, as one JSON array.
@@ -82,14 +82,14 @@ for spec in "${models[@]}"; do
         "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
     fi
     if [ "$WARM" = 1 ]; then
-        python3 .dev/llamacpp_bench.py "$file" --pp "$PP" --tg 16 --reps 1 --depth "$DEPTH" > /dev/null 2>&1
+        python3 $ANCHORS/llamacpp_bench.py "$file" --pp "$PP" --tg 16 --reps 1 --depth "$DEPTH" > /dev/null 2>&1
         "$VKLLM" bench -m "$file" -b "$BACKEND" -p "$PP" -n 16 -d "$DEPTH" -r 1 > /dev/null 2>&1
     fi
     lc=$(llamacpp "$file")
     if [ -z "$lc" ]; then
         echo "llama.cpp cannot load the file vkllm synth wrote ($shape $quant):" >&2
         tail -n 5 "$WORK/llamacpp.err" >&2
-        if [ -f .dev/synth_gguf.py ] && python3 .dev/synth_gguf.py "$shape" "$quant" "$file" --donor "$DONOR"; then
+        if [ -f $ANCHORS/synth_gguf.py ] && python3 $ANCHORS/synth_gguf.py "$shape" "$quant" "$file" --donor "$DONOR"; then
             writer="synth_gguf.py (vkllm synth rejected)"
             lc=$(llamacpp "$file")
         fi

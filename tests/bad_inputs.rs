@@ -6,7 +6,7 @@
 //! The table is the documentation: input → exit code → the words the message
 //! must contain. Broken files are made in a tempdir from a tiny valid model
 //! (`vkllm synth --shape tiny`, and the tiny Llama checkpoint in
-//! ../shared/reference/tiny/llama).
+//! tests/data/reference/tiny/llama).
 //!
 //! Covered elsewhere, not repeated here: the GGUF reader's corpus of ~35
 //! corrupt headers, every truncation and byte flips (tests/gguf.rs);

@@ -12,7 +12,7 @@
 //! prints the samples. `VKLLM_SOAK_MODEL` (a GGUF or a Hugging Face
 //! directory) replaces SmolLM2: lavapipe under the validation layer decodes
 //! SmolLM2 at ~1 token/s, so its 100,000 tokens run on
-//! `../shared/reference/tiny/llama` (2 layers, 512 ids), which goes through
+//! `tests/data/reference/tiny/llama` (2 layers, 512 ids), which goes through
 //! the same passes, replays, resets and refills.
 //!
 //! lavapipe (Mesa 22.3.6, LLVM 15), validation layer 1.3.239, this

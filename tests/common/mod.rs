@@ -18,11 +18,9 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
-/// `../shared/reference` beside the checkout, or `VKLLM_REFERENCE`.
+/// The transformers references (`tests/data/reference/README.md`).
 pub fn reference_dir() -> PathBuf {
-    std::env::var_os("VKLLM_REFERENCE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("..").join("shared").join("reference"))
+    root().join("tests").join("data").join("reference")
 }
 
 /// Path of SmolLM2-135M-Instruct Q4_1, fetched with scripts/fetch-model.sh if absent.
