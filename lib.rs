@@ -16,6 +16,7 @@ pub mod model;
 pub mod open;
 pub mod profile;
 pub mod quants;
+pub mod random;
 pub mod reference;
 pub mod server;
 pub mod vk;

@@ -191,17 +191,7 @@ mod tests {
     use crate::cpu::act::{self, ActDigits, ActInt, ActRows};
     use crate::cpu::simd::{self, Isa};
 
-    fn rand(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::random::uniform_f32 as rand;
 
     /// Rows at the extremes of each type's integer ranges, so the exact
     /// sums reach their bounds: Q4_0 nibbles 15; Q4_K nibbles 15, scales and

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::source::{ModelSource, TensorSource};
 use crate::model::split;
-use crate::model::stage::{KvSpec, Recording, Stage};
+use crate::model::stage::{KvSpec, PassPlan, Stage};
 use crate::model::weights::WeightOptions;
 use std::ops::Range;
 use std::path::Path;
@@ -256,7 +256,7 @@ impl Model {
                 continue;
             }
             let recorded = plans.iter().try_for_each(|&(m, end, want, feedback)| {
-                let rec = Recording {
+                let rec = PassPlan {
                     cfg: &self.cfg,
                     kv: self.kv,
                     m,
@@ -447,7 +447,7 @@ impl Model {
         }
         let class = SpanClass::of(self.n_past + steps, self.kv.capacity);
         let key = class.key(DECODE_GREEDY);
-        let rec = Recording {
+        let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
             m: 1,
@@ -552,7 +552,7 @@ impl Model {
         // pass runs the plan of a freshly recorded one.
         let class = SpanClass::of(end, self.kv.capacity);
         let key = kind.map(|k| class.key(k));
-        let rec = Recording {
+        let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
             m,

@@ -159,7 +159,7 @@ impl Stage {
 
     /// Record the ops of a pass begun by the caller and end it, closing it
     /// on an error too so the model stays usable (the first error wins).
-    pub fn record_closed(&mut self, r: &Recording) -> Result<()> {
+    pub fn record_closed(&mut self, r: &PassPlan) -> Result<()> {
         let recorded = self.record(r);
         let ended = self.be.end_pass();
         recorded.and(ended)
@@ -245,7 +245,7 @@ impl Stage {
     /// already in `s.x`): embeddings, this stage's layers, the head. With
     /// `feedback` (a single-row greedy step) the token goes back into `ids`
     /// for the next step (`append_token`).
-    fn record(&mut self, r: &Recording) -> Result<()> {
+    fn record(&mut self, r: &PassPlan) -> Result<()> {
         let (c, kv, m) = (r.cfg, r.kv, r.m);
         let s = self.s;
         let e = c.n_embd;
@@ -363,7 +363,7 @@ impl Stage {
 /// output asked for, whether it is read at all (an intermediate prefill
 /// chunk only fills the cache), and whether a greedy step feeds its token
 /// back on the device.
-pub(crate) struct Recording<'a> {
+pub(crate) struct PassPlan<'a> {
     pub cfg: &'a ModelConfig,
     pub kv: KvSpec,
     pub m: usize,

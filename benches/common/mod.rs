@@ -25,17 +25,9 @@ pub fn rotate_bytes(default: usize) -> usize {
         .map_or(default, |mb| mb << 20)
 }
 
-/// Deterministic pseudo-random f32s in [-1, 1) (xorshift).
+/// Deterministic pseudo-random f32s in [-1, 1).
 pub fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    vkllm::random::uniform_f32(n, seed)
 }
 
 /// Seconds of untimed passes before a shape's first measurement: right

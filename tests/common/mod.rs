@@ -184,17 +184,9 @@ macro_rules! test_device {
     };
 }
 
-/// Deterministic pseudo-random f32s in [-1, 1) (xorshift; tests need no rand state).
+/// Deterministic pseudo-random f32s in [-1, 1).
 pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    vkllm::random::uniform_f32(n, seed)
 }
 
 /// A `[rows, cols]` weight of `dtype` from deterministic random values:
