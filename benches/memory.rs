@@ -17,10 +17,11 @@
 //! leaves the zeros the backend fills new buffers with (`zeros`), or leaves
 //! those and writes as many bytes of fresh host memory (`host`).
 //!
-//! It showed that the slowdown follows fresh host memory, not the device
-//! footprint, and passes within a second, so a copy probe timed just after
-//! a model loads must be long (bench/bandwidth.rs DEVICE_COPIES; figures in
-//! benches/README.md, dispatch, memory and the probes).
+//! Short passes run slow right after `upload` or `host`, not `zeros`: the
+//! slowdown follows fresh host memory, not the device footprint, and passes
+//! within a second, so a copy probe timed just after a model loads must be
+//! long (bench/bandwidth.rs DEVICE_COPIES; figures in benches/README.md,
+//! dispatch, memory and the probes).
 
 mod common;
 
