@@ -71,10 +71,9 @@ fn host_pair(bytes: usize) -> Result<(Vec<u8>, Vec<u8>)> {
 }
 
 /// Copies per pass of a device probe: long enough that per-pass costs are
-/// small next to the transfer. Measured on the H200 machine
-/// (benches/memory.rs): right after a process writes gigabytes of fresh host
-/// memory (loading a model), a pass of 8 x 256 MiB read a third of the
-/// bandwidth that timestamps and long passes show.
+/// small next to the transfer, since short passes read low right after a
+/// process writes gigabytes of fresh host memory, as loading a model does
+/// (benches/memory.rs; benches/README.md, dispatch, memory and the probes).
 pub const DEVICE_COPIES: usize = 64;
 
 /// The smallest buffers a probe falls back to when memory is short.

@@ -12,34 +12,17 @@
 //!
 //! `cargo bench --bench dispatch` prints µs per step;
 //! `VKLLM_BENCH_ROTATE_MB=0` runs the GEMVs on one copy of each weight, so
-//! they read it from L2. On an H100 (2026-11-25): 2.51 µs per dependent
-//! `add`, 0.34 independent; the GEMV chain at 256 / 1024 / 2048 / 4096 /
-//! 8192 / 16384 / 32768 rows took 6.7 / 7.3 / 8.5 / 13.7 / 17.4 / 26.0 /
-//! 42.1 µs from memory and 5.8 / 6.4 / 8.2 / 12.9 / 16.7 / 25.5 / 41.8 from
-//! L2. From 4096 rows (9.4 MB, over vk/mod.rs GEMV_Q8_MIN_BYTES) the
-//! integer-dot kernel and its quantize_q8 dispatch run: ~8 µs is fixed per
-//! dependent quantize + GEMV (15.6 at 4096 rows when one workgroup
-//! quantized the row), and the rest streams at ~1.8 TB/s.
+//! they read it from L2.
 //!
-//! The grid barrier on an H100 (2026-11-26), µs per round at 66 / 132 /
-//! 264 / 528 / 1056 workgroups of 128: 2.21 / 2.22 / 2.51 / 3.90 / 6.44,
-//! against 2.64 / 2.74 / 2.71 / 2.77 / 3.02 for the dispatch chain (no
-//! workgroup timed out). A barrier inside the kernel saves ~0.4 µs of a
-//! dependent step at the smallest grids and loses from ~500 workgroups (the
-//! arrivals queue on one counter): a decode kernel that kept its workgroups
-//! resident and met at such barriers would not run its steps faster; only
-//! work done while waiting (loading the next step's weights) could pay.
-//!
-//! So the flow chain (glsl/flow_gemv.comp) tries exactly that: dependent
-//! 4-bit GEMVs recorded with no barrier, each workgroup loading its weights
-//! and then waiting on a count of the step before. On an H200 (2026-11-26),
-//! µs per step at n = 1024 / 2048 / 4096 (0.5 / 2.1 / 8.4 MB): barriers
-//! 4.20 / 6.10 / 15.29, waiting 3.06 / 4.72 / 14.35 (the same with a pause
-//! between polls), waiting with a barrier every second step 3.94 / 5.82 /
-//! 15.62, no ordering at all 1.35 / 3.64 / 11.53; no workgroup timed out.
-//! ~1.1-1.4 µs saved per step here did not carry over to a real decode
-//! pass (benches/README.md, "Overlapping the waits"): ordering its GEMVs,
-//! quantizes and attention the same way made tg128 8-22% slower on an H100.
+//! A barrier inside the kernel costs about what a dependent dispatch does,
+//! so a decode kernel that kept its workgroups resident and met at such
+//! barriers would not run its steps faster; only work done while waiting
+//! (loading the next step's weights) could pay. So the flow chain
+//! (glsl/flow_gemv.comp) tries exactly that: dependent 4-bit GEMVs recorded
+//! with no barrier, each workgroup loading its weights and then waiting on a
+//! count of the step before. What it saved per step did not carry over to a
+//! real decode pass. The figures: benches/README.md, dispatch, memory and
+//! the probes.
 
 mod common;
 

@@ -17,13 +17,11 @@
 //! leaves the zeros the backend fills new buffers with (`zeros`), or leaves
 //! those and writes as many bytes of fresh host memory (`host`).
 //!
-//! Measured on the H200 machine (a Firecracker VM; session 4 of issue 9):
-//! `upload` and `host` give ~8 µs per chained dispatch and a third of the
-//! bandwidth in short passes right after the fill, `zeros` ~3.5 µs and full
-//! bandwidth; long passes and timestamps never move, and the next rows
-//! recover within a second. So the slowdown follows fresh host memory, not
-//! the device footprint, and passes away: a copy probe timed just after a
-//! model loads must be long (bench/bandwidth.rs DEVICE_COPIES).
+//! Short passes run slow right after `upload` or `host`, not `zeros`: the
+//! slowdown follows fresh host memory, not the device footprint, and passes
+//! within a second, so a copy probe timed just after a model loads must be
+//! long (bench/bandwidth.rs DEVICE_COPIES; figures in benches/README.md,
+//! dispatch, memory and the probes).
 
 mod common;
 

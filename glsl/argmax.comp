@@ -1,9 +1,10 @@
 // Index of the largest value of each row (the first on ties; NaNs never win),
 // stage one. A vocabulary-sized row is split over `groups` workgroups so the
-// whole GPU streams it (one workgroup per row left most of an H200 idle: 29 us
-// for 49,152 values); each workgroup reduces its slice of `slice` values and
-// writes a (value, index) partial that argmax_combine.comp reduces. With
-// groups == 1 (many rows, or short ones) the result goes straight to `o`.
+// whole GPU streams it (one workgroup per row left most of the GPU idle:
+// benches/README.md, small kernels); each workgroup reduces its slice of
+// `slice` values and writes a (value, index) partial that
+// argmax_combine.comp reduces. With groups == 1 (many rows, or short ones)
+// the result goes straight to `o`.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

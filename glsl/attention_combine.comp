@@ -6,11 +6,11 @@
 // from positions). The weights are computed once per workgroup, a split per
 // invocation, with workgroup reductions; then the DS dims' sums are dealt
 // out to WG / DS invocation groups of splits, each invocation keeping 8
-// reads in flight, and the groups meet in shared memory. A long context
-// splits SmolLM2's keys 128 ways: one workgroup per head walking them with
-// two groups of 4 reads took ~8 us, as much as the attention it merged.
-// Loads whose addresses are known go out before the reductions (H100
-// tg128: SmolLM2 +2%, Llama-3.2-1B at depth 4608 +2%).
+// reads in flight, and the groups meet in shared memory: a long context
+// splits SmolLM2's keys ~128 ways, and one workgroup per head walking them
+// took as long as the attention it merged. Loads whose addresses are known
+// go out before the reductions, one memory round trip instead of three
+// (benches/README.md, decode attention).
 // With min_chunk > 0 the splits are the prefill kernel's chunks
 // (attention_split.glsl), those the row's range meets; a row within one
 // chunk was written by the prefill kernel itself.
@@ -28,8 +28,8 @@
 layout(local_size_x = 128) in;
 const uint WG = 128u;
 // Output dims per workgroup: 16 (vk/ops/attention.rs COMBINE_DIMS), 32 (one
-// q8 block) with q8_stride > 0. 32 for every merge cost SmolLM2 4% of tg128
-// at depth 4096 on an H200: half the workgroups, half the reads in flight.
+// q8 block) with q8_stride > 0. 32 for every merge was slower: half the
+// workgroups, half the reads in flight (benches/README.md, decode attention).
 layout(constant_id = 0) const uint DS = 16u;
 const uint SG = WG / DS; // split groups
 const uint IN_FLIGHT = 8u;

@@ -12,16 +12,9 @@
 // once, at the end, in shared memory, a head at a time.
 //
 // The kernel it replaced staged 16- or 32-key tiles of K in shared memory
-// (three barriers per tile). On an H200 (benches/attention.rs, us per layer
-// at 512 / 4.6K positions, that kernel -> this one): SmolLM2 8.7 / 11.6 ->
-// 8.5 / 10.0, TinyLlama 10.8 / 17.3 -> 10.8 / 14.0, Llama-3.2-1B 10.5 / 18.5
-// -> 10.5-11.4 / 15.2, Llama-3.1-8B 12.0 / 24.7 -> 11.0 / 18.5. U = 4 or 8
-// was no faster at 4.6K and slower at 512 for tiles of several heads (a
-// split there holds 32 keys, one round of 16 clusters x 2); tiles of one
-// head, with registers to spare, take U = 4 (below). Each lane reading its
-// own 8R query dims (and roping them) one after another cost Llama-3.2-1B's
-// decode step 11 us per layer more (profiled) than loading them through
-// shared memory.
+// (three barriers per tile) and ran slower, most at depth. The query goes
+// through shared memory: each lane loading and roping its own 8R dims one
+// after another was slower (benches/README.md, decode attention).
 //
 // The workgroup size is specialization constant 1 (vk/ops/attention.rs
 // DecodePlan): 128 where the keys are split over many workgroups, 512 for
@@ -31,9 +24,9 @@
 // positions: splits past it exit at once. With n_split > 1 each split writes
 // [max, sum, unnormalized out[head_dim]] to `part` and attention_combine.comp
 // merges them; with n_split == 1 the result goes straight to `o`. (The last
-// split to finish merging them itself, told by an atomic counter, ran slower
-// on an H100 and again on an H200: one workgroup per (kv head, head tile)
-// merges what the combine spreads over 256.)
+// split to finish merging them itself ran slower for tiles of several heads:
+// one workgroup per (kv head, head tile) merges what the combine spreads
+// over 256; see MERGE below for where it pays.)
 //
 // With ROPE (a single row: a decode step) the kernel is also the step's rope
 // and cache append: q is rotated as it is loaded, with the (cos, sin) that
@@ -68,12 +61,9 @@ const uint HD = SPEC & 0x3FFu;
 const uint GT = (SPEC >> 10) & 0xFu;
 const uint C = 1u << ((SPEC >> 14) & 7u);
 // Keys per cluster per round: 4 for one-head tiles, whose rounds are few
-// workgroups' latency (H200 tg128, same call, U = 2 -> 4, positions 4608-
-// 4736 / 512-640: Llama-3.2-1B 990 / 991 -> 1,034 / 1,032 and 1,140-1,145 ->
-// 1,127-1,138 tok/s, SmolLM2 1,030-1,034 -> 1,049-1,050 and 1,109-1,113 ->
-// 1,120-1,122, the 8B at 512-640 356 -> 361); tiles of several heads lost
-// with 4 (TinyLlama at 4608-4736 900-904 -> 876-877, the 8B 325 -> 322),
-// and a loop that loads a round ahead lost on every shape (up to -12%).
+// workgroups' latency and which have registers to spare; tiles of several
+// heads lost with 4, and loading a round ahead lost on every shape
+// (benches/README.md, decode attention).
 const uint U = GT == 1u ? 4u : 2u;
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
@@ -449,7 +439,7 @@ void main() {
     // the subgroups meet in shared memory. A 128-wide workgroup merges its
     // 16 clusters in shared memory: with the shuffles in its code, even
     // behind a specialization constant, NVIDIA's compiler spilled registers
-    // (Llama-3.1-8B tg128 at depth 4096 289 -> 229-243 tok/s, H100).
+    // (benches/README.md, decode attention).
 #if defined(UNSPLIT)
     for (uint b = C; b < gl_SubgroupSize; b <<= 1u) {
         [[unroll]] for (uint h = 0u; h < GT; h++) {

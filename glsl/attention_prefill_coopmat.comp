@@ -88,8 +88,8 @@ uvec2 half4(vec4 v) {
 }
 
 // The next K (and V) tile in registers while the current one is multiplied:
-// a tile's load waited in full before each multiply, 288 of them per
-// workgroup at 4.6K positions (~1 ms per Llama-3.1-8B layer on an H100).
+// otherwise each of a long context's many tile loads waits in full before
+// its multiply (benches/README.md, prefill attention).
 const uint TILE_WORDS = (BC * DW + 127u) / 128u; // per invocation
 uvec2 k_next[TILE_WORDS];
 uvec2 v_next[TILE_WORDS];

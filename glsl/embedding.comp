@@ -1,7 +1,7 @@
 // out[r] = dequant(table[ids[r]]): one workgroup per output row and slice of
 // 128 columns (workgroup z), one column per invocation: a decode step gathers
-// a single row, and one workgroup walking it took 20 us of a Llama-3.1-8B
-// token (4096 columns, H100) where a dispatch costs ~3. An id past
+// a single row, and one workgroup walking it took several dispatches' time
+// (benches/README.md, small kernels). An id past
 // the table (ids live in a buffer, so the host cannot check them when
 // recording) gives zeros and is recorded in the status word, which the host
 // reads after the submit and turns into an error.

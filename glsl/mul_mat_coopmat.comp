@@ -9,19 +9,16 @@
 // backend only picks this kernel where the subgroup size is 32), each
 // computing FRAGS_M x FRAGS_N 16 x 16 fragments: 128 x 128 from 8 subgroups
 // by default, 64 x 64 from 4 with TILE_SMALL, which the backend takes where
-// the large tile would leave the GPU short of workgroups. On an H200 at
-// m = 512 (TFLOP/s, Q4_K): 128 x 128 reaches 80-84 on 8192 x 2048 and
-// 4096 x 4096 weights, where 128 x 64 tiles reached 44; 64 x 64 reaches
-// 48 on 2048 x 2048, where 128 x 128 (64 workgroups) reached 39.
+// the large tile would leave the GPU short of workgroups (benches/README.md,
+// prefill GEMM).
 // K goes BK = 64 at a time through one shared buffer: while the subgroups
 // multiply the slice in it, the next one is fetched from memory into
 // registers (each invocation decodes runs of 16 weights of one row with
 // dq16, one scale decode each), then stored, as f16, between two barriers.
 // Two buffers of 32 (one barrier a step) is what 48 KiB of shared memory
 // allows otherwise; the 64-wide slice gives each fetch twice the
-// multiplies to hide behind: on an H100 at m = 512, Q4_K 4096 x 4096
-// 101 -> 120 TFLOP/s, 14336 x 4096 84 -> 100, Q6_K 4096 x 14336
-// 107 -> 133; Llama-3.1-8B pp512 6,032 -> 6,991 tok/s.
+// multiplies to hide behind, and ran faster (benches/README.md, prefill
+// GEMM).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -52,9 +49,9 @@ layout(push_constant) uniform Push {
 #include "dequant.glsl"
 
 // Specialization constant 0: x is f16 (the backend takes it only where
-// k % 16 == 0, the fast path). Converting once before the GEMM instead of
-// in every workgroup that reads x: on an H100 at m = 512, Q4_K 14336x4096
-// 65 -> 79 TFLOP/s, 4096x14336 73 -> 91, Q4_0 2048x8192 51 -> 67.
+// k % 16 == 0, the fast path). Converted once before the GEMM, since
+// converting in every workgroup that reads x was slower (benches/README.md,
+// prefill GEMM).
 layout(constant_id = 0) const uint X_HALF = 0u;
 
 #if defined(TILE_SMALL)

@@ -10,8 +10,8 @@
 // number of (lane, word) loads: here each lane decodes its own weight rows
 // (dq16, loaded once per MB rows of x), and x's 16 values of a row are
 // loaded two per lane and handed round by subgroupBroadcast, each used for
-// R rows. Against the 64x64 shared-memory tiles (mul_mat.comp): Gemma 3
-// 270M's 64-token prefill matmuls 20.6 -> 5.3 s on 2 AVX2 cores.
+// R rows. That ran about four times as fast as the 64x64 shared-memory
+// tiles of mul_mat.comp (benches/README.md, small kernels).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

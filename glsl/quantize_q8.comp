@@ -11,8 +11,8 @@
 // One invocation per 4 values, 8 to a block, workgroups of 1024 values
 // across the row (y: the row): a dispatch on the decode path's critical
 // path, so its chain per invocation is one load, a few subgroup shuffles
-// and one store; one workgroup walking the row serially cost an 8B decode
-// step ~1 ms over its 129 quantizes.
+// and one store; one workgroup walking the row serially took a fifth of an
+// 8B decode step (benches/README.md, decode GEMV).
 //
 // Row r of the output, `stride` words from the previous one: k/4 words of
 // packed hi digits, k/4 of lo digits (each in 16-byte pieces ordered as

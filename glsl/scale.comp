@@ -4,7 +4,8 @@
 // it streams as fast as the memory allows: 16-byte accesses, and each
 // invocation issues its UNROLL loads before any store, over a grid of a few
 // workgroups per multiprocessor rather than one per 256 values (a scalar
-// float per invocation read half the bandwidth of an H200).
+// float per invocation read half the bandwidth: benches/README.md, small
+// kernels).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

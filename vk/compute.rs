@@ -33,9 +33,8 @@ impl ComputeBackend for VulkanBackend {
 
     /// 2048 rows where a binding may cover 2 GiB or more (a pass's widest
     /// buffers, the FFN activations and a prompt's logits, grow with it),
-    /// else 512. On an H100, pp2048 of Llama-3.2-1B ran at 31,532 tok/s in
-    /// passes of 512 rows, 41,783 in 1024 and 44,153 in one of 2048;
-    /// Llama-3.1-8B at 6,636, 7,077 and 7,370.
+    /// else 512: longer passes run a long prompt faster (benches/README.md,
+    /// prefill GEMM).
     fn default_max_batch(&self) -> usize {
         if self.caps().max_storage_buffer_range >= 2 << 30 {
             2048

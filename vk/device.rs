@@ -216,15 +216,8 @@ fn require(info: &DeviceInfo) -> Result<()> {
 }
 
 /// The queue family passes go to: a compute-only one where the device has
-/// it (NVIDIA's async compute family), else the first with compute. The
-/// same passes run faster there. H200, tg128 at positions 0-128 / 4096-4224
-/// (same call, two rounds), tok/s from the graphics family to the compute
-/// one: SmolLM2 1,136-1,183 -> 1,205-1,256 / 1,070-1,074 -> 1,118-1,119,
-/// TinyLlama 1,074 -> 1,092-1,096 / 922-923 -> 936-940, Llama-3.2-1B
-/// 1,198-1,199 -> 1,216-1,229 / 976-985 -> 983-996, Llama-3.1-8B 373-377 ->
-/// 381-386 / 327 -> 330-333; a chain of dependent 8.4 MB GEMVs 15.25 ->
-/// 14.36 µs a step (`cargo bench --bench dispatch`). A high or realtime
-/// global priority on top (VK_EXT_global_priority) read within noise.
+/// it (NVIDIA's async compute family), else the first with compute: the
+/// same passes run faster there (benches/README.md, the queue family).
 fn compute_family(families: &[vk::QueueFamilyProperties]) -> Option<usize> {
     let has = |f: &vk::QueueFamilyProperties, flag| f.queue_flags.contains(flag);
     families

@@ -48,16 +48,8 @@ pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
 /// Weights from this size take the integer-dot GEMV by default: below it the
-/// extra quantize dispatch (a dependent step, ~5 us on an H100:
-/// benches/dispatch.rs) costs more than the faster kernel saves. H100, tg128
-/// tok/s at 4 / 8 / 12 / 24 MiB: TinyLlama (Q4_0, ffn_down 6.5 MB) 652 /
-/// 719 / 717 / 724, Llama-3.2-1B 638 / 641 / 631 / 655, Llama-3.1-8B (q and
-/// o 9.4 MB) 205 / 205 / 190 / 190. (SmolLM2-135M, whose weights are ~0.2
-/// MiB, decoded at 705 tok/s without it and 442 with it on every weight, on
-/// an H200.) With the dots no longer saturating, Q4_K / Q6_K weights of
-/// every size on it (Llama-3.2-1B: 167 -> 183 dispatches) profiled alike,
-/// 1,423 -> 1,445 µs per token: the GEMVs' 111 µs saved went to the added
-/// quantizes (H200).
+/// extra quantize dispatch (a dependent step) costs more than the faster
+/// kernel saves (benches/README.md, decode GEMV).
 pub const GEMV_Q8_MIN_BYTES: usize = 8 << 20;
 
 use crate::backend::{Buffer, ComputeBackend};

@@ -2,7 +2,8 @@
 //! for the backend's lifetime, through one VkPipelineCache that is read from
 //! and written back to disk ([`DiskCache`]): compiling a pipeline takes the
 //! driver milliseconds, so without it every process paid them on its first
-//! pass (a 2-token prompt at 6 tok/s). A survey ([`Pipelines::begin_survey`])
+//! pass (benches/README.md, small kernels). A survey
+//! ([`Pipelines::begin_survey`])
 //! makes the kernels a model's passes will use before the first of them runs,
 //! all at once and in parallel (drivers compile on the calling thread);
 //! anything else is made on first use. Every kernel binds only storage

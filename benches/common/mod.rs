@@ -32,8 +32,8 @@ pub fn rand(n: usize, seed: u64) -> Vec<f32> {
 
 /// Seconds of untimed passes before a shape's first measurement: right
 /// after an upload (fresh host memory) short passes run slow for up to a
-/// second (benches/memory.rs). Without them one H100 run of gemm.rs read
-/// q4_0 at 48-56 TFLOP/s on the 8B's shapes, the next at 78-90.
+/// second, so without them one run reads far below the next
+/// (benches/README.md, dispatch, memory and the probes).
 pub const SETTLE_SECS: f64 = 1.5;
 
 /// Runs passes of `record`, untimed, for [`SETTLE_SECS`].

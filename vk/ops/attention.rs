@@ -21,10 +21,9 @@ const MAX_HEAD_DIM: usize = 512;
 /// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
 /// attention_decode.comp: invocations, most query heads per workgroup (its
-/// registers hold 16 R floats per head; 8 heads ran no faster on an H200),
-/// most head_dim, most 8-value units per lane (R). Split workgroups of 256
-/// to 1024 over tiles of four heads (the unsplit build) took 44-108 µs per
-/// call at 4.6K positions against 13-18 (H100, TinyLlama to the 8B).
+/// registers hold 16 R floats per head), most head_dim, most 8-value units
+/// per lane (R). More heads per workgroup ran no faster and wider split
+/// workgroups far slower (benches/README.md, decode attention).
 const DECODE_WG: usize = 128;
 const DECODE_MAX_HEADS: usize = 4;
 const DECODE_MAX_HEAD_DIM: usize = 256;
@@ -47,49 +46,24 @@ const COMBINE_DIMS_Q8: u32 = 32;
 /// (kv head, head tile) pairs a decode attention aims for: a model with few
 /// kv heads gives each workgroup fewer query heads (reading a kv head's
 /// keys once per tile, mostly from L2) so the splits need not be many
-/// short ones. H200, µs per layer at 512 / 4.6K positions: SmolLM2 (3 kv
-/// heads of a group of 3) 10.4 / 15.6 with 1 tile of 3 heads, 8.6 / 10.1
-/// with 3 tiles of 1; aiming for 16 pairs sped up Llama-3.2-1B at 512
-/// (11.3 -> 9.9) but slowed Llama-3.1-8B at 4.6K (18.4 -> 20.1). At 16 or
-/// 32 (one head per tile, so TinyLlama's and the 1B's last split merges)
-/// tg128 at 4.6K fell 3-5% on TinyLlama and up to 2% on the 1B (H100; on
-/// an H200 later the 1B gained: ONE_HEAD_KEY_DIMS_SMALL_GROUPS); at 16
-/// (tiles of two heads, the last of 32 splits merging) TinyLlama -3%, the
-/// 1B +1% (H200).
+/// short ones. More pairs helped some shapes at short spans but slowed
+/// others at depth (benches/README.md, decode attention).
 const DECODE_MIN_HEAD_GROUPS: usize = 8;
 /// Workgroups a decode attention aims for (kv heads x head tiles x rows x
-/// splits), about four per SM of a 132-SM H100/H200. 256 or 1024 were
-/// slower at 4.6K positions on every shape (H200; Llama-3.1-8B 18.4 us per
-/// layer, 20.8 with 256, 23.7 with 1024). 128 or 96 (16 or 12 splits, few
-/// enough for the last split to merge four heads, no merge dispatch) took
-/// TinyLlama and the 1B from 12.6 / 13.7 to 21.6-25.2 µs (H200).
+/// splits), about four per SM of a 132-SM H100/H200: 256 or 1024 ran slower
+/// at depth, and fewer splits (so that the last could merge four heads)
+/// far slower (benches/README.md, decode attention).
 const DECODE_TARGET_WGS: usize = 512;
 /// Split spans up to this many keys x head_dim take one query head per
 /// workgroup where the last split can then merge (see merges_last): the
 /// merge dispatch and its barrier go, and the last split writes the o
-/// projection's int8 digits. H200 tg128, same call, against tiles of up
-/// to four heads and a merge dispatch: Llama-3.1-8B at positions 512-640
-/// (a span of 1024, 16 splits) 343.6-350.0 -> 352.1-360.5 tok/s, 359 -> 327
-/// dispatches per token; TinyLlama and Llama-3.2-1B at 1024-1152 (2048)
-/// 942 / 946 -> 993 / 993 and 1,009 / 1,012 -> 1,104 / 1,108. Up to 256K:
-/// the 8B at 1536-1664 (2048) 341.8 / 342.4 -> 344.8 / 345.3, the 1B at
-/// 3072-3200 (4096) 968.8 / 943.3 -> 1,003.2 / 1,001.6, TinyLlama there
-/// 924.3 / 882.0 -> 911.6 / 899.9. Up to 512K the 8B at 3072-3200 (4096)
-/// lost, 334.2 / 334.1 -> 323.8 / 320.3, and at 4608-4736 (8192) 323-327
-/// -> 315.
+/// projection's int8 digits. Longer spans of the 8B lost that way
+/// (benches/README.md, decode attention).
 const ONE_HEAD_KEY_DIMS: usize = 256 << 10;
 /// Twice that where head_dim is at most 64 and a kv head has at most 8
-/// query heads (so at most 8 workgroups read each cached key), as
-/// SmolLM2's tiles, one head each at every span, read the least depth
-/// loss of the table. H200, same call, tg128 at positions 4608-4736 (span
-/// 8192): Llama-3.2-1B (groups of 4) 945.1 / 945.8 -> 990.5 / 982.6, with
-/// 32 or 64 splits instead of 16 968.1-970.8. TinyLlama (groups of 8) lost
-/// with two keys per cluster and round (907.8 / 910.5 -> 896.7 / 893.8)
-/// and gained once one-head tiles took four (attention_decode.comp's U):
-/// 905.9 / 906.8 -> 922.9 / 924.3, 183 -> 161 dispatches per token (8 per
-/// layer, no merge). The 8B (head_dim 128) lost at 4096 (above), at 8192
-/// with 32 splits (325-326 -> 306), and at 8192 with four keys (324-326 ->
-/// 319).
+/// query heads (so at most 8 workgroups read each cached key): such groups
+/// gained from one-head tiles at span 8192, where the 8B lost
+/// (benches/README.md, decode attention).
 const ONE_HEAD_KEY_DIMS_SMALL_GROUPS: usize = 512 << 10;
 const SMALL_GROUP: usize = 8;
 const SMALL_GROUP_HEAD_DIM: usize = 64;
@@ -104,13 +78,10 @@ const COOPMAT_BR: usize = 64;
 const COOPMAT_MAX_HEAD_DIM: usize = 128;
 /// The coopmat kernel splits its keys where its (query tile, kv head)
 /// workgroups are fewer than this (SmolLM2's 512 rows: 72), into chunks of
-/// at least PREFILL_SPLIT_MIN keys. Measured on an H100
-/// (benches/attention.rs, pp512 at depth 4096, µs per layer): SmolLM2
-/// 271 -> 153 (chunks sized from the positions, as now; 140 when they were
-/// sized from the capacity, which split a short context's keys as finely as
-/// a long one's); splitting the 256 workgroups of TinyLlama, Llama-3.2-1B or
-/// Llama-3.1-8B made them slower (308 -> 409, 316 -> 413, 729 -> 803):
-/// their partial results and the merge cost more than the wider grid gains.
+/// at least PREFILL_SPLIT_MIN keys (sized from the positions): a smaller
+/// grid leaves the GPU idle, while for a larger one the partial results and
+/// the merge cost more than the wider grid gains (benches/README.md,
+/// prefill attention).
 const PREFILL_TARGET_WGS: usize = 256;
 const PREFILL_SPLIT_MIN: usize = 512;
 
@@ -131,13 +102,8 @@ const MERGE_LOADS: usize = 32;
 /// at most MERGE_LOADS partials (head_dim and the splits within one
 /// workgroup). Every split then pays a memory barrier and an atomic, and
 /// the last one's merge waits on them, so this saves only part of the
-/// merge dispatch's cost (a measurement-only build with no merge at all ran
-/// SmolLM2 14% faster): H100 tg128, SmolLM2 (one head per tile, 32 / 57
-/// splits), same call, three rounds, 1,038-1,044 -> 1,063-1,071 tok/s at
-/// positions 512-640 and 977-981 -> 983-987 at 4608-4736; 31 barriers
-/// fewer per token. Shapes whose tiles hold several heads (TinyLlama,
-/// Llama-3.2-1B) would make one workgroup merge them all, as the last-split
-/// merge measured and dropped before (benches/README.md) did.
+/// merge dispatch's cost; tiles of several heads would make one workgroup
+/// merge them all, which lost (benches/README.md, decode attention).
 fn merges_last(plan: &DecodePlan, head_dim: usize) -> bool {
     let groups = plan.wg / head_dim.max(1);
     plan.n_split > 1
@@ -511,10 +477,10 @@ impl Encoder<'_> {
         // Where the next weight (the o projection) will read the output as
         // int8 digits (gemv_q8), they are written too (when head_dim is a
         // multiple of 32, one block per 32 dims): by this kernel when the
-        // keys are not split, else by the merge. H200 tg128 (merge):
-        // Llama-3.1-8B +1-2%, 32 barriers fewer per token. A weight that
-        // would read f32 must not get digits: Llama-3.2-1B's 2048-dim
-        // projection reading them was 5% slower.
+        // keys are not split, else by the merge, so the projection's
+        // quantize dispatch goes. A weight that would read f32 must not get
+        // digits: it ran slower on them (benches/README.md, decode
+        // attention).
         let k = p.n_heads * p.head_dim;
         let q8 = (p.head_dim.is_multiple_of(32)
             && p.next.is_some_and(|w| self.takes_q8(w.dtype, w.bytes)))
@@ -638,15 +604,10 @@ impl Encoder<'_> {
     /// Up to a short span the keys are not split: workgroups of 512, one
     /// query head each, attend the whole span, and the merge dispatch and its
     /// barrier go; the kernel writes the o projection's int8 digits where the
-    /// merge would. Gains per layer, H100 tg128, split -> unsplit, at
-    /// positions 0-128 / 512-640 / 896-1024: SmolLM2 +3.3 / -0.3 / -2.4 µs,
-    /// TinyLlama +6.2 / +2.6 / 0, Llama-3.2-1B +10.5 / +5.7 / +3.5,
-    /// Llama-3.1-8B +5.7 / -1.3 / -5.5 (tok/s: SmolLM2 1,036 -> 1,157,
-    /// TinyLlama 855 -> 967, 1B 899 -> 1,059, 8B 313 -> 331 at 0-128). The
-    /// unsplit workgroup pays per key and dim (~6-14 ns per key here); the
-    /// split pass pays its merge and, where its workgroups take several
-    /// heads (TinyLlama, the 1B, the 8B), more per workgroup, so the
-    /// budget doubles there. At depth 4096 unsplit lost 15-19%. Past that
+    /// merge would. The unsplit workgroup pays per key and dim; the split
+    /// pass pays its merge and, where its workgroups take several heads
+    /// (TinyLlama, the 1B, the 8B), more per workgroup, so the budget
+    /// doubles there (benches/README.md, decode attention). Past that
     /// budget, up to ONE_HEAD_KEY_DIMS (or ONE_HEAD_KEY_DIMS_SMALL_GROUPS),
     /// the split workgroups take one query head each where the last split
     /// can merge. Without `Kernels::decode_splits` (a CPU device) every

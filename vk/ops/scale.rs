@@ -9,8 +9,8 @@ use bytemuck::{Pod, Zeroable};
 
 /// Invocations per workgroup of the grid-stride loop.
 const WG: u32 = 256;
-/// At most this many workgroups, each looping (on an H200, 528 to 16384
-/// streamed alike).
+/// At most this many workgroups, each looping: more streamed no faster
+/// (benches/README.md, small kernels).
 const MAX_GROUPS: usize = 1024;
 
 #[repr(C)]
