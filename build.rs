@@ -4,16 +4,17 @@
 //!
 //! A shader that includes `dequant.glsl` reads weights, so it is compiled once
 //! per weight dtype with `-DTYPE_<DTYPE>` and named `<stem>.<dtype>`; every
-//! other shader is compiled once and named `<stem>`. The dtypes are those
-//! dequant.glsl decodes (its `#if` / `#elif defined(TYPE_<DTYPE>)` lines), so
-//! a new type needs no change here. [`VARIANTS`] adds builds with one more
-//! define for some dtypes (mul_mat_vec's integer-dot
-//! `mul_mat_vec_q8.<dtype>`, whose packed dot products are declared through
-//! GL_EXT_spirv_intrinsics, which glslc 2023.2 has, and `mul_mat_vec_q8in`,
-//! which also quantizes its input). A shader whose source
-//! contains `#extension GL_EXT_integer_dot_product` is built only when glslc
-//! supports that extension (probed here; exported as the cfg
-//! `vkllm_glsl_int_dot` and as a const in shaders.rs).
+//! other shader is compiled once and named `<stem>`. The dtypes are the rows
+//! of quants/types.rs (included here, [`QUANT_TYPES`]), so a new type needs no
+//! change here; their `gemv` column says which GEMV builds each gets:
+//! `mul_mat_vec.<dtype>` with `-DGEMV_LANES=<lanes>` where it goes block by
+//! block, and the integer-dot `mul_mat_vec_q8.<dtype>` and
+//! `mul_mat_vec_q8in.<dtype>` (which also quantizes its input), whose packed
+//! dot products are declared through GL_EXT_spirv_intrinsics, which glslc
+//! 2023.2 has. [`VARIANTS`] adds builds with one more define. A shader
+//! whose source contains `#extension GL_EXT_integer_dot_product` is built
+//! only when glslc supports that extension (probed here; exported as the
+//! cfg `vkllm_glsl_int_dot` and as a const in shaders.rs).
 //!
 //! Cooperative-matrix shaders (`*_coopmat.comp`, with `COOPMAT_KHR` /
 //! `COOPMAT_NV` branches) are compiled once per branch and per output tile
@@ -34,29 +35,74 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Extra builds of a shader with one more define, for some dtypes only
-/// (none: one build of an untyped shader): (stem, define, name of the
-/// variant, dtypes).
-const VARIANTS: &[(&str, &str, &str, &[&str])] = &[
+/// A weight type's shader facts: its row of quants/types.rs less the
+/// columns the shaders do not need.
+struct QuantType {
+    name: &'static str,
+    /// Slices per block of mul_mat_vec's block-by-block decode.
+    gemv_lanes: Option<u32>,
+    /// Slices per block of its integer-dot decode.
+    int_dot_lanes: Option<u32>,
+}
+
+/// quants/types.rs's rows as [`QUANT_TYPES`]; the other columns are parsed
+/// and dropped, so the codec paths they name never resolve here.
+macro_rules! quant_types {
+    ($(
+        $variant:ident {
+            name: $name:literal, ggml_id: $ggml_id:literal,
+            block_elems: $block_elems:expr, block_bytes: $block_bytes:expr,
+            decode: $decode:path, encode: $encode:expr, gpu: $gpu:expr,
+            gemv: GpuGemv { rows: $rows:expr, lanes: $lanes:expr, int_dot_lanes: $int_dot:expr $(,)? },
+            cpu: $cpu:expr $(,)?
+        }
+    ),* $(,)?) => {
+        const QUANT_TYPES: &[QuantType] = &[$(
+            QuantType { name: $name, gemv_lanes: $lanes, int_dot_lanes: $int_dot },
+        )*];
+    };
+}
+
+include!("quants/types.rs");
+
+/// The shader the GEMV rows of [`QuantType`] are about.
+const GEMV_STEM: &str = "mul_mat_vec";
+
+/// Which builds of a variant there are.
+enum VariantTypes {
+    /// One, of an untyped shader.
+    Untyped,
+    /// One per type with an integer-dot GEMV.
+    IntDotGemv,
+}
+
+/// Extra builds of a shader with one more define: (stem, define, name of
+/// the variant, which builds).
+const VARIANTS: &[(&str, &str, &str, VariantTypes)] = &[
     (
-        "mul_mat_vec",
+        GEMV_STEM,
         "-DQ8X",
         "mul_mat_vec_q8",
-        &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
+        VariantTypes::IntDotGemv,
     ),
     (
-        "mul_mat_vec",
+        GEMV_STEM,
         "-DQ8IN",
         "mul_mat_vec_q8in",
-        &["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"],
+        VariantTypes::IntDotGemv,
     ),
     (
         "attention_decode",
         "-DUNSPLIT",
         "attention_decode_unsplit",
-        &[],
+        VariantTypes::Untyped,
     ),
-    ("attention_decode", "-DMERGE", "attention_decode_merge", &[]),
+    (
+        "attention_decode",
+        "-DMERGE",
+        "attention_decode_merge",
+        VariantTypes::Untyped,
+    ),
 ];
 
 /// Cooperative-matrix shaders that name `TILE_SMALL` are built once per
@@ -70,6 +116,7 @@ fn main() {
     let glsl_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("glsl");
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", glsl_dir.display());
+    println!("cargo:rerun-if-changed=quants/types.rs");
     println!("cargo:rerun-if-env-changed=GLSLC");
     println!("cargo:rerun-if-env-changed=GLSLANG");
     println!("cargo:rustc-check-cfg=cfg(vkllm_glsl_int_dot)");
@@ -84,7 +131,6 @@ fn main() {
         println!("cargo:rustc-cfg=vkllm_glsl_int_dot");
     }
 
-    let dtypes = decoded_dtypes(&glsl_dir.join("dequant.glsl"));
     let mut entries = Vec::new();
     let mut sources: Vec<PathBuf> = fs::read_dir(&glsl_dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", glsl_dir.display()))
@@ -119,11 +165,9 @@ fn main() {
                                 .into_iter()
                                 .chain(tile_define.iter().copied())
                                 .collect();
-                            compile_variants(
-                                c, path, &src, &dtypes, &glsl_dir, &out_dir, &name, &defines,
-                            )
-                            .into_iter()
-                            .for_each(|e| entries.push(e));
+                            compile_variants(c, path, &src, &glsl_dir, &out_dir, &name, &defines)
+                                .into_iter()
+                                .for_each(|e| entries.push(e));
                         }
                     }
                     None => println!(
@@ -146,24 +190,30 @@ fn main() {
             &glslc,
             path,
             &src,
-            &dtypes,
             &glsl_dir,
             &out_dir,
             &stem,
             &[],
         ));
-        for (_, define, name, dtypes) in VARIANTS.iter().filter(|v| v.0 == stem) {
-            if dtypes.is_empty() {
-                let spv = out_dir.join(format!("{name}.spv"));
-                compile(&glslc, path, &glsl_dir, &spv, &[define]);
-                entries.push((name.to_string(), spv));
-            }
-            for dt in *dtypes {
-                let full = format!("{name}.{dt}");
-                let spv = out_dir.join(format!("{full}.spv"));
-                let ty = format!("-DTYPE_{}", dt.to_ascii_uppercase());
-                compile(&glslc, path, &glsl_dir, &spv, &[define, &ty]);
-                entries.push((full, spv));
+        for (_, define, name, types) in VARIANTS.iter().filter(|v| v.0 == stem) {
+            match types {
+                VariantTypes::Untyped => {
+                    let spv = out_dir.join(format!("{name}.spv"));
+                    compile(&glslc, path, &glsl_dir, &spv, &[define]);
+                    entries.push((name.to_string(), spv));
+                }
+                VariantTypes::IntDotGemv => {
+                    for qt in QUANT_TYPES {
+                        let Some(lanes) = qt.int_dot_lanes else {
+                            continue;
+                        };
+                        let full = format!("{name}.{}", qt.name);
+                        let spv = out_dir.join(format!("{full}.spv"));
+                        let (ty, lanes) = (type_define(qt), lanes_define(lanes));
+                        compile(&glslc, path, &glsl_dir, &spv, &[define, &ty, &lanes]);
+                        entries.push((full, spv));
+                    }
+                }
             }
         }
     }
@@ -336,34 +386,24 @@ fn coopmat_compiler(
         })
 }
 
-/// The dtypes (lower case, in file order) whose `TYPE_<DTYPE>` the
-/// preprocessor conditions of `dequant` test.
-fn decoded_dtypes(dequant: &Path) -> Vec<String> {
-    let src = fs::read_to_string(dequant)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dequant.display()));
-    let mut out: Vec<String> = Vec::new();
-    for line in src.lines().map(str::trim_start) {
-        if !(line.starts_with("#if") || line.starts_with("#elif")) {
-            continue;
-        }
-        for part in line.split("defined(TYPE_").skip(1) {
-            let name = part.split(')').next().unwrap_or("").to_ascii_lowercase();
-            if !name.is_empty() && !out.contains(&name) {
-                out.push(name);
-            }
-        }
-    }
-    out
+/// `-DTYPE_<DTYPE>`, which dequant.glsl decodes.
+fn type_define(qt: &QuantType) -> String {
+    format!("-DTYPE_{}", qt.name.to_ascii_uppercase())
 }
 
-/// Compile `path` as `name`, once per weight dtype (`name.<dtype>`) when it
-/// includes dequant.glsl; returns the (name, spv path) entries.
-#[allow(clippy::too_many_arguments)]
+/// mul_mat_vec.comp's slices per block (`u`: a uint literal, as the
+/// shader's constants are).
+fn lanes_define(lanes: u32) -> String {
+    format!("-DGEMV_LANES={lanes}u")
+}
+
+/// Compile `path` as `name`, once per weight dtype (`name.<dtype>`, with
+/// the type's GEMV lanes for [`GEMV_STEM`]) when it includes dequant.glsl;
+/// returns the (name, spv path) entries.
 fn compile_variants(
     compiler: &Compiler,
     path: &Path,
     src: &str,
-    dtypes: &[String],
     include: &Path,
     out_dir: &Path,
     name: &str,
@@ -371,12 +411,17 @@ fn compile_variants(
 ) -> Vec<(String, PathBuf)> {
     let mut entries = Vec::new();
     if src.contains("#include \"dequant.glsl\"") {
-        for dt in dtypes {
-            let full = format!("{name}.{dt}");
-            let define = format!("-DTYPE_{}", dt.to_ascii_uppercase());
+        for qt in QUANT_TYPES {
+            let full = format!("{name}.{}", qt.name);
             let spv = out_dir.join(format!("{full}.spv"));
+            let ty = type_define(qt);
+            let lanes = qt
+                .gemv_lanes
+                .filter(|_| name == GEMV_STEM)
+                .map(lanes_define);
             let mut all = defines.to_vec();
-            all.push(&define);
+            all.push(&ty);
+            all.extend(lanes.as_deref());
             compile(compiler, path, include, &spv, &all);
             entries.push((full, spv));
         }

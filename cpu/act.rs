@@ -229,19 +229,10 @@ impl<T> ActRows<T> {
     }
 }
 
-/// Whether weights of `dtype` have integer-dot kernels.
+/// Whether weights of `dtype` have integer-dot kernels (its row's
+/// `cpu.int_dot`, quants/types.rs).
 pub fn supports(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::Q4_0
-            | DType::Q4_1
-            | DType::Q5_0
-            | DType::Q5_1
-            | DType::Q8_0
-            | DType::Q4K
-            | DType::Q5K
-            | DType::Q6K
-    )
+    dtype.format().cpu.int_dot
 }
 
 /// The 32 integer weights meeting activation block `b` of a row `w` of
@@ -334,13 +325,13 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
             });
             (q, [f16(blk, 208), 0.0])
         }
-        _ => ([0; ACT_BLOCK], [0.0, 0.0]),
+        // Rows without `cpu.int_dot` never come here (`supports`).
+        _ => unreachable!("no integer weights for this type"),
     }
 }
 
-/// One weight row (`k` values of `dtype`, one of [`supports`]; other types
-/// give 0) dotted with row `i` of `x`: per block an exact integer sum
-/// `Σ q_w q_x`, scaled.
+/// One weight row (`k` values of `dtype`, one of [`supports`]) dotted
+/// with row `i` of `x`: per block an exact integer sum `Σ q_w q_x`, scaled.
 pub fn dot_row<T: ActInt>(dtype: DType, w: &[u8], x: &ActRows<T>, i: usize) -> f32 {
     debug_assert!(supports(dtype));
     let nb = x.blocks();

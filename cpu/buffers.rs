@@ -309,7 +309,10 @@ mod tests {
     fn repacked_weights_download_as_uploaded() {
         use crate::dtype::DType;
         let mut b = crate::cpu::CpuBackend::new(Some(2)).with_repack(true);
-        for dtype in [DType::Q4_0, DType::Q4K, DType::Q6K] {
+        for dtype in DType::ALL
+            .into_iter()
+            .filter(|&d| crate::cpu::repack::packs(d))
+        {
             let (rows, cols) = (37, 512);
             let rb = dtype.row_bytes(cols).unwrap();
             let data: Vec<u8> = (0..rows * rb).map(|i| (i * 131 + i / 977) as u8).collect();

@@ -22,9 +22,10 @@ use crate::dtype::DType;
 /// Rows per interleaved group.
 pub const R: usize = 16;
 
-/// Whether weights of `dtype` are repacked (the types with kernels for it).
+/// Whether weights of `dtype` are repacked (its row's `cpu.repack`,
+/// quants/types.rs: the types with a layout here and kernels for it).
 pub fn packs(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4K | DType::Q6K)
+    dtype.format().cpu.repack
 }
 
 /// A run of `n` equal pieces (`width` bytes: 1, 2 or 4) of a row's block:
@@ -73,7 +74,8 @@ fn segments(dtype: DType) -> &'static [Seg] {
         DType::Q4_0 => &Q4_0,
         DType::Q4K => &Q4K,
         DType::Q6K => &Q6K,
-        _ => unreachable!("only types with `packs` are repacked"),
+        // Rows without `cpu.repack` never come here (`packs`).
+        _ => unreachable!("no repacked layout for this type"),
     }
 }
 
@@ -170,7 +172,7 @@ mod tests {
 
     #[test]
     fn pack_round_trips() {
-        for dtype in [DType::Q4_0, DType::Q4K, DType::Q6K] {
+        for dtype in DType::ALL.into_iter().filter(|&d| packs(d)) {
             let rb = dtype.row_bytes(512).unwrap();
             let rows = 2 * R + 3;
             let data: Vec<u8> = (0..rows * rb).map(|i| (i * 7 + i / 251) as u8).collect();
@@ -254,7 +256,7 @@ mod tests {
             if !isa.available() || !isa.int_dots() {
                 continue;
             }
-            for dtype in [DType::Q4_0, DType::Q4K, DType::Q6K] {
+            for dtype in DType::ALL.into_iter().filter(|&d| packs(d)) {
                 let rb = dtype.row_bytes(k).unwrap();
                 let mut data = vec![0u8; rows * rb];
                 for (r, row) in data.chunks_exact_mut(rb).enumerate() {

@@ -13,7 +13,8 @@
 // SUBGROUP_ROWS flag, each subgroup on rows of its own (subgroup sums only;
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
-// Built with Q8X (mul_mat_vec_q8, for q4_k, q6_k, q4_0, q4_1 and q8_0), x comes
+// Built with Q8X (mul_mat_vec_q8, for the types whose row in quants/types.rs
+// gives integer-dot lanes: q4_k, q6_k, q4_0, q4_1 and q8_0), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -31,11 +32,13 @@
 // for bit as quantize_q8.comp would (quantize_x), so the GLU needs no
 // quantize dispatch before it either.
 //
-// The anchor models' quant types (q4_k, q6_k, q4_0, q4_1, q8_0) go block by
-// block: a block is split into LANES slices, each invocation decodes its
+// Built with GEMV_LANES (build.rs passes the type's lanes from its row in
+// quants/types.rs: the anchor models' quant types), the kernel goes block
+// by block: a block is split into LANES slices, each invocation decodes its
 // block's header once and then all quants of its slice with wide loads, so
-// neighbouring invocations read consecutive bytes. Other types dequantize 4
-// elements at a time through dequant.glsl.
+// neighbouring invocations read consecutive bytes; the type's block below
+// must take exactly that many slices. Other types dequantize 4 elements at
+// a time through dequant.glsl.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -180,8 +183,13 @@ vec4 xv(uint r, uint col, inout float ss) {
     return (pc.flags & NORM) != 0u ? v * nw4[col >> 2] : v;
 }
 
-#if defined(TYPE_Q4_K) || defined(TYPE_Q6_K) || defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0)
+#if defined(Q8X) && !defined(GEMV_LANES)
+#error "the integer-dot kernel goes block by block: build it with GEMV_LANES"
+#endif
+
+#if defined(GEMV_LANES)
 #define BLOCKWISE
+const uint LANES = GEMV_LANES;
 
 vec4 ibytes4(uint w) {
     int s = int(w);
@@ -227,12 +235,12 @@ uint whole_run(uint grp, uint piece) {
 }
 #endif
 
-#if defined(Q8X) && defined(TYPE_Q4_K)
+#if !defined(BLOCKWISE)
+#elif defined(Q8X) && defined(TYPE_Q4_K)
 const uint QK = 256u;
 const uint BWORDS = 36u;
 // Slot s: chunk s (64 values: sub-block 2s in the low nibbles of its 32
 // quant bytes, 2s + 1 in the high ones).
-const uint LANES = 4u;
 const uint XN = 8u;
 
 // xs: the chunk's digits, 16 per uvec4: hi of sub-block 2s in xs[0..1], of
@@ -277,7 +285,6 @@ const uint QK = 256u;
 const uint BWORDS = 53u;
 // Slot s: half h = s/2, positions l = 16(s%2)..+15 of the half's four
 // quarters t (elements 128h + 32t + l, each quarter one 16-value sub-block).
-const uint LANES = 4u;
 const uint XN = 8u;
 
 // xs[t]: hi digits of quarter t's 16 values, xs[4 + t] the lo ones; sums[t]:
@@ -339,7 +346,6 @@ const uint BWORDS = 5u;
 #endif
 // One slot per block; xs: its 32 hi digits, then its 32 lo digits; sums:
 // (d, Σx̂).
-const uint LANES = 1u;
 const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
@@ -384,7 +390,6 @@ const uint QK = 256u;
 const uint BWORDS = 36u;
 // Slice s: chunk s/2 (64 elements), bytes 16(s%2)..+15 of its 32 quant bytes,
 // low nibbles for sub-block 2c and high nibbles for 2c+1.
-const uint LANES = 8u;
 const uint XN = 8u;
 
 // x of slice `sub` of the block at column col0: 16 low-nibble then 16
@@ -423,7 +428,6 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 const uint QK = 256u;
 const uint BWORDS = 53u;
 // Slice s: half h = s/4, positions l0 = 8(s%4)..+7 of all four quarters.
-const uint LANES = 8u;
 const uint XN = 8u;
 
 // xs[2t + w]: quarter t, positions l0 + 4w..+3.
@@ -467,7 +471,6 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 const uint QK = 32u;
 const uint BWORDS = 5u;
 // Slice s: quant bytes 8s..8s+7, i.e. elements 8s..+7 and 16+8s..+7.
-const uint LANES = 2u;
 const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
@@ -493,7 +496,6 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 const uint QK = 32u;
 const uint BWORDS = 9u;
 // Slice s: quant bytes (elements) 8s..8s+7.
-const uint LANES = 4u;
 const uint XN = 2u;
 
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
@@ -509,6 +511,10 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     return d * (dot(fbytes4(wdata[base + 1u + 2u * sub] ^ 0x80808080u, 128.0), xs[0])
               + dot(fbytes4(wdata[base + 2u + 2u * sub] ^ 0x80808080u, 128.0), xs[1]));
 }
+#elif defined(Q8X)
+#error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
+#else
+#error "no block-by-block decode here for this type (its lanes in quants/types.rs)"
 #endif
 
 // Outputs per group of NR weight rows.

@@ -28,24 +28,10 @@ const GEMV_MAX_ROWS: usize = 4;
 const CPU_GEMV_ROW_STEPS: u32 = 16;
 /// Weight rows per GEMV group (NR in mul_mat_vec.comp): a subgroup takes 2
 /// of its own (measured best on an H200 against 1, 2, 4 and 8; with 1 the
-/// GLU kernel could not pair gate and up rows); a workgroup shares
-/// [`gemv_rows_workgroup`].
+/// GLU kernel could not pair gate and up rows); a workgroup shares its
+/// type's `gemv.rows` (quants/types.rs).
 const GEMV_ROWS_SUBGROUP: u32 = 2;
 
-/// Weight rows a GEMV workgroup shares (the f32-input kernel below the
-/// integer-dot threshold). Q4_0 / Q4_1 take 2, twice the workgroups of 4
-/// on their small decode shapes, which leave most multiprocessors idle
-/// (H100, `cargo bench --bench gemv`, GB/s 4 -> 2 rows: 2048 x 2048 299 ->
-/// 334, 2048 x 5632 524 -> 636, 512 x 2048 81 -> 104; tg128 at positions
-/// 512-640, two rounds: TinyLlama Q4_0 861 / 868 -> 917 / 914 tok/s,
-/// SmolLM2 Q4_1 1,057 / 1,054 -> 1,084 / 1,087). The K-quants keep 4:
-/// with 2, Llama-3.2-1B Q4_K_M read 975 / 969 against 986 / 989 (1 row: 910).
-fn gemv_rows_workgroup(dtype: DType) -> u32 {
-    match dtype {
-        DType::Q4_0 | DType::Q4_1 => 2,
-        _ => 4,
-    }
-}
 /// Whether an integer-dot GEMV (not a GLU: Q8OUT needs own rows) shares
 /// its rows over the workgroup, as the f32 kernel does, instead of giving
 /// each subgroup two of its own: a weight of at least 4 MiB with at most
@@ -170,10 +156,7 @@ struct QuantizePush {
 
 /// Whether the integer-dot GEMV (mul_mat_vec_q8) has a variant for `dtype`.
 pub fn gemv_int_dot(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K | DType::Q6K
-    )
+    dtype.format().gemv.int_dot_lanes.is_some()
 }
 
 /// Values of x one quantize_q8 workgroup takes (256 invocations of 4).
@@ -193,20 +176,13 @@ fn q8_stride(k: usize) -> usize {
 }
 
 /// Units of work one GEMV output row splits into (mul_mat_vec.comp's
-/// slots: LANES per block of the blockwise types, 4 values otherwise).
+/// slots: the type's lanes per block where it goes block by block, 4 values
+/// otherwise).
 fn gemv_slots(dtype: DType, k: usize, q8: bool) -> usize {
-    if q8 {
-        return if matches!(dtype, DType::Q4K | DType::Q6K) {
-            k / 256 * 4
-        } else {
-            k / 32
-        };
-    }
-    match dtype {
-        DType::Q4K | DType::Q6K => k / 256 * 8,
-        DType::Q4_0 | DType::Q4_1 => k / 32 * 2,
-        DType::Q8_0 => k / 32 * 4,
-        _ => k.div_ceil(4),
+    let gemv = dtype.format().gemv;
+    match if q8 { gemv.int_dot_lanes } else { gemv.lanes } {
+        Some(lanes) => k / dtype.block_elems() * lanes as usize,
+        None => k.div_ceil(4),
     }
 }
 
@@ -354,7 +330,7 @@ impl Encoder<'_> {
         let nr = if own_rows {
             GEMV_ROWS_SUBGROUP
         } else {
-            gemv_rows_workgroup(w.dtype)
+            w.dtype.format().gemv.rows
         };
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };

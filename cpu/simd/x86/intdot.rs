@@ -387,7 +387,9 @@ macro_rules! intdot_kernels {
                     pack_panel::<Q6_K, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6);
                     return 8;
                 }
-                _ => pack_panel::<Q8_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::Q8_0 => pack_panel::<Q8_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                // Rows without `cpu.int_dot` never come here (`act::supports`).
+                _ => unreachable!("no integer-dot kernel for this type"),
             }
             16
         }
@@ -410,7 +412,9 @@ macro_rules! intdot_kernels {
                 DType::Q4K => dot_rows::<T, Q4_K>(w, row_bytes, x, out),
                 DType::Q5K => dot_rows::<T, Q5_K>(w, row_bytes, x, out),
                 DType::Q6K => dot_rows::<T, Q6_K>(w, row_bytes, x, out),
-                _ => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
+                DType::Q8_0 => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
+                // Rows without `cpu.int_dot` never come here (`act::supports`).
+                _ => unreachable!("no integer-dot kernel for this type"),
             }
         }
     };

@@ -297,8 +297,8 @@ macro_rules! shared_kernels {
                 DType::IQ2S => dot_iq2_s::<M>(w, nb, x, k, out),
                 DType::IQ3XXS => dot_iq3_xxs::<M>(w, nb, x, k, out),
                 DType::IQ3S => dot_iq3_s::<M>(w, nb, x, k, out),
-                // Other types never come here (`decodes`).
-                _ => {}
+                // Rows without `cpu.simd` never come here (`decodes`).
+                _ => unreachable!("no register decoder for this type"),
             }
         }
 
@@ -336,8 +336,8 @@ macro_rules! shared_kernels {
                 DType::IQ2S => dot4_iq2_s(w, row_bytes, nb, x, out),
                 DType::IQ3XXS => dot4_iq3_xxs(w, row_bytes, nb, x, out),
                 DType::IQ3S => dot4_iq3_s(w, row_bytes, nb, x, out),
-                // Other types never come here (`decodes`).
-                _ => {}
+                // Rows without `cpu.simd` never come here (`decodes`).
+                _ => unreachable!("no register decoder for this type"),
             }
         }
 
@@ -410,8 +410,8 @@ macro_rules! shared_kernels {
                 DType::IQ2S => deq_iq2_s(w, nb, o),
                 DType::IQ3XXS => deq_iq3_xxs(w, nb, o),
                 DType::IQ3S => deq_iq3_s(w, nb, o),
-                // Other types never come here (`decodes`).
-                _ => {}
+                // Rows without `cpu.simd` never come here (`decodes`).
+                _ => unreachable!("no register decoder for this type"),
             }
         }
 
@@ -618,34 +618,11 @@ macro_rules! dot_fn {
     };
 }
 
-/// Whether the shared kernels decode `dtype` in registers; other types take
-/// `cpu::simd`'s portable path (the scalar decoder, then SIMD dots).
+/// Whether the shared kernels decode `dtype` in registers (its row's
+/// `cpu.simd`, quants/types.rs); other types take `cpu::simd`'s portable
+/// path (the scalar decoder, then SIMD dots).
 pub(crate) fn decodes(dtype: crate::dtype::DType) -> bool {
-    use crate::dtype::DType::*;
-    matches!(
-        dtype,
-        F32 | F16
-            | BF16
-            | Q8_0
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q4K
-            | Q5K
-            | Q6K
-            | Q2K
-            | Q3K
-            | IQ4NL
-            | IQ4XS
-            | TQ2_0
-            | MXFP4
-            | IQ2XXS
-            | IQ2XS
-            | IQ2S
-            | IQ3XXS
-            | IQ3S
-    )
+    dtype.format().cpu.simd
 }
 
 /// Byte `i` of entry `b` is `0x10` when bit `i` of `b` is set: spreads the

@@ -239,8 +239,8 @@ macro_rules! packed_kernels {
                 (DType::Q4K, false) => q4_k::<false>(w, blocks, x, out),
                 (DType::Q6K, true) => q6_k::<true>(w, blocks, x, out),
                 (DType::Q6K, false) => q6_k::<false>(w, blocks, x, out),
-                // Only repacked types come here (`repack::packs`).
-                _ => {}
+                // Rows without `cpu.repack` never come here (`repack::packs`).
+                _ => unreachable!("no repacked kernel for this type"),
             }
         }
     };
