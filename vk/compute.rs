@@ -26,7 +26,7 @@ macro_rules! encoded_ops {
 impl ComputeBackend for VulkanBackend {
     /// f16: decode attention streams the whole cache every token, so half
     /// the bytes is up to twice the speed at depth; values lose ~3 decimal
-    /// digits (stated and tested in tests/ops.rs).
+    /// digits (stated and tested in tests/ops/attention.rs).
     fn default_kv_dtype(&self) -> DType {
         DType::F16
     }

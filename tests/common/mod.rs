@@ -160,7 +160,7 @@ pub fn backends() -> Vec<(&'static str, Box<dyn ComputeBackend>)> {
 /// calls `body(device)` for each of `cpu_backends()`, and `body_vulkan`, for
 /// each of `vulkan_backends()` (empty without a Vulkan device, unless
 /// VKLLM_REQUIRE_VULKAN=1 makes that a failure); both lists are the calling
-/// file's. `test_device!(body, body_cpu: cpus, body_vulkan: vulkans)` takes
+/// module's. `test_device!(body, body_cpu: cpus, body_vulkan: vulkans)` takes
 /// other lists.
 #[macro_export]
 macro_rules! test_device {
@@ -182,6 +182,13 @@ macro_rules! test_device {
             }
         }
     };
+}
+
+/// Runs `f` inside one pass.
+pub fn pass<B: ComputeBackend + ?Sized>(b: &mut B, f: impl FnOnce(&mut B)) {
+    b.begin_pass().unwrap();
+    f(b);
+    b.end_pass().unwrap();
 }
 
 /// Deterministic pseudo-random f32s in [-1, 1).

@@ -1,0 +1,259 @@
+//! `linear` and `linear_glu`: matmul with the norm, bias, residual add and
+//! GLU folded in, and matmuls of one input sharing the work derived from it.
+
+use crate::common::{download_f32, pass, rand_f32, upload_f32, weight_bytes};
+use crate::matmul::{activation_bound, matmul_cpu_backends, matmul_vulkan_backends, Rounded};
+use crate::test_device;
+use vkllm::backend::{Activation, ComputeBackend, LinearOpts};
+use vkllm::{reference, DType};
+
+fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
+    // y_old + rms_norm(x)·Wᵀ + b. Tolerance: 1e-5 of Σ|w·x̂| + |b| (as
+    // matmul; the norm's scale carries its own f32 rounding, well inside
+    // that) plus one rounding of the add.
+    let eps = 1e-5;
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q5K,
+    ] {
+        // At 2560 columns the int8 quantize spreads a row over three
+        // workgroups (the last one ragged), each with its share of Σx².
+        for (rows, cols, m) in [
+            (37, 512, 1),
+            (64, 512, 2),
+            (9, 512, 4),
+            (21, 512, 7),
+            (5, 2560, 1),
+            (3, 2560, 4),
+            (6, 512, 36),
+        ] {
+            let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+            let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+            let x: Vec<f32> = rand_f32(m * cols, 71).iter().map(|v| v * 3.0).collect();
+            let nw: Vec<f32> = rand_f32(cols, 72).iter().map(|v| 1.0 + v).collect();
+            let bias = rand_f32(rows, 73);
+            let y_old = rand_f32(m * rows, 74);
+            let xn = reference::rms_norm(&x, &nw, cols, eps).unwrap();
+            let prod = reference::matmul(dtype, &wb, rows, cols, Some(&bias), &xn, m).unwrap();
+            let want = reference::add(&y_old, &prod).unwrap();
+
+            let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+            let (xb, nwb, bb, yb) = (
+                upload_f32(b.as_mut(), &x),
+                upload_f32(b.as_mut(), &nw),
+                upload_f32(b.as_mut(), &bias),
+                upload_f32(b.as_mut(), &y_old),
+            );
+            let opts = LinearOpts {
+                bias: Some(&bb),
+                norm: Some((&nwb, eps)),
+                add: true,
+            };
+            pass(b.as_mut(), |b| b.linear(&w, &xb, &yb, m, &opts).unwrap());
+            let got = download_f32(b.as_mut(), &yb, m * rows);
+            for i in 0..m {
+                let xr = &xn[i * cols..(i + 1) * cols];
+                for r in 0..rows {
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    let mag: f32 =
+                        wr.iter().zip(xr).map(|(a, c)| (a * c).abs()).sum::<f32>() + bias[r].abs();
+                    let bound = activation_bound(acts, dtype, wr, xr, m);
+                    let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                    assert!(
+                        (g - e).abs() <= 1e-5 * mag + bound + 1e-6 * e.abs() + 1e-7,
+                        "{name} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {e} (Σ|wx| {mag})"
+                    );
+                }
+            }
+            // Without norm, bias or add it is plain matmul.
+            pass(b.as_mut(), |b| {
+                b.linear(&w, &xb, &yb, m, &LinearOpts::default()).unwrap()
+            });
+            let plain = download_f32(b.as_mut(), &yb, m * rows);
+            let yb2 = b.alloc(m * rows * 4).unwrap();
+            pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb2, m).unwrap());
+            assert_eq!(
+                plain,
+                download_f32(b.as_mut(), &yb2, m * rows),
+                "{name} {dtype} plain"
+            );
+            b.free_weight(w);
+        }
+    }
+}
+test_device!(
+    linear_folds_norm_bias_and_residual_add,
+    linear_folds_norm_bias_and_residual_add_cpu: matmul_cpu_backends,
+    linear_folds_norm_bias_and_residual_add_vulkan: matmul_vulkan_backends
+);
+
+fn matmuls_of_one_input_share_it_until_it_changes((name, mut b, _): Rounded) {
+    // A pass of matmuls that read one input (as Q, K and V do) may share
+    // work derived from it (Vulkan quantizes it once for decode, norms it and
+    // converts it to f16 once for the tiled GEMM), but must see every change:
+    // other norm weights, other rows, or a write to the input. Each product
+    // must equal, bit for bit, the same product in a pass of its own. Cases:
+    // decode rows (1, 2), tiled rows (8, 16), and a 2048 x 2048 weight
+    // (the cooperative-matrix GEMM takes x as f16 there).
+    let eps = 1e-5;
+    let cases = [
+        (512, 40, [1, 2], &[DType::Q4K, DType::Q4_0, DType::F16][..]),
+        (512, 40, [8, 16], &[DType::Q4K, DType::Q4_0, DType::F16][..]),
+        (2048, 2048, [8, 16], &[DType::Q4_0][..]),
+    ];
+    for (cols, rows, [m1, m2], dtypes) in cases {
+        for &dtype in dtypes {
+            let w: Vec<_> = (0..2)
+                .map(|i| {
+                    let wb = weight_bytes(dtype, rows, cols, 90 + i);
+                    b.upload_weight(dtype, rows, cols, &wb).unwrap()
+                })
+                .collect();
+            let x0 = rand_f32(m2 * cols, 91);
+            let (xb, x0b, zb) = (
+                upload_f32(b.as_mut(), &x0),
+                upload_f32(b.as_mut(), &x0),
+                upload_f32(b.as_mut(), &rand_f32(m2 * cols, 92)),
+            );
+            let nw = [93, 94].map(|s| upload_f32(b.as_mut(), &rand_f32(cols, s)));
+            let opts = |i: usize| LinearOpts {
+                norm: Some((&nw[i], eps)),
+                ..LinearOpts::default()
+            };
+            // (weight, norm weights, rows of x, after x += z)
+            let steps = [
+                (0, Some(0), m1, false),
+                (1, Some(0), m1, false),
+                (1, Some(1), m1, false),
+                (0, None, m1, false),
+                (1, None, m2, false),
+                (0, Some(0), m1, false),
+                (0, None, m2, true),
+                (1, Some(0), m1, true),
+                (0, Some(0), m1, true),
+            ];
+            let ys: Vec<_> = steps
+                .iter()
+                .map(|_| b.alloc(m2 * rows * 4).unwrap())
+                .collect();
+            let run = |b: &mut dyn ComputeBackend, i: usize, x: &vkllm::backend::Buffer| {
+                let (wi, norm, m, _) = steps[i];
+                let o = norm.map_or(LinearOpts::default(), opts);
+                b.linear(&w[wi], x, &ys[i], m, &o).unwrap();
+            };
+            pass(b.as_mut(), |b| {
+                for i in 0..steps.len() {
+                    if i == 6 {
+                        b.add(&xb, &zb, &xb, m2 * cols).unwrap();
+                    }
+                    run(b, i, &xb);
+                }
+            });
+            let shared: Vec<_> = ys
+                .iter()
+                .map(|y| download_f32(b.as_mut(), y, m2 * rows))
+                .collect();
+            for (i, step) in steps.iter().enumerate() {
+                let x = if step.3 { &xb } else { &x0b };
+                pass(b.as_mut(), |b| run(b, i, x));
+                let alone = download_f32(b.as_mut(), &ys[i], m2 * rows);
+                assert_eq!(
+                    shared[i], alone,
+                    "{name} {dtype} {rows}x{cols} step {i} {step:?}"
+                );
+            }
+        }
+    }
+}
+test_device!(
+    matmuls_of_one_input_share_it_until_it_changes,
+    matmuls_of_one_input_share_it_until_it_changes_cpu: matmul_cpu_backends,
+    matmuls_of_one_input_share_it_until_it_changes_vulkan: matmul_vulkan_backends
+);
+
+fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
+    // out = act(x̂·Gᵀ) ⊙ (x̂·Uᵀ). Each product may be off by its matmul bound
+    // e = 1e-5·Σ|w·x̂| (+ the activation rounding of CPU modes); the result
+    // then by |act'|·e_g·|u| + |act(g)|·e_u with |act'| < 1.2 for SiLU and
+    // tanh-GELU, plus one rounding.
+    let eps = 1e-5;
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+    ] {
+        let cols = 256;
+        // n = 32: whole blocks of outputs, so one-row integer-dot GLUs write
+        // their output's digits and quantize their own input (mul_mat_vec.comp
+        // Q8OUT, Q8IN).
+        for (n, m, act, with_norm) in [
+            (19, 1, Activation::Silu, true),
+            (32, 1, Activation::Silu, true),
+            (32, 1, Activation::GeluTanh, false),
+            (19, 3, Activation::GeluTanh, false),
+            (19, 6, Activation::Silu, true),
+            (19, 36, Activation::Silu, true),
+        ] {
+            let wb = weight_bytes(dtype, 2 * n, cols, (n * 5 + cols) as u64);
+            let wf = reference::dequantize(dtype, &wb, 2 * n, cols).unwrap();
+            let x: Vec<f32> = rand_f32(m * cols, 81).iter().map(|v| v * 2.0).collect();
+            let nw: Vec<f32> = rand_f32(cols, 82).iter().map(|v| 1.0 + v).collect();
+            let xn = if with_norm {
+                reference::rms_norm(&x, &nw, cols, eps).unwrap()
+            } else {
+                x.clone()
+            };
+            let gu = reference::matmul(dtype, &wb, 2 * n, cols, None, &xn, m).unwrap();
+            let w = b.upload_weight(dtype, 2 * n, cols, &wb).unwrap();
+            let (xb, nwb, out) = (
+                upload_f32(b.as_mut(), &x),
+                upload_f32(b.as_mut(), &nw),
+                b.alloc(m * n * 4).unwrap(),
+            );
+            let norm = with_norm.then_some((&nwb, eps));
+            pass(b.as_mut(), |b| {
+                b.linear_glu(act, &w, &xb, &out, m, norm).unwrap()
+            });
+            let got = download_f32(b.as_mut(), &out, m * n);
+            for r in 0..m {
+                let xr = &xn[r * cols..(r + 1) * cols];
+                let row = &gu[r * 2 * n..(r + 1) * 2 * n];
+                let want = reference::glu(act, &row[..n], Some(&row[n..])).unwrap();
+                for i in 0..n {
+                    let err = |j: usize| {
+                        let wr = &wf[j * cols..(j + 1) * cols];
+                        let mag: f32 = wr.iter().zip(xr).map(|(a, c)| (a * c).abs()).sum();
+                        1e-5 * mag + activation_bound(acts, dtype, wr, xr, m)
+                    };
+                    let (g, u) = (row[i], row[n + i]);
+                    let act_g = reference::activate(act, g as f64) as f32;
+                    let bound = 1.2 * err(i) * u.abs()
+                        + act_g.abs() * err(n + i)
+                        + 1e-6 * want[i].abs()
+                        + 1e-7;
+                    let v = got[r * n + i];
+                    assert!(
+                        (v - want[i]).abs() <= bound,
+                        "{name} {dtype} m={m} {act:?} out[{r},{i}] = {v}, want {}",
+                        want[i]
+                    );
+                }
+            }
+            b.free_weight(w);
+        }
+    }
+}
+test_device!(
+    linear_glu_matches_separate_projections,
+    linear_glu_matches_separate_projections_cpu: matmul_cpu_backends,
+    linear_glu_matches_separate_projections_vulkan: matmul_vulkan_backends
+);

@@ -1,0 +1,353 @@
+//! The attention kernels: decode splits and their merges (and the int8
+//! digits they write for the next projection), prefill on the flash tiles,
+//! the decode kernel and cooperative matrices.
+
+use crate::common::{
+    self, assert_close, download_f32, pass, rand_f32, upload_f32, upload_u32, weight_bytes,
+};
+use crate::{assert_within, gemv_allowed, q8_everywhere, TOL};
+use vkllm::backend::{AttentionParams, ComputeBackend, NextWeight};
+use vkllm::vk::{PrefillAttention, VulkanBackend};
+use vkllm::{reference, DType};
+
+/// The decode attention writes its output as the integer-dot GEMV's int8
+/// digits too, from its split merge (attention_combine.comp) or, unsplit,
+/// from attention_decode.comp itself, so the o projection after it skips its
+/// quantize dispatch: the projection of that output must equal, bit for bit,
+/// the projection of a copy of it, which quantize_q8.comp quantizes; and the
+/// pass must hold one quantize dispatch, the copy's. Rows 1 and 3, head_dim
+/// 64 and 128, unsplit short spans, spans of 32 and 16 splits whose last
+/// one merges (attention_decode_merge) and long ones merged by a dispatch,
+/// and each whole in tiles of several heads (a CPU device's plan);
+/// Q4_0, Q4_K
+/// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
+/// on for every size). Told no next weight, the attention writes only f32
+/// and the projection quantizes for itself.
+#[test]
+fn attention_merge_quantizes_like_quantize_q8() {
+    let Some(mut b) = q8_everywhere() else {
+        return;
+    };
+    // The last column: merge dispatches (a split span: 4 heads over 5K keys)
+    // in a GPU's plans; each case runs those and whole spans (a CPU
+    // device's plan: one workgroup per kv head and tile of heads, no merge).
+    let cases = [
+        (1, 300, 9, 3, 64, DType::Q4_0, 0),
+        (1, 5000, 4, 4, 128, DType::Q4K, 1),
+        // Splits of one head each whose last one merges (and quantizes):
+        // 32 of a group of 1, and 16 of an 8B's groups of 4 over a short
+        // span (one head per workgroup there, not 4).
+        (1, 1000, 4, 4, 128, DType::Q4K, 0),
+        (1, 1000, 32, 8, 128, DType::Q4K, 0),
+        // Over 5K keys: one head per workgroup for groups of 4 and 8 at
+        // head_dim 64 (Llama-3.2-1B's, TinyLlama's), a merge dispatch for
+        // groups of 16.
+        (1, 5000, 32, 8, 64, DType::Q4_0, 0),
+        (1, 5000, 32, 4, 64, DType::Q4_0, 0),
+        (1, 5000, 32, 2, 64, DType::Q4_0, 1),
+        (3, 100, 8, 2, 128, DType::Q8_0, 0),
+        (3, 100, 8, 2, 128, DType::Q4K, 0),
+    ];
+    for ((rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges), splits) in
+        cases.into_iter().flat_map(|c| [(c, true), (c, false)])
+    {
+        b.set_decode_splits(splits);
+        let merges = if splits { merges } else { 0 };
+        let what = format!(
+            "rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim} splits {splits}"
+        );
+        let (mut p, positions, q, k, v) = attention_case(
+            (rows, depth, n_heads, n_kv_heads, head_dim, 0),
+            DType::F32,
+            71,
+        );
+        let dim = n_heads * head_dim;
+        let n_out = 96;
+        let wb = weight_bytes(dtype, n_out, dim, 72);
+        let w = b.upload_weight(dtype, n_out, dim, &wb).unwrap();
+        p.next = Some(NextWeight::of(&w));
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let pb = upload_u32(&mut b, &positions);
+        let att = b.alloc(rows * dim * 4).unwrap();
+        let copy = b.alloc(rows * dim * 4).unwrap();
+        let (y_fused, y_copy) = (
+            b.alloc(rows * n_out * 4).unwrap(),
+            b.alloc(rows * n_out * 4).unwrap(),
+        );
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &att, &p).unwrap();
+            b.matmul(&w, None, &att, &y_fused, rows).unwrap();
+            b.copy(&att, 0, &copy, 0, rows * dim * 4).unwrap();
+            b.matmul(&w, None, &copy, &y_copy, rows).unwrap();
+        });
+        // attention (and its merge), matmul, quantize (of the copy), matmul.
+        assert_eq!(
+            b.last_pass_stats().unwrap().dispatches,
+            4 + merges,
+            "{what}"
+        );
+        let fused = download_f32(&mut b, &y_fused, rows * n_out);
+        let copied = download_f32(&mut b, &y_copy, rows * n_out);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused), bits(&copied), "{what}");
+        // And both are the projection of the attention (int8-digit steps).
+        let a = download_f32(&mut b, &att, rows * dim);
+        let want = reference::matmul(dtype, &wb, n_out, dim, None, &a, rows).unwrap();
+        let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
+        assert_within(&what, &fused, &want, &allowed);
+        let unknown = AttentionParams { next: None, ..p };
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &att, &unknown).unwrap();
+            b.matmul(&w, None, &att, &y_copy, rows).unwrap();
+        });
+        // attention (and its merge), quantize, matmul.
+        assert_eq!(
+            b.last_pass_stats().unwrap().dispatches,
+            3 + merges,
+            "{what}: no next weight"
+        );
+        let a = download_f32(&mut b, &att, rows * dim);
+        let want = reference::matmul(dtype, &wb, n_out, dim, None, &a, rows).unwrap();
+        let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
+        let got = download_f32(&mut b, &y_copy, rows * n_out);
+        assert_within(&format!("{what}, no next weight"), &got, &want, &allowed);
+        for buf in [qb, kb, vb, pb, att, copy, y_fused, y_copy] {
+            b.free(buf);
+        }
+    }
+}
+
+#[test]
+fn decode_attention_last_split_merges_in_replayed_passes() {
+    // SmolLM2's heads (9 / 3, head_dim 64) over a span planned for 1024
+    // keys: split, and small enough for the last split to merge the others
+    // (attention_decode_merge, no combine dispatch). Its arrival counts
+    // must start at zero and be left at zero by every pass, so a replayed
+    // pass at other positions (other numbers of active splits) still
+    // merges once, with every split in.
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    b.set_decode_splits(true);
+    let (mut p, _, q, k, v) = attention_case((1, 1100, 9, 3, 64, 0), DType::F32, 91);
+    p.span = 1024;
+    let (qb, kb, vb) = (
+        upload_f32(&mut b, &q),
+        upload_f32(&mut b, &k),
+        upload_f32(&mut b, &v),
+    );
+    let pb = upload_u32(&mut b, &[0]);
+    let ob = b.alloc(q.len() * 4).unwrap();
+    let key = 3;
+    let mut kept = Vec::new();
+    for pos in [700u32, 1000, 40, 1023, 333] {
+        b.upload(&pb, 0, bytemuck::bytes_of(&pos)).unwrap();
+        let replayed = b.replay(key, 1).unwrap();
+        if !replayed {
+            b.begin_replayable_pass(key).unwrap();
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
+            b.end_pass().unwrap();
+            assert_eq!(b.stats().dispatches, 1, "no merge dispatch");
+        }
+        kept.push(replayed);
+        let got = download_f32(&mut b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &[pos], &p).unwrap();
+        let ones = vec![1.0f32; q.len()];
+        assert_close(&format!("position {pos}"), &got, &want, &ones, TOL);
+    }
+    assert!(kept.ends_with(&[true, true, true]), "replays: {kept:?}");
+    for buf in [qb, kb, vb, pb, ob] {
+        b.free(buf);
+    }
+}
+
+/// (rows, depth, n_heads, n_kv_heads, head_dim, window) of a prefill
+/// attention case.
+type AttentionShape = (usize, usize, usize, usize, usize, usize);
+
+/// A prefill attention case: `rows` query rows at positions `depth`.. of a
+/// cache of depth + rows + 5, with random q and k in [-2, 2] (large scores
+/// make the softmax peaky, so a wrong running max or a masked key leaking in
+/// shows) and v in [-1, 1]. Returns (params, positions, q, k, v).
+fn attention_case(
+    (rows, depth, n_heads, n_kv_heads, head_dim, window): AttentionShape,
+    kv_dtype: DType,
+    seed: u64,
+) -> (AttentionParams, Vec<u32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let p = AttentionParams {
+        rows,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        capacity: depth + rows + 5,
+        span: depth + rows + 5,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window,
+        kv_dtype,
+        next: None,
+    };
+    let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
+    let doubled = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|x| x * 2.0).collect() };
+    let kv = p.capacity * n_kv_heads * head_dim;
+    let q = doubled(rand_f32(rows * n_heads * head_dim, seed));
+    let k = doubled(rand_f32(kv, seed + 1));
+    let v = rand_f32(kv, seed + 2);
+    (p, positions, q, k, v)
+}
+
+/// Prefill attention (the device's prefill kernel, the flash tiles and the
+/// decode kernel for every row, `VKLLM_ATTENTION=decode`, with the device's
+/// own decode plans, for more than 4 rows; the decode kernel for 1): many rows of consecutive
+/// positions at depth 0 and after a long prior cache, GQA ratios 1/3/4,
+/// head_dim 64 and 128, with and without a sliding window. Outputs are
+/// convex combinations of values in [-1, 1], so the bound is absolute: TOL
+/// (1e-4; f32 online softmax against the f64 reference differs by ~1e-6
+/// here).
+#[test]
+fn attention_prefill_many_rows_long_cache() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    let mut kernels = vec![b.kernels().attention];
+    for k in [PrefillAttention::Flash, PrefillAttention::Decode] {
+        if !kernels.contains(&k) {
+            kernels.push(k);
+        }
+    }
+    for kernel in kernels {
+        b.set_attention(kernel).unwrap();
+        prefill_many_rows_long_cache(&mut b);
+    }
+}
+
+fn prefill_many_rows_long_cache(b: &mut VulkanBackend) {
+    eprintln!(
+        "kernels: {}; shared memory {} B",
+        b.kernels(),
+        b.device_info().caps.max_shared_memory
+    );
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (1, 0, 4, 4, 64, 0),
+        (7, 0, 9, 3, 64, 0),
+        (64, 0, 8, 2, 128, 0),
+        (130, 0, 6, 2, 64, 0),
+        (130, 0, 4, 1, 128, 40),
+        (1, 650, 8, 2, 128, 0),
+        (7, 650, 4, 4, 128, 0),
+        (64, 620, 9, 3, 64, 0),
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (130, 640, 6, 2, 64, 37),
+        (33, 700, 3, 3, 80, 0),
+    ];
+    for (ci, case) in cases.into_iter().enumerate() {
+        let (p, positions, q, k, v) = attention_case(case, DType::F32, 1000 + 10 * ci as u64);
+        let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
+        let (qb, kb, vb) = (upload_f32(b, &q), upload_f32(b, &k), upload_f32(b, &v));
+        let pb = upload_u32(b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(b, |b| b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap());
+        let got = download_f32(b, &ob, q.len());
+        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!(
+                "attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+                 hd {head_dim} window {window}"
+            ),
+            &got,
+            &want,
+            &scale,
+            TOL,
+        );
+        for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
+    }
+}
+
+/// GPU-only: prefill attention on cooperative matrices
+/// (attention_prefill_coopmat.comp) over an f16 cache, where the device
+/// gets it (skipped, with a note, elsewhere). The kernel rounds q·scale and
+/// the probabilities to f16; the reference takes the same rounded q (with
+/// scale 1) and the f16 cache, so what is left is the probabilities'
+/// rounding (2⁻¹¹ of each weight; outputs within 1 in magnitude): 2e-3
+/// absolute. Cases cross the 64-vector query tile and the 32-key tile, with
+/// GQA groups of 1-4, head_dim 64 and 128, windows, rows deep into the
+/// cache, and more query vectors than rows (keys past each row masked per
+/// row).
+#[test]
+fn attention_prefill_coopmat_f16_cache() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if b.kernels().attention != PrefillAttention::Coopmat {
+        eprintln!(
+            "skipped: {} gets {}, not cooperative-matrix attention",
+            b.device_info().name,
+            b.kernels()
+        );
+        return;
+    }
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (7, 0, 9, 3, 64, 0),
+        (64, 0, 8, 2, 128, 0),
+        (130, 0, 6, 2, 64, 0),
+        (130, 0, 4, 1, 128, 40),
+        (7, 650, 4, 4, 128, 0),
+        (64, 620, 9, 3, 64, 0),
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (300, 4000, 32, 8, 128, 0),
+        // Key splits (from capacities of 1024 up), with a window.
+        (130, 1500, 8, 2, 64, 300),
+        (200, 2100, 9, 3, 64, 0),
+    ];
+    let f16 = |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
+    for (ci, case) in cases.into_iter().enumerate() {
+        let (p, positions, q, k, v) = attention_case(case, DType::F16, 2000 + 10 * ci as u64);
+        let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
+        let (k, v) = (f16(&k), f16(&v));
+        let (kb, vb) = (b.alloc(k.len() * 2).unwrap(), b.alloc(v.len() * 2).unwrap());
+        b.upload(&kb, 0, bytemuck::cast_slice(&k)).unwrap();
+        b.upload(&vb, 0, bytemuck::cast_slice(&v)).unwrap();
+        let qb = upload_f32(&mut b, &q);
+        let pb = upload_u32(&mut b, &positions);
+        let ob = b.alloc(q.len() * 4).unwrap();
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap()
+        });
+        let got = download_f32(&mut b, &ob, q.len());
+        let q16: Vec<f32> = f16(&q.iter().map(|x| x * p.scale).collect::<Vec<_>>())
+            .iter()
+            .map(|h| h.to_f32())
+            .collect();
+        let widen = |h: &[half::f16]| -> Vec<f32> { h.iter().map(|x| x.to_f32()).collect() };
+        let p32 = AttentionParams {
+            scale: 1.0,
+            kv_dtype: DType::F32,
+            ..p
+        };
+        let want = reference::attention(&q16, &widen(&k), &widen(&v), &positions, &p32).unwrap();
+        let scale = vec![1.0f32; q.len()];
+        assert_close(
+            &format!(
+                "coopmat attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+                 hd {head_dim} window {window}"
+            ),
+            &got,
+            &want,
+            &scale,
+            2e-3,
+        );
+        for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
+    }
+}
