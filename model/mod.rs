@@ -7,6 +7,7 @@ pub mod generate;
 pub mod gguf;
 pub mod gguf_write;
 pub mod hf;
+pub mod kv_pages;
 pub mod runner;
 pub mod sampling;
 pub mod session;
