@@ -40,8 +40,6 @@ mod transfer;
 pub use caps::{
     list_devices, Caps, DeviceInfo, GemvKernel, Kernels, MatmulKernel, PrefillAttention,
 };
-pub use ops::flow_gemv::{flow_gemv_flow_bytes, flow_gemv_weight_bytes, FlowOrder};
-pub use ops::grid_sync::grid_sync_bytes;
 pub use ops::matmul::gemv_int_dot;
 pub use options::{Options, DEFAULT_SPIN_WAIT};
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
