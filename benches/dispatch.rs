@@ -53,7 +53,7 @@ fn f32s(b: &mut dyn ComputeBackend, n: usize) -> Buffer {
 }
 
 fn main() {
-    let mut vb = match VulkanBackend::new(&Options::from_env()) {
+    let mut vb = match Options::from_env().and_then(|o| VulkanBackend::new(&o)) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("dispatch bench: no Vulkan device ({e})");
