@@ -63,6 +63,14 @@ pub enum Error {
     Template(String),
     #[error("{0}")]
     Invalid(String),
+    /// A setting (an environment variable such as `VKLLM_MATMUL`) holds a
+    /// value it does not take; `expected` says what it takes.
+    #[error("{name}={value} is not {expected}")]
+    Setting {
+        name: &'static str,
+        value: String,
+        expected: String,
+    },
 }
 
 /// What a caller can do about an [`Error`]: the variants grouped by remedy.
@@ -141,7 +149,8 @@ impl Error {
             | Error::Op { .. }
             | Error::Tokenizer(_)
             | Error::Template(_)
-            | Error::Invalid(_) => ErrorKind::InvalidInput,
+            | Error::Invalid(_)
+            | Error::Setting { .. } => ErrorKind::InvalidInput,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod quants;
 pub mod random;
 pub mod reference;
 pub mod server;
+mod settings;
 pub mod vk;
 
 pub use backend::{ComputeBackend, Weight};

@@ -3,7 +3,7 @@
 //! the C API, examples and benches all start here.
 
 use crate::backend::ComputeBackend;
-use crate::cpu::{Activations, CpuBackend};
+use crate::cpu::{Activations, CpuBackend, CpuKernelOptions};
 use crate::error::{Error, Result};
 use crate::model::source::ModelSource;
 use crate::model::tokenizer::Tokenizer;
@@ -55,17 +55,19 @@ pub struct CpuOptions {
     pub activations: Activations,
 }
 
-/// Opens the backend `choice` names. The text says what was opened and, for
-/// `auto`, why: `vulkan (NVIDIA H200)`, `cpu (no Vulkan device)`.
+/// Opens the backend `choice` names, with the `VKLLM_*` settings of the
+/// environment. The text says what was opened and, for `auto`, why:
+/// `vulkan (NVIDIA H200)`, `cpu (no Vulkan device)`.
 pub fn open_backend(
     choice: &BackendChoice,
     cpu: CpuOptions,
 ) -> Result<(Box<dyn ComputeBackend>, String)> {
-    let open_cpu = || -> Box<dyn ComputeBackend> {
-        Box::new(CpuBackend::new(cpu.threads).with_activations(cpu.activations))
+    let open_cpu = || -> Result<Box<dyn ComputeBackend>> {
+        let be = CpuBackend::with_options(cpu.threads, CpuKernelOptions::from_env()?)?;
+        Ok(Box::new(be.with_activations(cpu.activations)))
     };
     let vulkan = |device: Option<String>| -> Result<(Box<dyn ComputeBackend>, String)> {
-        let mut opts = crate::vk::Options::from_env();
+        let mut opts = crate::vk::Options::from_env()?;
         if device.is_some() {
             opts.device = device;
         }
@@ -75,18 +77,18 @@ pub fn open_backend(
     };
     match choice {
         BackendChoice::Cpu => {
-            let be = open_cpu();
+            let be = open_cpu()?;
             let name = be.name();
             Ok((be, name))
         }
         BackendChoice::Vulkan => vulkan(None),
         BackendChoice::Device(d) => vulkan(Some(d.clone())),
-        BackendChoice::Auto => match crate::vk::auto_device(&crate::vk::Options::from_env()) {
+        BackendChoice::Auto => match crate::vk::auto_device(&crate::vk::Options::from_env()?) {
             Ok(name) => {
                 let (be, _) = vulkan(None)?;
                 Ok((be, format!("vulkan ({name})")))
             }
-            Err(why) => Ok((open_cpu(), format!("cpu ({why})"))),
+            Err(why) => Ok((open_cpu()?, format!("cpu ({why})"))),
         },
     }
 }

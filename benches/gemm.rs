@@ -70,7 +70,10 @@ fn main() {
     println!(
         "{}, VKLLM_MATMUL={}",
         b.name(),
-        std::env::var("VKLLM_MATMUL").unwrap_or_default()
+        vkllm::vk::Options::from_env()
+            .ok()
+            .and_then(|o| o.kernels.matmul)
+            .map_or("", vkllm::vk::MatmulOverride::name)
     );
     print!("{:<8} {:>12}", "dtype", "n x k");
     for m in &ms {

@@ -68,8 +68,13 @@ fn devices(out: &mut String) {
             out.push_str("  none: the Vulkan loader reports no devices\n")
         }
         Ok(list) => {
+            let forced = vkllm::vk::Options::from_env().map(|o| o.kernels);
             for d in &list {
-                let _ = writeln!(out, "  {d}");
+                let kernels = match &forced {
+                    Ok(k) => d.kernels_line(k),
+                    Err(e) => format!("kernels: {e}"),
+                };
+                let _ = writeln!(out, "  {d}\n      {kernels}");
             }
         }
         Err(e) => {

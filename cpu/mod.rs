@@ -17,6 +17,7 @@ mod embedding;
 mod glu;
 mod layer_norm;
 mod matmul;
+mod options;
 mod par;
 mod repack;
 mod rms_norm;
@@ -27,6 +28,7 @@ pub mod simd;
 mod store_rows;
 mod team;
 
+pub use options::CpuKernelOptions;
 pub use simd::Isa;
 
 use crate::backend::{
@@ -116,19 +118,51 @@ pub fn features() -> String {
 }
 
 impl CpuBackend {
-    /// A backend on `threads` threads (`None`: every core) using the best
-    /// instruction set this CPU has (or `VKLLM_CPU_ISA`'s: [`Isa::from_env`]).
+    /// A backend on `threads` threads (`None`: every core) with the default
+    /// [`CpuKernelOptions`]: the best instruction set this CPU has.
     pub fn new(threads: Option<usize>) -> CpuBackend {
+        CpuBackend::build(threads, Isa::detect(), true)
+    }
+
+    /// Like [`CpuBackend::new`] with `opts`' kernels; an error if this CPU
+    /// lacks the instruction set they name.
+    pub fn with_options(threads: Option<usize>, opts: CpuKernelOptions) -> Result<CpuBackend> {
+        let isa = match opts.isa {
+            Some(isa) if !isa.available() => {
+                return Err(Error::Unsupported(format!(
+                    "this CPU cannot run {} kernels",
+                    isa.name()
+                )))
+            }
+            Some(isa) => isa,
+            None => Isa::detect(),
+        };
+        Ok(CpuBackend::build(threads, isa, opts.repack))
+    }
+
+    /// Like [`CpuBackend::new`] but with a chosen instruction set (tests and
+    /// benches use it to cover every kernel); an error if this CPU lacks it.
+    pub fn with_isa(threads: Option<usize>, isa: Isa) -> Result<CpuBackend> {
+        CpuBackend::with_options(
+            threads,
+            CpuKernelOptions {
+                isa: Some(isa),
+                ..CpuKernelOptions::default()
+            },
+        )
+    }
+
+    /// `isa` must be available (the kernels behind it assume so).
+    fn build(threads: Option<usize>, isa: Isa, repack: bool) -> CpuBackend {
         let team = Team::new(
             threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         );
         CpuBackend {
             threads: team.threads(),
             team,
-            isa: Isa::from_env(),
+            isa,
             acts: Activations::default(),
-            // `VKLLM_CPU_REPACK=off` keeps GGUF rows (to time the row kernels).
-            repack: std::env::var("VKLLM_CPU_REPACK").map_or(true, |v| v.trim() != "off"),
+            repack,
             store: Store::default(),
             in_pass: false,
             profile: None,
@@ -136,27 +170,13 @@ impl CpuBackend {
         }
     }
 
-    /// Like [`CpuBackend::new`] but with a chosen instruction set (tests and
-    /// benches use it to cover every kernel); an error if this CPU lacks it.
-    pub fn with_isa(threads: Option<usize>, isa: Isa) -> Result<CpuBackend> {
-        if !isa.available() {
-            return Err(Error::Unsupported(format!(
-                "this CPU cannot run {} kernels",
-                isa.name()
-            )));
-        }
-        let mut b = CpuBackend::new(threads);
-        b.isa = isa;
-        Ok(b)
-    }
-
     pub fn isa(&self) -> Isa {
         self.isa
     }
 
     /// Whether weights uploaded from now on are repacked for the decode
-    /// kernels where they have them (default: yes, unless
-    /// `VKLLM_CPU_REPACK=off`).
+    /// kernels where they have them (default: yes, see
+    /// [`CpuKernelOptions::repack`]).
     pub fn with_repack(mut self, repack: bool) -> CpuBackend {
         self.repack = repack;
         self

@@ -17,7 +17,7 @@ use vkllm::{ComputeBackend, ErrorKind};
 /// Vulkan options of this run, or `None` (test skipped) without a device.
 fn vulkan_options() -> Option<Options> {
     common::vulkan_backend()?;
-    Some(Options::from_env())
+    Some(Options::from_env().unwrap())
 }
 
 fn small_context() -> LoadOptions {

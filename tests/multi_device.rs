@@ -192,7 +192,7 @@ fn two_gpus_equal_one() {
     let on = |i: usize| {
         let opts = vkllm::vk::Options {
             device: Some(i.to_string()),
-            ..vkllm::vk::Options::from_env()
+            ..vkllm::vk::Options::from_env().unwrap()
         };
         Box::new(common::vulkan_with(&opts).unwrap()) as Box<dyn ComputeBackend>
     };

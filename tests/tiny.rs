@@ -231,7 +231,7 @@ fn kernels_made_at_load_change_nothing_and_leave_none_to_compile() {
         let prompt = reference(arch).prompt;
         for gpu_plans in [false, true] {
             let run = |prepare: bool| {
-                let mut opts = vkllm::vk::Options::from_env();
+                let mut opts = vkllm::vk::Options::from_env().unwrap();
                 opts.prepare_kernels = Some(prepare);
                 let be = common::vulkan_with(&opts)?;
                 let be = if gpu_plans {

@@ -2,6 +2,7 @@
 //! the device list behind `vkllm info`.
 
 use super::instance::Instance;
+use super::options::{KernelOverrides, MatmulOverride};
 use super::vk_err;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -322,8 +323,7 @@ impl GemvKernel {
 }
 
 /// The kernels a device gets, chosen once when the backend opens (and shown
-/// by `vkllm info`). `VKLLM_ATTENTION=flash|rows|decode|coopmat` forces the
-/// prefill attention kernel for A/B runs.
+/// by `vkllm info`); [`KernelOverrides`] force them for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernels {
     pub matmul: MatmulKernel,
@@ -352,131 +352,95 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// The kernels for `caps`, with the environment's overrides:
-    /// `VKLLM_MATMUL=tiles|lanes|coopmat|coopmat-khr|coopmat-nv` (cooperative
-    /// matrices where the device has them, KHR first, else lanes on a CPU
-    /// device, else tiles; a forced kernel the device cannot run is an
-    /// error) and
-    /// `VKLLM_ATTENTION=flash|rows|decode` (decode on a CPU device, else
-    /// flash), `VKLLM_GEMV=auto|workgroup|subgroup|gemm`
-    /// (gemm with the lanes on a CPU device, else auto),
-    /// `VKLLM_GEMV_X=q8|f32` (int8 activations where the device has integer
-    /// dot products, by default), `VKLLM_DECODE_ATTENTION=fused|split`,
-    /// `VKLLM_DECODE_SPLITS=on|off` (on except on a CPU device).
-    pub fn choose(caps: &Caps) -> Result<Kernels> {
-        use MatmulKernel::{CoopmatKhr, CoopmatNv, Lanes, Tiles};
-        let best_coopmat = [CoopmatKhr, CoopmatNv]
-            .into_iter()
-            .find(|k| k.available(caps));
-        let matmul = match std::env::var("VKLLM_MATMUL").as_deref() {
-            // Measured on the H200: the cooperative-matrix kernel reaches
-            // 40-90 TFLOP/s at m = 512 where the f32 tiles reach 17-20.
-            // On lavapipe (2 AVX2 cores) the lanes took Gemma 3 270M's
-            // 64-token prefill matmuls from 20.6 s (tiles) to 5.3 s.
-            Err(_) | Ok("") => {
-                best_coopmat.unwrap_or(if caps.cpu_device && Lanes.available(caps) {
-                    Lanes
-                } else {
-                    Tiles
-                })
-            }
-            Ok("tiles") => Tiles,
-            Ok("lanes") if Lanes.available(caps) => Lanes,
-            Ok("lanes") => {
-                return Err(Error::Vulkan(
-                    "VKLLM_MATMUL=lanes: this device cannot run it (needs subgroupBroadcast \
-                     and subgroups of at least 8)"
+    /// The kernels for `caps` with `forced`'s overrides. By default: the
+    /// GEMM on cooperative matrices where the device has them, KHR first,
+    /// else lanes on a CPU device, else tiles; the prefill attention on
+    /// cooperative matrices with those matmuls, else the decode kernel on a
+    /// CPU device, else flash tiles; the GEMV `gemm` with the lanes on a CPU
+    /// device, else `auto`; int8 activations where the device has integer
+    /// dot products; rope fused into decode attention; decode splits except
+    /// on a CPU device. A forced kernel the device cannot run is an error.
+    pub fn choose(caps: &Caps, forced: &KernelOverrides) -> Result<Kernels> {
+        let matmul = choose_matmul(caps, forced.matmul)?;
+        let attention = match forced.attention {
+            None if matmul.is_coopmat() => PrefillAttention::Coopmat,
+            None if caps.cpu_device => PrefillAttention::Decode,
+            None => PrefillAttention::Flash,
+            Some(PrefillAttention::Coopmat) if !matmul.is_coopmat() => {
+                return Err(Error::Unsupported(
+                    "VKLLM_ATTENTION=coopmat needs the cooperative-matrix matmuls, which this \
+                     device or VKLLM_MATMUL does not give"
                         .into(),
                 ))
             }
-            Ok(want @ ("coopmat" | "coopmat-khr" | "coopmat-nv")) => {
-                let pick = match want {
-                    "coopmat-khr" => Some(CoopmatKhr).filter(|k| k.available(caps)),
-                    "coopmat-nv" => Some(CoopmatNv).filter(|k| k.available(caps)),
-                    _ => best_coopmat,
-                };
-                pick.ok_or_else(|| {
-                    Error::Vulkan(format!(
-                        "VKLLM_MATMUL={want}: this device or binary cannot run it (needs \
-                         16x16x16 f16 cooperative matrices, subgroups of 32, shaderFloat16, \
-                         the Vulkan memory model, and the shader compiled in: KHR {}, NV {})",
-                        super::pipeline::GLSL_COOPMAT_KHR,
-                        super::pipeline::GLSL_COOPMAT_NV
-                    ))
-                })?
-            }
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_MATMUL={other} is not one of tiles, lanes, coopmat, coopmat-khr, \
-                     coopmat-nv"
-                )))
-            }
+            Some(kernel) => kernel,
         };
-        let attention = match std::env::var("VKLLM_ATTENTION").as_deref() {
-            Err(_) | Ok("") if matmul.is_coopmat() => PrefillAttention::Coopmat,
-            Err(_) | Ok("") if caps.cpu_device => PrefillAttention::Decode,
-            Err(_) | Ok("") | Ok("flash") => PrefillAttention::Flash,
-            Ok("rows") => PrefillAttention::Rows,
-            Ok("decode") => PrefillAttention::Decode,
-            Ok("coopmat") if matmul.is_coopmat() => PrefillAttention::Coopmat,
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_ATTENTION={other} is not one of flash, rows, decode, coopmat \
-                     (which needs the cooperative-matrix matmuls)"
-                )))
-            }
+        let gemv = match forced.gemv {
+            None if caps.cpu_device && matmul == MatmulKernel::Lanes => GemvKernel::Gemm,
+            None => GemvKernel::Auto,
+            Some(kernel) => kernel,
         };
-        let gemv = match std::env::var("VKLLM_GEMV").as_deref() {
-            Err(_) | Ok("") if caps.cpu_device && matmul == Lanes => GemvKernel::Gemm,
-            Err(_) | Ok("") | Ok("auto") => GemvKernel::Auto,
-            Ok("workgroup") => GemvKernel::Workgroup,
-            Ok("subgroup") => GemvKernel::Subgroup,
-            Ok("gemm") => GemvKernel::Gemm,
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_GEMV={other} is not one of auto, workgroup, subgroup, gemm"
-                )))
-            }
-        };
-        let gemv_q8 = match std::env::var("VKLLM_GEMV_X").as_deref() {
-            // q8.glsl's block sums go round 8 lanes by shuffles.
-            Err(_) | Ok("") | Ok("q8") => {
-                caps.integer_dot && caps.subgroup_shuffle && caps.subgroup_size >= 8
-            }
-            Ok("f32") => false,
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_GEMV_X={other} is not one of q8, f32"
-                )))
-            }
-        };
-        let decode_rope = match std::env::var("VKLLM_DECODE_ATTENTION").as_deref() {
-            Err(_) | Ok("") | Ok("fused") => true,
-            Ok("split") => false,
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_DECODE_ATTENTION={other} is not one of fused, split"
-                )))
-            }
-        };
-        let decode_splits = match std::env::var("VKLLM_DECODE_SPLITS").as_deref() {
-            Err(_) | Ok("") => !caps.cpu_device,
-            Ok("on") => true,
-            Ok("off") => false,
-            Ok(other) => {
-                return Err(Error::Vulkan(format!(
-                    "VKLLM_DECODE_SPLITS={other} is not one of on, off"
-                )))
-            }
-        };
+        // q8.glsl's block sums go round 8 lanes by shuffles.
+        let gemv_q8 = !forced.gemv_x_f32
+            && caps.integer_dot
+            && caps.subgroup_shuffle
+            && caps.subgroup_size >= 8;
         Ok(Kernels {
             matmul,
             attention,
             gemv,
             gemv_q8,
-            decode_rope,
-            decode_splits,
+            decode_rope: !forced.decode_rope_split,
+            decode_splits: forced.decode_splits.unwrap_or(!caps.cpu_device),
         })
+    }
+}
+
+/// The GEMM kernel for `caps`, or the one `forced` names where the device
+/// and this binary can run it.
+fn choose_matmul(caps: &Caps, forced: Option<MatmulOverride>) -> Result<MatmulKernel> {
+    use MatmulKernel::{CoopmatKhr, CoopmatNv, Lanes, Tiles};
+    let best_coopmat = [CoopmatKhr, CoopmatNv]
+        .into_iter()
+        .find(|k| k.available(caps));
+    let coopmat = |pick: Option<MatmulKernel>, want: MatmulOverride| {
+        pick.ok_or_else(|| {
+            Error::Unsupported(format!(
+                "VKLLM_MATMUL={}: this device or binary cannot run it (needs 16x16x16 f16 \
+                 cooperative matrices, subgroups of 32, shaderFloat16, the Vulkan memory \
+                 model, and the shader compiled in: KHR {}, NV {})",
+                want.name(),
+                super::pipeline::GLSL_COOPMAT_KHR,
+                super::pipeline::GLSL_COOPMAT_NV
+            ))
+        })
+    };
+    match forced {
+        // Measured on the H200: the cooperative-matrix kernel reaches
+        // 40-90 TFLOP/s at m = 512 where the f32 tiles reach 17-20.
+        // On lavapipe (2 AVX2 cores) the lanes took Gemma 3 270M's
+        // 64-token prefill matmuls from 20.6 s (tiles) to 5.3 s.
+        None => Ok(
+            best_coopmat.unwrap_or(if caps.cpu_device && Lanes.available(caps) {
+                Lanes
+            } else {
+                Tiles
+            }),
+        ),
+        Some(MatmulOverride::Tiles) => Ok(Tiles),
+        Some(MatmulOverride::Lanes) if Lanes.available(caps) => Ok(Lanes),
+        Some(MatmulOverride::Lanes) => Err(Error::Unsupported(
+            "VKLLM_MATMUL=lanes: this device cannot run it (needs subgroupBroadcast and \
+             subgroups of at least 8)"
+                .into(),
+        )),
+        Some(want @ MatmulOverride::Coopmat) => coopmat(best_coopmat, want),
+        Some(want @ MatmulOverride::CoopmatKhr) => {
+            coopmat(Some(CoopmatKhr).filter(|k| k.available(caps)), want)
+        }
+        Some(want @ MatmulOverride::CoopmatNv) => {
+            coopmat(Some(CoopmatNv).filter(|k| k.available(caps)), want)
+        }
     }
 }
 
@@ -570,15 +534,22 @@ impl std::fmt::Display for DeviceInfo {
             c.max_storage_buffer_range >> 20,
             c.max_shared_memory >> 10,
             c.max_push_constants
-        )?;
-        match Kernels::choose(c) {
-            Ok(k) => write!(f, "\n      kernels: {k}")?,
-            Err(e) => write!(f, "\n      kernels: {e}")?,
+        )
+    }
+}
+
+impl DeviceInfo {
+    /// The kernels this device gets with `forced`'s overrides, as `vkllm
+    /// info` shows them under the device, or why it cannot run them.
+    pub fn kernels_line(&self, forced: &KernelOverrides) -> String {
+        let mut line = match Kernels::choose(&self.caps, forced) {
+            Ok(k) => format!("kernels: {k}"),
+            Err(e) => format!("kernels: {e}"),
+        };
+        if self.caps.cpu_device {
+            line.push_str("; on this CPU device GEMV workgroups are one subgroup");
         }
-        if c.cpu_device {
-            write!(f, "; on this CPU device GEMV workgroups are one subgroup")?;
-        }
-        Ok(())
+        line
     }
 }
 
@@ -621,4 +592,94 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
         .enumerate()
         .map(|(i, pd)| device_info(&inst, i, pd))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU without cooperative matrices, as far as the kernel choice looks.
+    fn gpu() -> Caps {
+        Caps {
+            subgroup_size: 32,
+            subgroup_arithmetic: true,
+            subgroup_shuffle: true,
+            subgroup_ballot: true,
+            integer_dot: true,
+            ..Caps::default()
+        }
+    }
+
+    fn lavapipe() -> Caps {
+        Caps {
+            subgroup_size: 8,
+            cpu_device: true,
+            ..gpu()
+        }
+    }
+
+    type Summary = (MatmulKernel, PrefillAttention, GemvKernel, bool, bool, bool);
+
+    fn summary(k: Kernels) -> Summary {
+        let Kernels {
+            matmul,
+            attention,
+            gemv,
+            gemv_q8,
+            decode_rope,
+            decode_splits,
+        } = k;
+        (matmul, attention, gemv, gemv_q8, decode_rope, decode_splits)
+    }
+
+    #[test]
+    fn defaults_follow_the_device() {
+        use GemvKernel::{Auto, Gemm};
+        use MatmulKernel::{Lanes, Tiles};
+        use PrefillAttention::{Decode, Flash};
+        let none = KernelOverrides::default();
+        let k = Kernels::choose(&gpu(), &none).unwrap();
+        assert_eq!(summary(k), (Tiles, Flash, Auto, true, true, true));
+        let k = Kernels::choose(&lavapipe(), &none).unwrap();
+        assert_eq!(summary(k), (Lanes, Decode, Gemm, true, true, false));
+    }
+
+    #[test]
+    fn overrides_win_where_the_device_can_run_them() {
+        let forced = KernelOverrides {
+            matmul: Some(MatmulOverride::Tiles),
+            attention: Some(PrefillAttention::Rows),
+            gemv: Some(GemvKernel::Subgroup),
+            gemv_x_f32: true,
+            decode_rope_split: true,
+            decode_splits: Some(true),
+        };
+        let k = Kernels::choose(&lavapipe(), &forced).unwrap();
+        let want = (
+            MatmulKernel::Tiles,
+            PrefillAttention::Rows,
+            GemvKernel::Subgroup,
+            false,
+            false,
+            true,
+        );
+        assert_eq!(summary(k), want);
+        let no_ballot = Caps {
+            subgroup_ballot: false,
+            ..gpu()
+        };
+        let only = |matmul, attention| KernelOverrides {
+            matmul,
+            attention,
+            ..KernelOverrides::default()
+        };
+        for (caps, forced) in [
+            (gpu(), only(Some(MatmulOverride::Coopmat), None)),
+            (no_ballot, only(Some(MatmulOverride::Lanes), None)),
+            (gpu(), only(None, Some(PrefillAttention::Coopmat))),
+        ] {
+            let e = Kernels::choose(&caps, &forced).unwrap_err();
+            assert!(matches!(e, Error::Unsupported(_)), "{forced:?}: {e}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 use super::caps::{device_info, Caps, DeviceInfo, Kernels, MatmulKernel};
 use super::instance::Instance;
+use super::options::KernelOverrides;
 use super::vk_err;
 use crate::error::{Error, Result};
 use ash::vk;
@@ -24,8 +25,14 @@ pub struct Device {
 impl Device {
     /// Pick and open a device. `selector` is an index into the loader's list
     /// or a case-insensitive substring of the device name.
-    /// `stats`: enable pipeline statistics where the device has them.
-    pub fn open(inst: &Instance, selector: Option<&str>, stats: bool) -> Result<Device> {
+    /// `stats`: enable pipeline statistics where the device has them;
+    /// `forced`: the kernels the caller wants instead of the defaults.
+    pub fn open(
+        inst: &Instance,
+        selector: Option<&str>,
+        stats: bool,
+        forced: &KernelOverrides,
+    ) -> Result<Device> {
         // SAFETY: valid instance.
         let pds = unsafe { inst.instance.enumerate_physical_devices() }
             .map_err(vk_err("listing physical devices"))?;
@@ -50,7 +57,7 @@ impl Device {
         };
         let info = infos[chosen].clone();
         require(&info)?;
-        let kernels = Kernels::choose(&info.caps)?;
+        let kernels = Kernels::choose(&info.caps, forced)?;
         let physical = pds[chosen];
         // SAFETY: valid physical device.
         let families = unsafe {

@@ -40,10 +40,8 @@ mod transfer;
 pub use caps::{
     list_devices, Caps, DeviceInfo, GemvKernel, Kernels, MatmulKernel, PrefillAttention,
 };
-pub use ops::flow_gemv::{flow_gemv_flow_bytes, flow_gemv_weight_bytes, FlowOrder};
-pub use ops::grid_sync::grid_sync_bytes;
 pub use ops::matmul::gemv_int_dot;
-pub use options::{Options, DEFAULT_SPIN_WAIT};
+pub use options::{vulkan_required, KernelOverrides, MatmulOverride, Options, DEFAULT_SPIN_WAIT};
 pub use pipeline::{GLSLC_INT_DOT, GLSL_COOPMAT_KHR, GLSL_COOPMAT_NV};
 pub use recorder::PassStats;
 
@@ -132,7 +130,7 @@ pub struct VulkanBackend {
     part_limit: Option<u64>,
     /// Some while profiling is on.
     profile: Option<Profiler>,
-    /// Kernel variants chosen for this device (and the environment).
+    /// Kernel variants chosen for this device (and the options' overrides).
     kernels: caps::Kernels,
     /// Models make their kernels when they load (see [`Options::prepare_kernels`]).
     prepare_kernels: bool,
@@ -141,7 +139,12 @@ pub struct VulkanBackend {
 impl VulkanBackend {
     pub fn new(opts: &Options) -> Result<VulkanBackend> {
         let inst = Instance::shared(opts.validate)?;
-        let dev = Device::open(&inst, opts.device.as_deref(), opts.pipeline_stats)?;
+        let dev = Device::open(
+            &inst,
+            opts.device.as_deref(),
+            opts.pipeline_stats,
+            &opts.kernels,
+        )?;
         let kernels = dev.kernels;
         // On an error below, the parts made so far drop in reverse order,
         // each destroying its Vulkan objects before the device goes.
@@ -183,7 +186,7 @@ impl VulkanBackend {
             ops: ops::OpState::default(),
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
             splits: split::Splits::default(),
-            part_limit: split::part_limit_from_env(),
+            part_limit: opts.weight_part_bytes,
             status,
             pass_allocs: false,
             profile: None,
@@ -217,8 +220,8 @@ impl VulkanBackend {
     /// The GEMM kernel for matmuls of more than a few rows: an f32 kernel
     /// the device can run (tiles, lanes), or the cooperative-matrix kernel
     /// the backend opened with (its device feature is enabled only then).
-    /// Tests use it to check each on one device; `VKLLM_MATMUL` chooses at
-    /// open.
+    /// Tests use it to check each on one device; [`KernelOverrides::matmul`]
+    /// chooses at open.
     pub fn set_matmul(&mut self, kernel: MatmulKernel) -> Result<()> {
         let opened = self.dev.kernels.matmul;
         if (kernel.is_coopmat() && kernel != opened) || !kernel.available(self.caps()) {

@@ -1,5 +1,10 @@
-//! How to open the Vulkan backend, from the caller or the environment.
+//! How to open the Vulkan backend, from the caller or the environment: every
+//! `VKLLM_*` setting of this backend is parsed here, once, so the backend
+//! and its kernel choice work from data.
 
+use super::caps::{GemvKernel, PrefillAttention};
+use crate::error::Result;
+use crate::settings::{choice, count, setting, ON_OFF};
 use std::time::Duration;
 
 /// [`Options::spin_wait`] unless `VKLLM_SPIN_US` says otherwise: longer than
@@ -49,30 +54,118 @@ pub struct Options {
     /// on, except on a CPU implementation (lavapipe), whose compiles would
     /// add seconds to each load for kernels a short run may never use.
     pub prepare_kernels: Option<bool>,
+    /// Kernels forced instead of the device's defaults.
+    pub kernels: KernelOverrides,
+    /// `VKLLM_WEIGHT_PART_BYTES`: split weights above this many bytes even
+    /// where the device's binding range allows more, to exercise the split
+    /// path (vk/split.rs) on any device. `None` (or 0): the range alone.
+    pub weight_part_bytes: Option<u64>,
 }
 
-impl Options {
-    pub fn from_env() -> Self {
-        Options {
-            device: std::env::var("VKLLM_DEVICE").ok().filter(|s| !s.is_empty()),
-            validate: std::env::var("VKLLM_VALIDATE").as_deref() == Ok("1"),
-            pipeline_cache: pipeline_cache_dir(),
-            fail_alloc_after: env_count("VKLLM_FAIL_ALLOC_AFTER"),
-            lose_device_after: env_count("VKLLM_LOSE_DEVICE_AFTER"),
-            pipeline_stats: std::env::var("VKLLM_PIPELINE_STATS").as_deref() == Ok("1"),
-            spin_wait: env_count("VKLLM_SPIN_US").map(Duration::from_micros),
-            prepare_kernels: match std::env::var("VKLLM_PREPARE_KERNELS").as_deref() {
-                Ok("on") => Some(true),
-                Ok("off") => Some(false),
-                _ => None,
-            },
-        }
+/// Kernels forced for A/B runs and tests; each `None` (or `false`) leaves
+/// the device's default ([`super::Kernels::choose`]). A forced kernel the
+/// device cannot run fails when the backend opens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOverrides {
+    /// `VKLLM_MATMUL=tiles|lanes|coopmat|coopmat-khr|coopmat-nv`.
+    pub matmul: Option<MatmulOverride>,
+    /// `VKLLM_ATTENTION=flash|rows|decode|coopmat`.
+    pub attention: Option<PrefillAttention>,
+    /// `VKLLM_GEMV=auto|workgroup|subgroup|gemm`.
+    pub gemv: Option<GemvKernel>,
+    /// `VKLLM_GEMV_X=f32` (`q8`, the default, takes integer dots where the
+    /// device has them): decode matmuls keep their input in f32.
+    pub gemv_x_f32: bool,
+    /// `VKLLM_DECODE_ATTENTION=split` (`fused` is the default): a decode
+    /// step's rope and cache append run in a dispatch of their own.
+    pub decode_rope_split: bool,
+    /// `VKLLM_DECODE_SPLITS=on|off`.
+    pub decode_splits: Option<bool>,
+}
+
+/// A GEMM kernel forced by `VKLLM_MATMUL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulOverride {
+    Tiles,
+    Lanes,
+    /// Cooperative matrices through whichever extension the device has,
+    /// KHR first.
+    Coopmat,
+    CoopmatKhr,
+    CoopmatNv,
+}
+
+/// The words `VKLLM_MATMUL` takes.
+const MATMUL_WORDS: [(&str, MatmulOverride); 5] = [
+    ("tiles", MatmulOverride::Tiles),
+    ("lanes", MatmulOverride::Lanes),
+    ("coopmat", MatmulOverride::Coopmat),
+    ("coopmat-khr", MatmulOverride::CoopmatKhr),
+    ("coopmat-nv", MatmulOverride::CoopmatNv),
+];
+
+impl MatmulOverride {
+    /// The word `VKLLM_MATMUL` takes for it.
+    pub fn name(self) -> &'static str {
+        MATMUL_WORDS
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("", |(word, _)| word)
     }
 }
 
-/// A count given in the environment variable `key`.
-fn env_count(key: &str) -> Option<u64> {
-    std::env::var(key).ok().and_then(|n| n.trim().parse().ok())
+impl Options {
+    /// The options the `VKLLM_*` environment variables give: an error names
+    /// the first variable set to a value it does not take.
+    pub fn from_env() -> Result<Self> {
+        let flag = [("1", true), ("0", false)];
+        Ok(Options {
+            device: setting("VKLLM_DEVICE")?,
+            validate: choice("VKLLM_VALIDATE", &flag)?.unwrap_or(false),
+            pipeline_cache: pipeline_cache_dir(),
+            fail_alloc_after: count("VKLLM_FAIL_ALLOC_AFTER")?,
+            lose_device_after: count("VKLLM_LOSE_DEVICE_AFTER")?,
+            pipeline_stats: choice("VKLLM_PIPELINE_STATS", &flag)?.unwrap_or(false),
+            spin_wait: count("VKLLM_SPIN_US")?.map(Duration::from_micros),
+            prepare_kernels: choice("VKLLM_PREPARE_KERNELS", &ON_OFF)?,
+            kernels: KernelOverrides {
+                matmul: choice("VKLLM_MATMUL", &MATMUL_WORDS)?,
+                attention: choice(
+                    "VKLLM_ATTENTION",
+                    &[
+                        ("flash", PrefillAttention::Flash),
+                        ("rows", PrefillAttention::Rows),
+                        ("decode", PrefillAttention::Decode),
+                        ("coopmat", PrefillAttention::Coopmat),
+                    ],
+                )?,
+                gemv: choice(
+                    "VKLLM_GEMV",
+                    &[
+                        ("auto", GemvKernel::Auto),
+                        ("workgroup", GemvKernel::Workgroup),
+                        ("subgroup", GemvKernel::Subgroup),
+                        ("gemm", GemvKernel::Gemm),
+                    ],
+                )?,
+                gemv_x_f32: choice("VKLLM_GEMV_X", &[("q8", false), ("f32", true)])?
+                    .unwrap_or(false),
+                decode_rope_split: choice(
+                    "VKLLM_DECODE_ATTENTION",
+                    &[("fused", false), ("split", true)],
+                )?
+                .unwrap_or(false),
+                decode_splits: choice("VKLLM_DECODE_SPLITS", &ON_OFF)?,
+            },
+            weight_part_bytes: count("VKLLM_WEIGHT_PART_BYTES")?.filter(|&b| b > 0),
+        })
+    }
+}
+
+/// `VKLLM_REQUIRE_VULKAN=1`: a test or bench that cannot open the Vulkan
+/// backend fails instead of skipping (CI sets it).
+pub fn vulkan_required() -> bool {
+    matches!(setting("VKLLM_REQUIRE_VULKAN"), Ok(Some(v)) if v == "1")
 }
 
 fn pipeline_cache_dir() -> Option<std::path::PathBuf> {

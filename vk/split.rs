@@ -22,15 +22,6 @@ pub(super) struct Part {
     pub rows: usize,
 }
 
-/// `VKLLM_WEIGHT_PART_BYTES`: split weights above this many bytes even when
-/// the device's range allows more (to exercise the split path on any device).
-pub(super) fn part_limit_from_env() -> Option<u64> {
-    std::env::var("VKLLM_WEIGHT_PART_BYTES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&b| b > 0)
-}
-
 /// The parts of every split weight, by their first part's id.
 #[derive(Default)]
 pub(super) struct Splits(HashMap<u32, Vec<Part>>);

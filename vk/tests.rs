@@ -1,6 +1,6 @@
 //! Unit tests of the backend's own Vulkan objects (validation, teardown).
 
-use super::{vk_err, Options, VulkanBackend};
+use super::{vk_err, vulkan_required, Options, VulkanBackend};
 use crate::backend::ComputeBackend;
 use crate::dtype::DType;
 use crate::error::Error;
@@ -15,11 +15,11 @@ fn validated() -> Option<(MutexGuard<'static, ()>, VulkanBackend)> {
     let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let opts = Options {
         validate: true,
-        ..Options::from_env()
+        ..Options::from_env().expect("the VKLLM_* settings")
     };
     match VulkanBackend::new(&opts) {
         Ok(b) => Some((guard, b)),
-        Err(e) if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() != Ok("1") => {
+        Err(e) if !vulkan_required() => {
             eprintln!("skipping Vulkan: {e}");
             None
         }

@@ -7,7 +7,7 @@ use vkllm::profile::Track;
 /// The Vulkan backend the environment selects, or None after saying why
 /// `bench` has nothing to time.
 pub fn vulkan(bench: &str) -> Option<Box<dyn ComputeBackend>> {
-    match vkllm::vk::open(&vkllm::vk::Options::from_env()) {
+    match vkllm::vk::Options::from_env().and_then(|o| vkllm::vk::open(&o)) {
         Ok(b) => Some(b),
         Err(e) => {
             eprintln!("{bench} bench: no Vulkan device ({e})");

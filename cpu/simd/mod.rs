@@ -36,28 +36,8 @@ impl Isa {
             .unwrap_or(Isa::Scalar)
     }
 
-    /// [`Isa::detect`], unless `VKLLM_CPU_ISA` (`avx512`, `avx2`, `neon` or
-    /// `scalar`) names an instruction set this CPU has: so an AVX-512 machine
-    /// can time its AVX2 kernels (AVX2 also means no VNNI). Other values are
-    /// ignored with a warning.
-    pub fn from_env() -> Isa {
-        let Ok(want) = std::env::var("VKLLM_CPU_ISA") else {
-            return Isa::detect();
-        };
-        let named = Isa::ALL
-            .into_iter()
-            .find(|i| i.env_name() == want.trim().to_ascii_lowercase());
-        match named {
-            Some(isa) if isa.available() => isa,
-            _ => {
-                eprintln!("warning: VKLLM_CPU_ISA={want} is not an instruction set this CPU has; using the best one");
-                Isa::detect()
-            }
-        }
-    }
-
     /// The name `VKLLM_CPU_ISA` takes.
-    fn env_name(self) -> &'static str {
+    pub(crate) fn setting_name(self) -> &'static str {
         match self {
             Isa::Avx512 => "avx512",
             Isa::Avx2 => "avx2",

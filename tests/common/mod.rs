@@ -43,8 +43,11 @@ pub fn smollm2() -> PathBuf {
     path
 }
 
+/// The CPU backend with the environment's kernel settings (`VKLLM_CPU_ISA`,
+/// `VKLLM_CPU_REPACK`).
 pub fn cpu() -> Box<dyn ComputeBackend> {
-    Box::new(vkllm::cpu::CpuBackend::new(None))
+    let opts = vkllm::cpu::CpuKernelOptions::from_env().unwrap();
+    Box::new(vkllm::cpu::CpuBackend::with_options(None, opts).unwrap())
 }
 
 /// Makes the calling test the only one in this process using Vulkan until
@@ -73,7 +76,7 @@ pub fn hold_vulkan_lock() {
 /// printed) only when the machine has no Vulkan device at all. With
 /// `VKLLM_REQUIRE_VULKAN=1` (set by CI) a missing device is a failure instead.
 pub fn vulkan_backend() -> Option<VulkanBackend> {
-    vulkan_with(&Options::from_env())
+    vulkan_with(&Options::from_env().unwrap())
 }
 
 /// [`vulkan_backend`] with explicit options.
@@ -82,7 +85,7 @@ pub fn vulkan_with(opts: &Options) -> Option<VulkanBackend> {
     match VulkanBackend::new(opts) {
         Ok(b) => Some(b),
         Err(e) => {
-            if std::env::var("VKLLM_REQUIRE_VULKAN").as_deref() == Ok("1") {
+            if vkllm::vk::vulkan_required() {
                 panic!("VKLLM_REQUIRE_VULKAN=1 but the Vulkan backend failed: {e}");
             }
             eprintln!("skipping Vulkan: {e}");

@@ -24,7 +24,7 @@ fn create_and_destroy_repeatedly_with_validation() {
     }
     let opts = Options {
         validate: true,
-        ..Options::from_env()
+        ..Options::from_env().unwrap()
     };
     for i in 0..5 {
         let mut b = VulkanBackend::new(&opts).unwrap();
@@ -51,7 +51,7 @@ fn pipeline_statistics_leave_results_alone() {
     let opts = Options {
         validate: true,
         pipeline_stats: true,
-        ..Options::from_env()
+        ..Options::from_env().unwrap()
     };
     let mut b = VulkanBackend::new(&opts).unwrap();
     let data = rand_f32(1000, 3);
@@ -76,7 +76,7 @@ fn polling_and_sleeping_waits_see_every_pass_finished() {
         let opts = Options {
             validate: true,
             spin_wait: Some(spin),
-            ..Options::from_env()
+            ..Options::from_env().unwrap()
         };
         let mut b = VulkanBackend::new(&opts).unwrap();
         let mut want = rand_f32(n, 4);
@@ -318,7 +318,7 @@ fn pipeline_cache_round_trips_through_disk() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         pipeline_cache: Some(dir.path().to_path_buf()),
-        ..Options::from_env()
+        ..Options::from_env().unwrap()
     };
     let run = |b: &mut VulkanBackend| {
         let x = upload_f32(b, &[1.0, 2.0, 3.0, 4.0]);
