@@ -2,9 +2,6 @@
 
 use super::{BackendArgs, ModelArg};
 use clap::Args;
-use std::num::NonZeroUsize;
-use vkllm::model::LoadOptions;
-use vkllm::open::CpuOptions;
 use vkllm::server::worker::{self, ModelSpec};
 use vkllm::{Error, Result};
 
@@ -13,7 +10,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArg,
     #[command(flatten)]
-    pub(crate) backend: BackendArgs,
+    backend: BackendArgs,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -23,6 +20,12 @@ pub struct ServeArgs {
     /// Model name in /v1/models and responses [default: the file name]
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+}
+
+impl ServeArgs {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        self.backend.check()
+    }
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -35,19 +38,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         path,
         backend: a.backend.backend.clone(),
         devices: a.backend.split.devices.clone(),
-        shares: a.backend.split.shares().map(<[f64]>::to_vec),
-        cpu: CpuOptions {
-            threads: a.backend.threads.map(NonZeroUsize::get),
-            activations: a.backend.activations.into(),
-        },
-        load: LoadOptions {
-            context: a.backend.ctx.map(NonZeroUsize::get),
-            weights: vkllm::model::weights::WeightOptions {
-                quantize: a.backend.quantize.map(super::QuantizeKind::dtype),
-            },
-            kv_cache: a.backend.kv_cache.map(super::KvCacheKind::dtype),
-            ..LoadOptions::default()
-        },
+        cpu: a.backend.cpu(),
+        load: a.backend.load_options(),
     };
     let (jobs, ready) = worker::start(spec)?;
     eprintln!("backend: {}", ready.backend);
