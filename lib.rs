@@ -17,6 +17,7 @@ pub mod open;
 pub mod profile;
 pub mod quants;
 pub mod reference;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod vk;
 
