@@ -1,6 +1,6 @@
 //! One way in: a backend opened by kind, and a model file or directory
 //! opened once for its config, tokenizer and tensors. The CLI, the server,
-//! the C API, examples and benches all start here.
+//! the C API, examples, benches and tests all start here.
 
 use crate::backend::ComputeBackend;
 use crate::cpu::{Activations, CpuBackend, CpuKernelOptions};
@@ -123,27 +123,28 @@ pub struct Loaded {
     pub tokenizer: Result<Tokenizer>,
 }
 
-/// Loads `path` (a GGUF file or a Hugging Face directory) onto `be`.
+/// Loads `path` (a GGUF file or a Hugging Face directory) onto `bes`, split
+/// by layer when several (`opts.shares`). `progress(done, total)` is called
+/// as the weights go up: embeddings 1, layer `i` `i + 2`, the head `total`.
 pub fn load(
-    be: Box<dyn ComputeBackend>,
-    path: &Path,
-    opts: &LoadOptions,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<Loaded> {
-    load_split(vec![be], None, path, opts, progress)
-}
-
-/// [`load`] split by layer over `bes` (see [`Model::load_split`]).
-pub fn load_split(
     bes: Vec<Box<dyn ComputeBackend>>,
-    shares: Option<&[f64]>,
     path: &Path,
     opts: &LoadOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Loaded> {
     let src = ModelSource::open(path)?;
     let tokenizer = src.tokenizer();
-    let model =
-        Model::from_source_split(bes, shares, src.config()?, src.tensors(), opts, progress)?;
+    let model = load_source(bes, &src, opts, progress)?;
     Ok(Loaded { model, tokenizer })
+}
+
+/// [`load`] from a source already opened: the CLI reads the tokenizer
+/// first, so a bad prompt fails before any device is opened.
+pub fn load_source(
+    bes: Vec<Box<dyn ComputeBackend>>,
+    src: &ModelSource,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Model> {
+    Model::new(bes, src.config()?, src.tensors(), opts, progress)
 }

@@ -5,7 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::path::PathBuf;
-use vkllm::model::{LoadOptions, Model, Want};
+use vkllm::model::{LoadOptions, Want};
 use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::ComputeBackend;
 
@@ -40,7 +40,9 @@ fn e2e(c: &mut Criterion) {
         ..LoadOptions::default()
     };
     for (name, be) in backends() {
-        let mut model = Model::load(be, &path, &opts, &mut |_, _| {}).expect("load SmolLM2");
+        let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
+            .expect("load SmolLM2")
+            .model;
         let vocab = model.config().vocab as u32;
         // Fixed pseudo-random prompt: the timing must not depend on the ids.
         let ids: Vec<u32> = (0..PREFILL as u32)

@@ -155,7 +155,7 @@ pub unsafe extern "C" fn vkllm_model_load(
             context: (o.context > 0).then_some(o.context as usize),
             ..LoadOptions::default()
         };
-        let loaded = crate::open::load(be, Path::new(path), &load, &mut |_, _| {})?;
+        let loaded = crate::open::load(vec![be], Path::new(path), &load, &mut |_, _| {})?;
         let (tokenizer, tokenizer_error) = match loaded.tokenizer {
             Ok(t) => (Some(t), String::new()),
             Err(e) => (None, e.to_string()),

@@ -158,10 +158,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 max_batch: base
                     .max_batch
                     .map(|b| a.ubatch.map_or(b, |u| u.get().min(b))),
+                shares: run.split.shares().map(<[f64]>::to_vec),
                 ..base
             };
-            let shares = run.split.shares();
-            let mut model = Model::load_split(bes, shares, path, &opts, &mut |_, _| {})?;
+            let mut model = vkllm::open::load(bes, path, &opts, &mut |_, _| {})?.model;
             let full = model.backend_name();
             let (backend, device) = backend_device(&model);
             if model.stages().len() > 1 {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use vkllm::model::source::{ModelSource, TensorSource};
-use vkllm::model::{LoadOptions, Model, ModelConfig};
+use vkllm::model::{LoadOptions, ModelConfig};
 use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::{DType, Result};
 
@@ -49,8 +49,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
 fn split(out: &mut String, path: &Path, s: &SplitArgs) -> Result<()> {
     let (bes, _) =
         vkllm::open::open_backends(&BackendChoice::Auto, &s.devices, CpuOptions::default())?;
-    let opts = LoadOptions::default();
-    let model = Model::load_split(bes, s.shares(), path, &opts, &mut |_, _| {})?;
+    let opts = LoadOptions {
+        shares: s.shares().map(<[f64]>::to_vec),
+        ..LoadOptions::default()
+    };
+    let model = vkllm::open::load(bes, path, &opts, &mut |_, _| {})?.model;
     let _ = writeln!(
         out,
         "  split over {} devices (context {}):",

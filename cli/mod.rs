@@ -66,7 +66,7 @@ impl Command {
         match self {
             Command::Generate(a) => a.backend.check(),
             Command::Chat(a) => a.backend.check(),
-            Command::Serve(a) => a.backend.check(),
+            Command::Serve(a) => a.check(),
             Command::Logits(a) => a.backend.check(),
             Command::Info(a) => a.check(),
             Command::Bench(a) => a.split.check(),
@@ -424,10 +424,23 @@ pub fn check_output(path: &Path) -> Result<()> {
 }
 
 impl BackendArgs {
-    fn cpu(&self) -> CpuOptions {
+    pub fn cpu(&self) -> CpuOptions {
         CpuOptions {
             threads: self.threads.map(NonZeroUsize::get),
             activations: self.activations.into(),
+        }
+    }
+
+    /// `--ctx`, `--quantize`, `--kv-cache` and `--tensor-split`.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            context: self.ctx.map(NonZeroUsize::get),
+            weights: vkllm::model::weights::WeightOptions {
+                quantize: self.quantize.map(QuantizeKind::dtype),
+            },
+            kv_cache: self.kv_cache.map(KvCacheKind::dtype),
+            shares: self.split.shares().map(<[f64]>::to_vec),
+            ..LoadOptions::default()
         }
     }
 }
@@ -459,28 +472,11 @@ pub fn load_model(
     if let Ok(style) = ProgressStyle::with_template("loading {bar:40} {pos}/{len} {elapsed}") {
         bar.set_style(style);
     }
-    let opts = LoadOptions {
-        context: args.ctx.map(NonZeroUsize::get),
-        weights: vkllm::model::weights::WeightOptions {
-            quantize: args.quantize.map(QuantizeKind::dtype),
-        },
-        kv_cache: args.kv_cache.map(KvCacheKind::dtype),
-        ..LoadOptions::default()
-    };
     let start = Instant::now();
-    let cfg = src.config()?;
-    let shares = args.split.shares();
-    let model = Model::from_source_split(
-        bes,
-        shares,
-        cfg,
-        src.tensors(),
-        &opts,
-        &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        },
-    );
+    let model = vkllm::open::load_source(bes, src, &args.load_options(), &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
     bar.finish_and_clear();
     let model = model?;
     if model.stages().len() > 1 {

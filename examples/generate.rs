@@ -27,7 +27,12 @@ fn main() -> vkllm::Result<()> {
     let Loaded {
         mut model,
         tokenizer,
-    } = vkllm::open::load(backend, &path, &LoadOptions::default(), &mut |_, _| {})?;
+    } = vkllm::open::load(
+        vec![backend],
+        &path,
+        &LoadOptions::default(),
+        &mut |_, _| {},
+    )?;
     let tokenizer = tokenizer?;
 
     let prompt = Prompt::Chat {

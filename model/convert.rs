@@ -5,6 +5,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::model::byte_vocab::{byte_tokenizer, TOKEN_CONTROL};
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::gguf::GgufValue;
 use crate::model::gguf_write::GgufWriter;
@@ -36,7 +37,7 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
     // and run ids; tokenizer.json is not converted (yet), so a real model's
     // GGUF gets no tokenizer keys rather than wrong ones.
     if !dir.join("tokenizer.json").exists() && c.vocab >= 261 {
-        for (k, mut v) in crate::bench::synth::byte_tokenizer(c.vocab)? {
+        for (k, mut v) in byte_tokenizer(c.vocab)? {
             // llama.cpp sets attributes on `<unk>`, `<s>`, `</s>` by name
             // for models named like Phi-3 and fails when they are absent: the
             // last three fillers take those names.
@@ -130,9 +131,6 @@ fn permute_rows(data: &[u8], rows: usize, n_head: usize) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
-
-/// llama.cpp's token type of control tokens.
-const TOKEN_CONTROL: i32 = 3;
 
 fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
     let a = c.arch.gguf_name();

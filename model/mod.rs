@@ -1,5 +1,6 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
 
+pub(crate) mod byte_vocab;
 pub mod chat;
 pub mod config;
 pub mod convert;

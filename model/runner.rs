@@ -8,15 +8,14 @@ use crate::backend::{ComputeBackend, DeviceMemoryUse, PassStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
-use crate::model::source::{ModelSource, TensorSource};
+use crate::model::source::TensorSource;
 use crate::model::split;
 use crate::model::stage::{KvSpec, PassPlan, Stage};
 use crate::model::weights::WeightOptions;
 use std::ops::Range;
-use std::path::Path;
 
-/// How a model is put on a backend.
-#[derive(Clone, Copy, Debug, Default)]
+/// How a model is put on its backends.
+#[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// KV-cache capacity in positions; `None` = the model's context, capped at 8192.
     pub context: Option<usize>,
@@ -27,6 +26,10 @@ pub struct LoadOptions {
     /// KV-cache element type (`F32` or `F16`); `None` = the backend's
     /// [`ComputeBackend::default_kv_dtype`] (f16 on Vulkan, f32 on the CPU).
     pub kv_cache: Option<DType>,
+    /// Each backend's share of the layers, one number per backend (see
+    /// [`crate::model::split::layer_ranges`]); `None` = in proportion to
+    /// each backend's free memory, or all of them on a single backend.
+    pub shares: Option<Vec<f64>>,
 }
 
 /// What a forward pass returns.
@@ -125,50 +128,17 @@ pub struct Model {
 }
 
 impl Model {
-    /// Load a GGUF file or a Hugging Face directory onto `be`.
-    pub fn load(
-        be: Box<dyn ComputeBackend>,
-        path: &Path,
-        opts: &LoadOptions,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Model> {
-        Model::load_split(vec![be], None, path, opts, progress)
-    }
-
-    /// Load a model split by layer over `bes`, in proportion to `shares`
-    /// (see [`crate::model::split::layer_ranges`]; `None`: to each
-    /// backend's free memory).
-    pub fn load_split(
+    /// Puts the model `cfg` describes, its tensors read from `src`, on
+    /// `bes`: split by layer when several. The last step of `open::load`,
+    /// the one way in.
+    pub(crate) fn new(
         bes: Vec<Box<dyn ComputeBackend>>,
-        shares: Option<&[f64]>,
-        path: &Path,
-        opts: &LoadOptions,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Model> {
-        let src = ModelSource::open(path)?;
-        Model::from_source_split(bes, shares, src.config()?, src.tensors(), opts, progress)
-    }
-
-    pub fn from_source(
-        be: Box<dyn ComputeBackend>,
         cfg: ModelConfig,
         src: &dyn TensorSource,
         opts: &LoadOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Model> {
-        Model::from_source_split(vec![be], None, cfg, src, opts, progress)
-    }
-
-    /// [`Model::load_split`] from an opened source.
-    pub fn from_source_split(
-        bes: Vec<Box<dyn ComputeBackend>>,
-        shares: Option<&[f64]>,
-        cfg: ModelConfig,
-        src: &dyn TensorSource,
-        opts: &LoadOptions,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Model> {
-        let ranges = match (bes.len(), shares) {
+        let ranges = match (bes.len(), opts.shares.as_deref()) {
             (0, _) => return Err(Error::Invalid("no backend to load the model on".into())),
             (1, None) => std::iter::once(0..cfg.n_layer).collect(),
             (n, Some(sh)) => {

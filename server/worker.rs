@@ -50,8 +50,6 @@ pub struct ModelSpec {
     pub backend: BackendChoice,
     /// Devices to split the model over by layer (empty: `backend` alone).
     pub devices: Vec<BackendChoice>,
-    /// Their shares of the layers (`None`: by free memory).
-    pub shares: Option<Vec<f64>>,
     pub cpu: CpuOptions,
     pub load: LoadOptions,
 }
@@ -86,8 +84,7 @@ pub fn start(spec: ModelSpec) -> Result<(mpsc::Sender<Job>, Ready)> {
 
 fn load(spec: &ModelSpec) -> Result<(Model, Arc<Tokenizer>, Ready)> {
     let (bes, backend) = crate::open::open_backends(&spec.backend, &spec.devices, spec.cpu)?;
-    let shares = spec.shares.as_deref();
-    let loaded = crate::open::load_split(bes, shares, &spec.path, &spec.load, &mut |_, _| {})?;
+    let loaded = crate::open::load(bes, &spec.path, &spec.load, &mut |_, _| {})?;
     let tok = Arc::new(loaded.tokenizer?);
     let model = loaded.model;
     let ready = Ready {

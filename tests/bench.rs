@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use vkllm::bench::synth::{self, Quant};
 use vkllm::model::gguf::GgufFile;
-use vkllm::model::{LoadOptions, Model, ModelConfig, Output as ModelOutput, Want};
+use vkllm::model::{LoadOptions, ModelConfig, Output as ModelOutput, Want};
 use vkllm::DType;
 
 fn donor() -> PathBuf {
@@ -32,7 +32,9 @@ fn forward_on_cpu(path: &Path) -> ModelConfig {
         max_batch: Some(8),
         ..LoadOptions::default()
     };
-    let mut m = Model::load(common::cpu(), path, &opts, &mut |_, _| {}).unwrap();
+    let mut m = vkllm::open::load(vec![common::cpu()], path, &opts, &mut |_, _| {})
+        .unwrap()
+        .model;
     let cfg = m.config().clone();
     let ModelOutput::Logits(logits) = m.forward(&[1, 2, 3, 4], Want::LastLogits).unwrap() else {
         panic!("asked for logits");

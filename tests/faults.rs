@@ -10,7 +10,7 @@ mod common;
 
 use common::process::{assert_flat, process};
 use std::process::Command;
-use vkllm::model::{LoadOptions, Model, Want};
+use vkllm::model::{LoadOptions, Want};
 use vkllm::vk::{Options, VulkanBackend};
 use vkllm::{ComputeBackend, ErrorKind};
 
@@ -55,7 +55,14 @@ fn vulkan_backend_created_and_dropped_100_times_leaks_nothing() {
 /// Device buffers a full load of SmolLM2 makes (weights, KV cache, scratch).
 fn allocations_of_a_load(opts: &Options) -> usize {
     let be = Box::new(VulkanBackend::new(opts).unwrap());
-    let mut m = Model::load(be, &common::smollm2(), &small_context(), &mut |_, _| {}).unwrap();
+    let mut m = vkllm::open::load(
+        vec![be],
+        &common::smollm2(),
+        &small_context(),
+        &mut |_, _| {},
+    )
+    .unwrap()
+    .model;
     m.backend().device_memory().unwrap().allocations
 }
 
@@ -79,8 +86,8 @@ fn device_memory_running_out_during_a_load_is_a_clean_error_and_frees_it() {
             // With no buffer at all, opening the backend fails already.
             let e = match VulkanBackend::new(&opts) {
                 Err(e) => e,
-                Ok(be) => Model::load(
-                    Box::new(be),
+                Ok(be) => vkllm::open::load(
+                    vec![Box::new(be)],
                     &common::smollm2(),
                     &small_context(),
                     &mut |_, _| {},
@@ -114,7 +121,14 @@ fn device_memory_running_out_during_a_pass_is_a_clean_error() {
         ..opts
     };
     let be = Box::new(VulkanBackend::new(&opts).unwrap());
-    let mut m = Model::load(be, &common::smollm2(), &small_context(), &mut |_, _| {}).unwrap();
+    let mut m = vkllm::open::load(
+        vec![be],
+        &common::smollm2(),
+        &small_context(),
+        &mut |_, _| {},
+    )
+    .unwrap()
+    .model;
     let e = m
         .forward(&[1, 2, 3], Want::LastLogits)
         .expect_err("the pass ran");
@@ -161,7 +175,14 @@ fn device_lost_during_generation_is_a_clean_error_and_the_model_drops() {
             ..opts.clone()
         };
         let be = Box::new(VulkanBackend::new(&opts).unwrap());
-        let mut m = Model::load(be, &common::smollm2(), &small_context(), &mut |_, _| {}).unwrap();
+        let mut m = vkllm::open::load(
+            vec![be],
+            &common::smollm2(),
+            &small_context(),
+            &mut |_, _| {},
+        )
+        .unwrap()
+        .model;
         // `after` passes run; a forward takes at least one.
         let e = (1..=after as u32 + 1)
             .find_map(|id| m.forward(&[id], Want::LastLogits).err())
@@ -273,9 +294,12 @@ fn cpu_loads_failing_halfway_free_what_they_allocated() {
     let mut warm = None;
     for round in 0..12 {
         let mut layers_done = 0;
-        let e = Model::load(common::cpu(), &path, &small_context(), &mut |done, _| {
-            layers_done = done
-        })
+        let e = vkllm::open::load(
+            vec![common::cpu()],
+            &path,
+            &small_context(),
+            &mut |done, _| layers_done = done,
+        )
         .err()
         .expect("a model without blk.29.ffn_down loaded");
         assert!(e.to_string().contains("blk.29.ffn_down.weight"), "{e}");

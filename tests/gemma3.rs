@@ -26,7 +26,7 @@ use vkllm::cpu::{Activations, CpuBackend};
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt};
 use vkllm::model::gguf::GgufFile;
 use vkllm::model::tokenizer::Tokenizer;
-use vkllm::model::{LoadOptions, Model, Output, Want};
+use vkllm::model::{LoadOptions, Output, Want};
 use vkllm::DType;
 
 /// Against the float64 math, at llama.cpp's top-5 ids of every position:
@@ -191,8 +191,9 @@ fn check_teacher(name: &str, be: Box<dyn vkllm::ComputeBackend>, exact_tol: f32)
         kv_cache: Some(DType::F32),
         ..Default::default()
     };
-    let mut model =
-        Model::load(be, &path, &opts, &mut |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .model;
     let vocab = model.config().vocab;
     let (mut vs_llama, mut vs_exact) = (Agreement::default(), Agreement::default());
     for (c, chunk) in input.chunks(CHUNK).enumerate() {
@@ -254,7 +255,9 @@ fn greedy(
         context: Some(128),
         ..Default::default()
     };
-    let mut model = Model::load(be, &path, &opts, &mut |_, _| {}).unwrap();
+    let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
+        .unwrap()
+        .model;
     let opts = GenerateOptions {
         max_tokens: n,
         ..Default::default()

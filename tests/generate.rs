@@ -6,19 +6,22 @@ mod common;
 
 use std::ops::ControlFlow;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, StopReason};
-use vkllm::model::gguf::GgufFile;
 use vkllm::model::tokenizer::Tokenizer;
 use vkllm::model::{LoadOptions, Model};
 
 fn setup() -> (Model, Tokenizer) {
-    let path = common::smollm2();
-    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     let opts = LoadOptions {
         context: Some(128),
         ..Default::default()
     };
-    let model = Model::load(common::cpu(), &path, &opts, &mut |_, _| {}).unwrap();
-    (model, tok)
+    let loaded = vkllm::open::load(
+        vec![common::cpu()],
+        &common::smollm2(),
+        &opts,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    (loaded.model, loaded.tokenizer.unwrap())
 }
 
 #[test]
@@ -115,14 +118,19 @@ fn bad_prompts_are_refused_before_any_work() {
 /// reference computed in f32.
 #[test]
 fn ignore_eos_reproduces_the_reference_greedy_tokens() {
-    let path = common::smollm2();
-    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     let be = vkllm::cpu::CpuBackend::new(None).with_activations(vkllm::cpu::Activations::F32);
     let opts = LoadOptions {
         context: Some(128),
         ..Default::default()
     };
-    let mut model = Model::load(Box::new(be), &path, &opts, &mut |_, _| {}).unwrap();
+    let loaded = vkllm::open::load(
+        vec![Box::new(be)],
+        &common::smollm2(),
+        &opts,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let (mut model, tok) = (loaded.model, loaded.tokenizer.unwrap());
     let text =
         std::fs::read_to_string(common::reference_dir().join("smollm2_reference.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use vkllm::model::{LoadOptions, Model};
+use vkllm::model::LoadOptions;
 
 fn tiny(arch: &str) -> std::path::PathBuf {
     common::reference_dir().join("tiny").join(arch)
@@ -22,7 +22,12 @@ fn broken(edit: impl FnOnce(&mut String, &mut Vec<u8>)) -> tempfile::TempDir {
 }
 
 fn load_err(path: &Path) -> String {
-    match Model::load(common::cpu(), path, &LoadOptions::default(), &mut |_, _| {}) {
+    match vkllm::open::load(
+        vec![common::cpu()],
+        path,
+        &LoadOptions::default(),
+        &mut |_, _| {},
+    ) {
         Ok(_) => panic!("{} loaded", path.display()),
         Err(e) => e.to_string(),
     }

@@ -11,7 +11,7 @@
 mod common;
 
 use common::process::process;
-use vkllm::model::{LoadOptions, Model};
+use vkllm::model::LoadOptions;
 use vkllm::vk::STAGING_CAP;
 
 const MIB: f64 = (1 << 20) as f64;
@@ -32,7 +32,9 @@ fn loading_onto_vulkan_peaks_within_the_file_size_plus_kv_cache() {
         ..LoadOptions::default()
     };
     let before = process();
-    let mut m = Model::load(Box::new(be), &path, &opts, &mut |_, _| {}).unwrap();
+    let mut m = vkllm::open::load(vec![Box::new(be)], &path, &opts, &mut |_, _| {})
+        .unwrap()
+        .model;
     let after = process();
     let c = m.config();
     let kv = (2 * c.n_layer * m.capacity() * c.kv_dim() * m.kv_dtype().block_bytes()) as f64;

@@ -82,12 +82,19 @@ fn check_split(
     opts: &LoadOptions,
     work: Work,
 ) -> Vec<std::ops::Range<usize>> {
-    let mut single = Model::load(one, path, opts, &mut |_, _| {}).unwrap();
+    let mut single = vkllm::open::load(vec![one], path, opts, &mut |_, _| {})
+        .unwrap()
+        .model;
     let prompt = prompt_for(&single, work.prompt);
     let (want_logits, want_tokens) = run(&mut single, &prompt, work.steps);
     drop(single);
-    let mut model = Model::load_split(split, shares, path, opts, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let opts = LoadOptions {
+        shares: shares.map(<[f64]>::to_vec),
+        ..opts.clone()
+    };
+    let mut model = vkllm::open::load(split, path, &opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .model;
     let (logits, tokens) = run(&mut model, &prompt, work.steps);
     assert_eq!(tokens, want_tokens, "{what}: greedy tokens");
     assert!(
@@ -219,14 +226,14 @@ fn default_split_follows_free_memory() {
         configs.push(("vulkan", vec![a, common::vulkan().unwrap()]));
     }
     for (name, bes) in configs {
-        let model = Model::load_split(
+        let model = vkllm::open::load(
             bes,
-            None,
             &common::smollm2(),
             &LoadOptions::default(),
             &mut |_, _| {},
         )
-        .unwrap();
+        .unwrap()
+        .model;
         let ranges: Vec<_> = model.stages().into_iter().map(|s| s.layers).collect();
         assert_eq!(ranges, [0..15, 15..30], "{name}");
     }
@@ -234,14 +241,18 @@ fn default_split_follows_free_memory() {
 
 #[test]
 fn split_reports_each_device() {
-    let mut model = Model::load_split(
+    let shares = |s: &[f64]| LoadOptions {
+        shares: Some(s.to_vec()),
+        ..LoadOptions::default()
+    };
+    let mut model = vkllm::open::load(
         vec![common::cpu(), common::cpu()],
-        Some(&[1.0, 1.0]),
         &tiny("llama"),
-        &LoadOptions::default(),
+        &shares(&[1.0, 1.0]),
         &mut |_, _| {},
     )
-    .unwrap();
+    .unwrap()
+    .model;
     let stages = model.stages();
     assert_eq!(stages.len(), 2);
     assert!(stages
@@ -258,18 +269,16 @@ fn split_reports_each_device() {
     );
     // Shares that do not fit the devices or the layers are errors.
     for bad in [&[1.0][..], &[0.0, 0.0], &[1.0, -1.0], &[1.0, 1.0, 1.0]] {
-        let r = Model::load_split(
+        let r = vkllm::open::load(
             vec![common::cpu(), common::cpu()],
-            Some(bad),
             &tiny("llama"),
-            &LoadOptions::default(),
+            &shares(bad),
             &mut |_, _| {},
         );
         assert!(r.is_err(), "shares {bad:?}");
     }
-    let three = Model::load_split(
+    let three = vkllm::open::load(
         vec![common::cpu(), common::cpu(), common::cpu()],
-        None,
         &tiny("llama"),
         &LoadOptions::default(),
         &mut |_, _| {},

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use vkllm::backend::{Buffer, ComputeBackend, Weight};
 use vkllm::dtype::DType;
-use vkllm::model::{LoadOptions, Model, Want};
+use vkllm::model::{LoadOptions, Want};
 use vkllm::profile::{summary, write_chrome_trace, ProfileEvent, Track};
 
 /// Write `events` as a trace, read it back and return its complete events.
@@ -136,7 +136,9 @@ fn profile_times_each_dispatch_and_copy_of_a_pass() {
 fn profile_of_a_model_forward_matches_the_pass_stats() {
     let Some(be) = common::vulkan() else { return };
     let dir = common::reference_dir().join("tiny").join("llama");
-    let mut model = Model::load(be, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let mut model = vkllm::open::load(vec![be], &dir, &LoadOptions::default(), &mut |_, _| {})
+        .unwrap()
+        .model;
     model.set_profiling(true).unwrap();
     model.forward(&[1, 2, 3], Want::LastLogits).unwrap();
     let stats = model.last_pass_stats().unwrap();

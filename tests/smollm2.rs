@@ -5,7 +5,7 @@ mod common;
 
 use serde_json::Value;
 use vkllm::cpu::{Activations, CpuBackend};
-use vkllm::model::{LoadOptions, Model};
+use vkllm::model::LoadOptions;
 use vkllm::DType;
 
 struct Ref {
@@ -108,7 +108,9 @@ fn check(
             kv_cache: Some(kv),
             ..Default::default()
         };
-        let mut model = Model::load(be, &path, &opts, &mut |_, _| {}).unwrap();
+        let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
+            .unwrap()
+            .model;
         for (i, r) in refs.iter().enumerate() {
             model.reset();
             let logits = model.logits(&r.prompt_ids).unwrap();

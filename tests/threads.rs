@@ -46,7 +46,9 @@ fn models_on_separate_threads_at_once_match_each_alone() {
     // enough for four models under the validation layer on lavapipe.
     let path = common::reference_dir().join("tiny").join("llama");
     let load = |be: Box<dyn ComputeBackend>| {
-        Model::load(be, &path, &LoadOptions::default(), &mut |_, _| {}).unwrap()
+        vkllm::open::load(vec![be], &path, &LoadOptions::default(), &mut |_, _| {})
+            .unwrap()
+            .model
     };
     // Two models on the CPU and, where there is a device, two on Vulkan: one
     // thread each. Backends are created (and later dropped) on this thread:

@@ -72,8 +72,9 @@ fn check(
         kv_cache: Some(kv),
         ..LoadOptions::default()
     };
-    let mut model = Model::load(be, path, &opts, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{arch} on {backend} from {}: {e}", path.display()));
+    let mut model = vkllm::open::load(vec![be], path, &opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{arch} on {backend} from {}: {e}", path.display()))
+        .model;
     let Output::Logits(logits) = model.forward(&r.prompt, Want::AllLogits).unwrap() else {
         panic!("no logits")
     };
@@ -173,7 +174,10 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
         for backend in backend_names() {
             let load = |replay: bool| {
                 let be = open(backend, DType::F16);
-                let mut m = Model::load(be, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+                let mut m =
+                    vkllm::open::load(vec![be], &dir, &LoadOptions::default(), &mut |_, _| {})
+                        .unwrap()
+                        .model;
                 m.set_replay(replay);
                 m
             };
@@ -239,9 +243,14 @@ fn kernels_made_at_load_change_nothing_and_leave_none_to_compile() {
                 } else {
                     be
                 };
-                let mut m =
-                    Model::load(Box::new(be), &dir, &LoadOptions::default(), &mut |_, _| {})
-                        .unwrap();
+                let mut m = vkllm::open::load(
+                    vec![Box::new(be)],
+                    &dir,
+                    &LoadOptions::default(),
+                    &mut |_, _| {},
+                )
+                .unwrap()
+                .model;
                 let logits = m.logits(&prompt).unwrap();
                 let prompt_made = m.last_pass_stats().unwrap().kernels_made;
                 let tokens = m.decode_greedy(argmax(&logits), 16).unwrap();
@@ -318,7 +327,9 @@ fn prompt_lengths_match_token_by_token() {
                 kv_cache: Some(kv),
                 ..LoadOptions::default()
             };
-            let mut model = Model::load(be, &dir, &opts, &mut |_, _| {}).unwrap();
+            let mut model = vkllm::open::load(vec![be], &dir, &opts, &mut |_, _| {})
+                .unwrap()
+                .model;
             let vocab = model.config().vocab as u32;
             // Deterministic ids spread over the vocabulary.
             let ids: Vec<u32> = (0..longest as u32)
