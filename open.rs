@@ -3,7 +3,7 @@
 //! the C API, examples, benches and tests all start here.
 
 use crate::backend::ComputeBackend;
-use crate::cpu::{Activations, CpuBackend, CpuKernelOptions};
+use crate::cpu::{ActivationPrecision, CpuBackend, CpuKernelOptions};
 use crate::error::{Error, Result};
 use crate::model::source::ModelSource;
 use crate::model::tokenizer::Tokenizer;
@@ -52,7 +52,7 @@ impl FromStr for BackendChoice {
 pub struct CpuOptions {
     /// `None`: every core.
     pub threads: Option<usize>,
-    pub activations: Activations,
+    pub activations: ActivationPrecision,
 }
 
 /// Opens the backend `choice` names, with the `VKLLM_*` settings of the

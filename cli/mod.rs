@@ -83,7 +83,7 @@ pub struct ModelArg {
     pub model: Option<PathBuf>,
 }
 
-/// `--activations`: see `vkllm::cpu::Activations`.
+/// `--activations`: see `vkllm::cpu::ActivationPrecision`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ActivationsArg {
     /// f32 against weights dequantized in registers (f32-exact)
@@ -94,12 +94,12 @@ pub enum ActivationsArg {
     Q8,
 }
 
-impl From<ActivationsArg> for vkllm::cpu::Activations {
+impl From<ActivationsArg> for vkllm::cpu::ActivationPrecision {
     fn from(a: ActivationsArg) -> Self {
         match a {
-            ActivationsArg::F32 => vkllm::cpu::Activations::F32,
-            ActivationsArg::Q16 => vkllm::cpu::Activations::Q16,
-            ActivationsArg::Q8 => vkllm::cpu::Activations::Q8,
+            ActivationsArg::F32 => vkllm::cpu::ActivationPrecision::F32,
+            ActivationsArg::Q16 => vkllm::cpu::ActivationPrecision::Q16,
+            ActivationsArg::Q8 => vkllm::cpu::ActivationPrecision::Q8,
         }
     }
 }

@@ -4,8 +4,8 @@
 //! four activation rows; the team splits the output rows. Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
-//! integer dots (`Activations`); other types, and
-//! `Activations::F32`, dequantize in registers and use f32 FMAs.
+//! integer dots (`ActivationPrecision`); other types, and
+//! `ActivationPrecision::F32`, dequantize in registers and use f32 FMAs.
 //! Prefill of those types with rounded activations, where the instruction
 //! set has integer kernels (`Isa::int_dots`): the activations are quantized
 //! once, as for decode, and each panel of weight rows is decoded once into
@@ -20,7 +20,7 @@ use super::buffers::CpuWeight;
 use super::par::{self, Ctx};
 use super::repack::R;
 use super::simd::{self, ActQuant};
-use super::Activations;
+use super::ActivationPrecision;
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -51,8 +51,9 @@ pub(crate) fn run(
     if m == 0 || n == 0 {
         return;
     }
-    let int =
-        ctx.acts != Activations::F32 && act::supports(w.dtype) && w.cols.is_multiple_of(ACT_BLOCK);
+    let int = ctx.acts != ActivationPrecision::F32
+        && act::supports(w.dtype)
+        && w.cols.is_multiple_of(ACT_BLOCK);
     match ctx.isa.gemm_tile() {
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
@@ -77,8 +78,8 @@ fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
     // GEMM kernel, whose prefill also comes here).
     let quantized = m <= GEMV_MAX_M && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
     let int_acts = match ctx.acts {
-        Activations::Q16 if quantized => Some(IntActs::I16(quantize_rows(x, m, k))),
-        Activations::Q8 if quantized => Some(IntActs::I8(quantize_rows(x, m, k))),
+        ActivationPrecision::Q16 if quantized => Some(IntActs::I16(quantize_rows(x, m, k))),
+        ActivationPrecision::Q8 if quantized => Some(IntActs::I8(quantize_rows(x, m, k))),
         _ => None,
     };
     // Repacked groups (rows below `packed_rows`) take the group kernels,
@@ -250,7 +251,7 @@ fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
         let rows = &x[g * mr * k..((g + 1) * mr).min(m) * k];
         let mut d = dgroups[g].lock().unwrap_or_else(|e| e.into_inner());
         match ctx.acts {
-            Activations::Q8 => act::pack_rows::<i8>(rows, k, mr, q, &mut d),
+            ActivationPrecision::Q8 => act::pack_rows::<i8>(rows, k, mr, q, &mut d),
             _ => act::pack_rows::<i16>(rows, k, mr, q, &mut d),
         }
     });

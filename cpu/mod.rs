@@ -47,7 +47,7 @@ use team::Team;
 /// everywhere, prefill on AVX2 and AVX-512 (elsewhere prefill is f32). The
 /// other weight types and every other op always work in f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Activations {
+pub enum ActivationPrecision {
     /// f32 against weights dequantized in registers: exact up to f32 rounding.
     F32,
     /// Rounded per 32-value block to 16-bit integers (relative error at most
@@ -59,12 +59,12 @@ pub enum Activations {
     Q8,
 }
 
-impl Activations {
+impl ActivationPrecision {
     pub fn name(self) -> &'static str {
         match self {
-            Activations::F32 => "f32",
-            Activations::Q16 => "q16",
-            Activations::Q8 => "q8",
+            ActivationPrecision::F32 => "f32",
+            ActivationPrecision::Q16 => "q16",
+            ActivationPrecision::Q8 => "q8",
         }
     }
 }
@@ -73,7 +73,7 @@ pub struct CpuBackend {
     team: Team,
     threads: usize,
     isa: Isa,
-    acts: Activations,
+    acts: ActivationPrecision,
     /// Repack the weights of `repack::packs` types at upload.
     repack: bool,
     store: Store,
@@ -161,7 +161,7 @@ impl CpuBackend {
             threads: team.threads(),
             team,
             isa,
-            acts: Activations::default(),
+            acts: ActivationPrecision::default(),
             repack,
             store: Store::default(),
             in_pass: false,
@@ -183,8 +183,8 @@ impl CpuBackend {
     }
 
     /// How matmuls of integer-dot weight types treat the activations; see
-    /// [`Activations`].
-    pub fn with_activations(mut self, acts: Activations) -> CpuBackend {
+    /// [`ActivationPrecision`].
+    pub fn with_activations(mut self, acts: ActivationPrecision) -> CpuBackend {
         self.acts = acts;
         self
     }
@@ -381,7 +381,7 @@ impl ComputeBackend for CpuBackend {
         // dots on x86); f32 activations never meet them.
         let packed = self.repack
             && self.isa.int_dots()
-            && self.acts != Activations::F32
+            && self.acts != ActivationPrecision::F32
             && repack::packs(dtype)
             && rows >= repack::R;
         let mut bytes = HostBytes::zeroed(need).ok_or_else(|| Error::OutOfHostMemory {

@@ -3,7 +3,7 @@
 
 use super::simd::Isa;
 use super::team::Team;
-use super::Activations;
+use super::ActivationPrecision;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -18,7 +18,7 @@ pub(crate) struct Ctx {
     /// Run on the team (true) or inline on the calling thread.
     pub par: bool,
     /// What decode matmuls of legacy and K-quant weights do with activations.
-    pub acts: Activations,
+    pub acts: ActivationPrecision,
 }
 
 thread_local! {

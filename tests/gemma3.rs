@@ -22,7 +22,7 @@ mod common;
 
 use serde_json::Value;
 use std::ops::ControlFlow;
-use vkllm::cpu::{Activations, CpuBackend};
+use vkllm::cpu::{ActivationPrecision, CpuBackend};
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt};
 use vkllm::model::gguf::GgufFile;
 use vkllm::model::tokenizer::Tokenizer;
@@ -223,7 +223,7 @@ fn teacher_forced_agreement_cpu() {
     if common::gemma3().is_none() {
         return;
     }
-    let exact = CpuBackend::new(None).with_activations(Activations::F32);
+    let exact = CpuBackend::new(None).with_activations(ActivationPrecision::F32);
     check_teacher("cpu f32", Box::new(exact), EXACT_TOL);
     check_teacher("cpu", common::cpu(), Q16_TOL);
 }

@@ -118,7 +118,8 @@ fn bad_prompts_are_refused_before_any_work() {
 /// reference computed in f32.
 #[test]
 fn ignore_eos_reproduces_the_reference_greedy_tokens() {
-    let be = vkllm::cpu::CpuBackend::new(None).with_activations(vkllm::cpu::Activations::F32);
+    let be =
+        vkllm::cpu::CpuBackend::new(None).with_activations(vkllm::cpu::ActivationPrecision::F32);
     let opts = LoadOptions {
         context: Some(128),
         ..Default::default()

@@ -4,7 +4,7 @@
 mod common;
 
 use serde_json::Value;
-use vkllm::cpu::{Activations, CpuBackend};
+use vkllm::cpu::{ActivationPrecision, CpuBackend};
 use vkllm::model::LoadOptions;
 use vkllm::DType;
 
@@ -85,7 +85,7 @@ fn smollm2_f16_kv_cache_keeps_the_greedy_tokens() {
 /// The CPU's f32-activation mode (the default is 16-bit integer activations).
 #[test]
 fn smollm2_f32_activations_match_transformers() {
-    let be = CpuBackend::new(None).with_activations(Activations::F32);
+    let be = CpuBackend::new(None).with_activations(ActivationPrecision::F32);
     check("cpu-f32", Box::new(be), 1e-2, DType::F32, true);
 }
 

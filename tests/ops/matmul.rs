@@ -5,7 +5,7 @@ use crate::common::{self, download_f32, pass, rand_f32, upload_f32, weight_bytes
 use crate::{cols_for, cpu_backends, test_device};
 use vkllm::backend::ComputeBackend;
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
-use vkllm::cpu::{Activations, CpuBackend, Isa};
+use vkllm::cpu::{ActivationPrecision, CpuBackend, Isa};
 use vkllm::vk::{GemvKernel, MatmulKernel};
 use vkllm::{reference, DType};
 
@@ -18,11 +18,15 @@ pub(crate) type Rounded = (String, Box<dyn ComputeBackend>, Rounding);
 pub(crate) fn matmul_cpu_backends() -> Vec<Rounded> {
     let mut v: Vec<_> = cpu_backends()
         .into_iter()
-        .map(|(n, b)| (n, b, Rounding::of(Activations::default())))
+        .map(|(n, b)| (n, b, Rounding::of(ActivationPrecision::default())))
         .collect();
     for isa in Isa::ALL {
-        for acts in [Activations::F32, Activations::Q16, Activations::Q8] {
-            if acts == Activations::default() {
+        for acts in [
+            ActivationPrecision::F32,
+            ActivationPrecision::Q16,
+            ActivationPrecision::Q8,
+        ] {
+            if acts == ActivationPrecision::default() {
                 continue;
             }
             if let Ok(b) = CpuBackend::with_isa(Some(2), isa) {
@@ -90,11 +94,11 @@ pub(crate) enum Rounding {
 }
 
 impl Rounding {
-    fn of(acts: Activations) -> Rounding {
+    fn of(acts: ActivationPrecision) -> Rounding {
         match acts {
-            Activations::F32 => Rounding::None,
-            Activations::Q16 => Rounding::Steps(32767.0),
-            Activations::Q8 => Rounding::Steps(127.0),
+            ActivationPrecision::F32 => Rounding::None,
+            ActivationPrecision::Q16 => Rounding::Steps(32767.0),
+            ActivationPrecision::Q8 => Rounding::Steps(127.0),
         }
     }
 }
@@ -211,7 +215,7 @@ const INT_DTYPES: [DType; 8] = [
 fn check_integer_matmul(
     b: &mut dyn ComputeBackend,
     label: &str,
-    acts: Activations,
+    acts: ActivationPrecision,
     dtype: DType,
     wb: &[u8],
     rows: usize,
@@ -233,7 +237,7 @@ fn check_integer_matmul(
         for r in 0..rows {
             let wrow = &wb[r * rb..(r + 1) * rb];
             let want = match acts {
-                Activations::Q16 => act::dot_row(dtype, wrow, &q16, i),
+                ActivationPrecision::Q16 => act::dot_row(dtype, wrow, &q16, i),
                 _ => act::dot_row(dtype, wrow, &q8, i),
             };
             let mag: f32 = (0..cols)
@@ -257,7 +261,7 @@ fn check_integer_matmul(
 #[test]
 fn matmul_integer_activations_match_the_scalar_integer_dot() {
     for isa in Isa::ALL {
-        for acts in [Activations::Q16, Activations::Q8] {
+        for acts in [ActivationPrecision::Q16, ActivationPrecision::Q8] {
             let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
                 continue;
             };
@@ -321,7 +325,7 @@ fn matmul_q6_k_integer_extremes_do_not_overflow() {
         let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
             continue;
         };
-        let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(Activations::Q16));
+        let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(ActivationPrecision::Q16));
         for m in [1, 4, 13] {
             if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
                 continue;
@@ -331,7 +335,7 @@ fn matmul_q6_k_integer_extremes_do_not_overflow() {
             check_integer_matmul(
                 b.as_mut(),
                 label,
-                Activations::Q16,
+                ActivationPrecision::Q16,
                 DType::Q6K,
                 &wb,
                 rows,
