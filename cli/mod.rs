@@ -162,7 +162,7 @@ impl SplitArgs {
         }
         match self.shares() {
             Some(s) => {
-                vkllm::model::split::check_shares(s, self.devices.len()).map_err(|e| e.to_string())
+                vkllm::model::layer_split::check_shares(s, self.devices.len()).map_err(|e| e.to_string())
             }
             None => Ok(()),
         }

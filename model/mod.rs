@@ -13,7 +13,7 @@ pub mod runner;
 pub mod sampling;
 pub mod session;
 pub mod source;
-pub mod split;
+pub mod layer_split;
 mod stage;
 pub mod stop;
 pub mod tokenizer;

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::source::TensorSource;
-use crate::model::split;
+use crate::model::layer_split;
 use crate::model::stage::{KvSpec, PassPlan, Stage};
 use crate::model::weights::WeightOptions;
 use std::ops::Range;
@@ -27,7 +27,7 @@ pub struct LoadOptions {
     /// [`ComputeBackend::default_kv_dtype`] (f16 on Vulkan, f32 on the CPU).
     pub kv_cache: Option<DType>,
     /// Each backend's share of the layers, one number per backend (see
-    /// [`crate::model::split::layer_ranges`]); `None` = in proportion to
+    /// [`crate::model::layer_split::layer_ranges`]); `None` = in proportion to
     /// each backend's free memory, or all of them on a single backend.
     pub shares: Option<Vec<f64>>,
 }
@@ -142,10 +142,10 @@ impl Model {
             (0, _) => return Err(Error::Invalid("no backend to load the model on".into())),
             (1, None) => std::iter::once(0..cfg.n_layer).collect(),
             (n, Some(sh)) => {
-                split::check_shares(sh, n)?;
-                split::layer_ranges(cfg.n_layer, sh)?
+                layer_split::check_shares(sh, n)?;
+                layer_split::layer_ranges(cfg.n_layer, sh)?
             }
-            (_, None) => split::layer_ranges(cfg.n_layer, &split::default_shares(&bes))?,
+            (_, None) => layer_split::layer_ranges(cfg.n_layer, &layer_split::default_shares(&bes))?,
         };
         let max_batch = match opts.max_batch {
             Some(b) => b,
