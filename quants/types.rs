@@ -12,7 +12,7 @@
 // - gpu: its block layout on the GPU (`None`: as GGUF stores it);
 // - gemv: how mul_mat_vec.comp takes it: weight rows a workgroup shares
 //   (Q4_0 and Q4_1 2, for twice the workgroups on their small decode shapes:
-//   benches/README.md), slices per block of its block-by-block decode
+//   benches/README.md, decode GEMV rows), slices per block of its block-by-block decode
 //   (`None`: 4 values at a time through dequant.glsl) and of its integer-dot
 //   kernels (`None`: it has none);
 // - cpu: which CPU fast paths it has (register decoder, integer dots

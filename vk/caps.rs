@@ -49,7 +49,8 @@ pub struct Caps {
     pub max_push_constants: u32,
     /// A CPU implementation (lavapipe): it runs a workgroup's subgroups as
     /// coroutines of one thread, switching between all of them at every
-    /// barrier, so a barrier costs ~1-2 µs per subgroup.
+    /// barrier, so each barrier costs per subgroup (benches/README.md, on a
+    /// CPU device).
     pub cpu_device: bool,
 }
 
@@ -120,8 +121,7 @@ impl Caps {
     /// Invocations of a GEMV workgroup whose rows split into `slots` units:
     /// one per unit up to 128 (idle invocations cost occupancy), and at
     /// least a subgroup and 32. On a CPU device, one subgroup: there each
-    /// barrier costs per subgroup (lavapipe: SmolLM2-135M's f32 GLU, 1,536
-    /// workgroups, 21 -> 9 ms; its greedy decode 0.5 -> 1.2 tok/s).
+    /// barrier costs per subgroup (benches/README.md, on a CPU device).
     pub fn gemv_workgroup(&self, slots: usize) -> u32 {
         if self.cpu_device {
             return self.subgroup_size.max(1);
@@ -248,8 +248,8 @@ impl MatmulKernel {
     /// cooperative-matrix kernel's 128 x 128 tile where that gives the GPU
     /// enough workgroups, its 64 x 64 tile below (see mul_mat_coopmat.comp).
     pub fn shader(self, n: usize, m: usize) -> (&'static str, usize, usize) {
-        /// Fewest 128 x 128 tiles worth taking: on an H200 (132 SMs) 128
-        /// of them beat 512 small ones by 1.7x, 64 lost to 256 by 1.2x.
+        /// Fewest 128 x 128 tiles worth taking: fewer leave a 132-SM GPU
+        /// too few workgroups (benches/README.md, prefill GEMM).
         const BIG_MIN_TILES: usize = 96;
         let big = n.div_ceil(128) * m.div_ceil(128) >= BIG_MIN_TILES;
         match (self, big) {
@@ -281,11 +281,7 @@ pub enum PrefillAttention {
     /// head, tile of heads), K and V read straight into registers (`Flash`
     /// for shapes it cannot take). A CPU device's default: lavapipe pays per
     /// lane and load, and the flash tiles load every key into shared memory
-    /// and read it back per lane. lavapipe, pp64 at depth 320: SmolLM2-135M
-    /// 6.9 (flash) / 2.0 (rows) -> 8.3 tok/s, Gemma 3 270M (head_dim 256,
-    /// past the flash tiles: rows) 3.5 -> 8.7; a 2-layer llama of head_dim
-    /// 16, pp512 at depth 2000, 260 (flash) -> 404; tests/gemma3.rs teacher
-    /// forcing 145 -> 99 s.
+    /// and read it back per lane (benches/README.md, on a CPU device).
     Decode,
 }
 
@@ -298,15 +294,15 @@ pub enum GemvKernel {
     Subgroup,
     /// Subgroup rows for the integer-dot kernel, workgroup rows for the f32
     /// one (each the faster on an H200 for the anchor models' decode
-    /// shapes, benches/gemv.rs and tg128, session 5 of issue 9), except
+    /// shapes: benches/README.md, decode GEMV rows), except
     /// integer-dot weights with few rows for their length (`few_rows`,
     /// vk/ops/matmul.rs `shares_rows`), which share theirs too.
     Auto,
     /// No GEMV: decode rows take the matmul kernel, the RMS norm, residual
     /// add and GLU dispatches of their own. A CPU device's default with the
-    /// lanes (`mul_mat_lanes.comp` loads each weight word once, where a
-    /// GEMV's lanes each load their x: lavapipe, SmolLM2-135M greedy decode
-    /// 1.3 -> 2.4 tok/s).
+    /// lanes: `mul_mat_lanes.comp` loads each weight word once, where a
+    /// GEMV's lanes each load their x too (benches/README.md, on a CPU
+    /// device).
     Gemm,
 }
 
@@ -345,9 +341,7 @@ pub struct Kernels {
     /// off, each (kv head, tile of up to 4 heads) takes its whole span in one
     /// workgroup, as a CPU device runs fastest: lavapipe runs a few
     /// workgroups at a time, each paying its clusters' merge one lane at a
-    /// time (a 2-layer llama of head_dim 16 decoding at 2,900 positions:
-    /// 10-13 -> 131-152 tok/s; 2 / 4 / 8 splits 111 / 77 / 66, one-head tiles
-    /// 126). `VKLLM_DECODE_SPLITS=on|off`.
+    /// time (benches/README.md, on a CPU device). `VKLLM_DECODE_SPLITS=on|off`.
     pub decode_splits: bool,
 }
 
@@ -416,10 +410,9 @@ fn choose_matmul(caps: &Caps, forced: Option<MatmulOverride>) -> Result<MatmulKe
         })
     };
     match forced {
-        // Measured on the H200: the cooperative-matrix kernel reaches
-        // 40-90 TFLOP/s at m = 512 where the f32 tiles reach 17-20.
-        // On lavapipe (2 AVX2 cores) the lanes took Gemma 3 270M's
-        // 64-token prefill matmuls from 20.6 s (tiles) to 5.3 s.
+        // Cooperative matrices run 2-5x the f32 tiles' speed on a GPU, the
+        // lanes ~4x the tiles' on lavapipe (benches/README.md, prefill GEMM
+        // and small kernels).
         None => Ok(
             best_coopmat.unwrap_or(if caps.cpu_device && Lanes.available(caps) {
                 Lanes

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// [`Options::spin_wait`] unless `VKLLM_SPIN_US` says otherwise: longer than
 /// a decode step of the models this engine runs on the GPUs it targets
-/// (Llama-3.1-8B Q4_K_M: ~3.3 ms on an H100).
+/// (benches/README.md, waiting on a pass).
 pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_millis(10);
 
 /// How to open the Vulkan backend.
@@ -42,9 +42,9 @@ pub struct Options {
     pub pipeline_stats: bool,
     /// `VKLLM_SPIN_US`: how long the host polls a submitted pass's fence
     /// before it sleeps in vkWaitForFences (0: it sleeps at once). Waking
-    /// from that sleep costs a decode step tens of microseconds: on an H100
-    /// polling took tg128 up 2.5% (Llama-3.1-8B) to 7% (TinyLlama), at the
-    /// price of one busy host core while a pass runs. `None`:
+    /// from that sleep costs a decode step tens of microseconds; polling
+    /// buys them back for one busy host core while a pass runs
+    /// (benches/README.md, waiting on a pass). `None`:
     /// [`DEFAULT_SPIN_WAIT`] on a GPU, no poll on a CPU implementation
     /// (lavapipe), whose own threads need the cores.
     pub spin_wait: Option<Duration>,

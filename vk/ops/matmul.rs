@@ -15,66 +15,47 @@ use bytemuck::{Pod, Zeroable};
 
 /// Weights (rows x cols) from which the cooperative-matrix GEMM reads x
 /// converted to f16 by one dispatch of its own (half_rows.comp) rather
-/// than converting it in every workgroup: at Llama-3.2-1B's 2048 x 2048 and
-/// above the conversion pays (H100, m = 512: +10-30% TFLOP/s); below it
-/// the extra dispatch would cost the small models more than it saves.
+/// than in every workgroup: below Llama-3.2-1B's 2048 x 2048 the extra
+/// dispatch costs more than it saves (benches/README.md, prefill GEMM).
 const HALF_X_MIN_WEIGHTS: usize = 4 << 20;
 /// Up to this many rows the GEMV kernel (MAX_M in mul_mat_vec.comp) beats tiling.
 const GEMV_MAX_ROWS: usize = 4;
 /// On a CPU device each subgroup of a GEMV whose subgroups take rows of
 /// their own steps over this many groups of rows: fewer workgroups, each
-/// with its start-up cost (lavapipe, SmolLM2-135M greedy decode 1.2 -> 1.4
-/// tok/s).
+/// with its start-up cost (benches/README.md, on a CPU device).
 const CPU_GEMV_ROW_STEPS: u32 = 16;
 /// Weight rows per GEMV group (NR in mul_mat_vec.comp): a subgroup takes 2
-/// of its own (measured best on an H200 against 1, 2, 4 and 8; with 1 the
-/// GLU kernel could not pair gate and up rows); a workgroup shares its
-/// type's `gemv.rows` (quants/types.rs).
+/// of its own (1, 4 and 8 ran slower: benches/README.md, decode GEMV rows);
+/// a workgroup shares its type's `gemv.rows` (quants/types.rs).
 const GEMV_ROWS_SUBGROUP: u32 = 2;
 
 /// Whether an integer-dot GEMV (not a GLU: Q8OUT needs own rows) shares
 /// its rows over the workgroup, as the f32 kernel does, instead of giving
 /// each subgroup two of its own: a weight of at least 4 MiB with at most
 /// 2048 rows and at least twice as many columns (the down projections of
-/// TinyLlama and Llama-3.2-1B). Its own-row subgroups are too few to keep
-/// enough loads in flight: benches/gemv.rs, H100, GB/s own -> shared rows,
-/// 2048 x 5632 Q4_K 485 -> 513, Q6_K 913 -> 1,049, Q4_0 487 -> 626; 2048 x
-/// 8192 955 -> 1,007, 1,129 -> 1,316, 923 -> 1,095; tg128 at positions
-/// 512-640 / 4608-4736 (same call, two rounds) TinyLlama 891 / 892 -> 935 /
-/// 931 and 822 / 827 -> 842 / 841, Llama-3.2-1B 990 / 989 -> 998 / 997 and
-/// 857 / 856 -> 853 / 852. The 8B lost with it: its 2.4 MB K and V (1024 x
-/// 4096, beside Q) 308-309 -> 302 tok/s though the bench read them 6-13%
-/// faster alone, its Q6_K 4096 x 14336 down projections 307 (bench +8%),
-/// its 4096 x 4096 Q and o 302 (against 308).
+/// TinyLlama and Llama-3.2-1B), whose own-row subgroups are too few to keep
+/// enough loads in flight. The 8B's weights, running beside its other
+/// GEMVs, were slower shared (benches/README.md, decode GEMV rows).
 fn shares_rows(w: &Weight) -> bool {
     w.buf.bytes >= 4 << 20 && w.rows <= 2048 && w.cols >= 2 * w.rows
 }
 
 /// Invocations of a workgroup whose subgroups take rows of their own (two
-/// subgroups on NVIDIA). H200 tg128, integer-dot GEMV, against 128: the
-/// 8B 314.3 / 316.0 vs 301.7 / 303.2 tok/s, Llama-3.2-1B 864.7 / 874.5 vs
-/// 847.5 / 844.1; 256 was slower; benches/gemv.rs Q6_K 4096 x 14336 2.2 vs
-/// 1.7-1.8 TB/s.
+/// subgroups on NVIDIA): faster than 128 or 256 (benches/README.md, decode
+/// GEMV rows).
 const GEMV_SUBGROUP_ROWS_INVOCATIONS: usize = 64;
 /// A GLU GEMV (integer dots, one row) of a weight up to this size writes its
 /// output's int8 digits itself (mul_mat_vec.comp's Q8OUT), so the next
 /// GEMV (the down projection) needs no quantize dispatch: each workgroup of
-/// GLU_Q8OUT_INVOCATIONS takes one block of 32 outputs. H100 tg128 at
-/// positions 512-640, two rounds in each of two calls: Llama-3.2-1B (18.9 MB
-/// gate_up) 985 / 979 -> 995 / 995 and 980 / 985 -> 994 / 992 tok/s, 151 ->
-/// 135 dispatches per token (at 4608-4736: 862 / 866 -> 860 / 861); with
-/// 256 / 128 / 64 invocations 971 / 908 / 830. TinyLlama (14.5 MB, whose 7.3
-/// MB down then reads the digits instead of f32) moved within its noise
-/// (893 / 894 -> 897 / 891, 889 / 871 -> 876 / 903); Llama-3.1-8B (66 MB)
-/// lost (310 -> 298-304), so it keeps its quantize.
+/// GLU_Q8OUT_INVOCATIONS takes one block of 32 outputs. Above this size
+/// (the 8B's 66 MB) those fewer, longer-lived workgroups cost more than the
+/// quantize dispatch they save (benches/README.md, decode GEMV rows).
 const GLU_Q8OUT_MAX_BYTES: usize = 32 << 20;
 const GLU_Q8OUT_INVOCATIONS: u32 = 512;
 /// Up to this many columns (Q8IN_MAX_K in mul_mat_vec.comp, its shared
 /// memory) such a GLU also quantizes its own input, each workgroup in shared
-/// memory (mul_mat_vec_q8in), instead of a quantize dispatch before it: H100
-/// tg128 at positions 512-640 / 4608-4736 (same call, two rounds) TinyLlama
-/// 931-934 -> 952-964 / 841-842 -> 864-865 tok/s, Llama-3.2-1B 987-994 ->
-/// 1,037-1,038 / 850 -> 885-890.
+/// memory (mul_mat_vec_q8in), instead of a quantize dispatch and barrier
+/// before it (benches/README.md, decode GEMV rows).
 const GLU_Q8IN_MAX_COLS: usize = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
