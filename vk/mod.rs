@@ -32,7 +32,7 @@ mod pass;
 mod pipeline;
 mod profiler;
 mod recorder;
-mod split;
+mod weight_parts;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -124,8 +124,8 @@ pub struct VulkanBackend {
     ops: ops::OpState,
     /// Smallest weight the integer-dot GEMV takes.
     gemv_q8_min_bytes: usize,
-    /// Weights stored in several buffers (see split.rs).
-    splits: split::Splits,
+    /// Weights stored in several buffers (see weight_parts.rs).
+    splits: weight_parts::Splits,
     /// Split weights above this many bytes even within the device's range.
     part_limit: Option<u64>,
     /// Some while profiling is on.
@@ -185,7 +185,7 @@ impl VulkanBackend {
             last_pass: PassStats::default(),
             ops: ops::OpState::default(),
             gemv_q8_min_bytes: GEMV_Q8_MIN_BYTES,
-            splits: split::Splits::default(),
+            splits: weight_parts::Splits::default(),
             part_limit: opts.weight_part_bytes,
             status,
             pass_allocs: false,

@@ -58,7 +58,7 @@ pub struct Options {
     pub kernels: KernelOverrides,
     /// `VKLLM_WEIGHT_PART_BYTES`: split weights above this many bytes even
     /// where the device's binding range allows more, to exercise the split
-    /// path (vk/split.rs) on any device. `None` (or 0): the range alone.
+    /// path (vk/weight_parts.rs) on any device. `None` (or 0): the range alone.
     pub weight_part_bytes: Option<u64>,
 }
 

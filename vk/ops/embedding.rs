@@ -17,7 +17,7 @@ const EMBEDDING_COLS: usize = 128;
 struct Push {
     rows: u32,
     cols: u32,
-    /// Rows of this part of the table (all of them unless split, vk/split.rs).
+    /// Rows of this part of the table (all of them unless split, vk/weight_parts.rs).
     table_rows: u32,
     /// The part's first row: ids outside `[row0, row0 + table_rows)` are
     /// another part's to write.

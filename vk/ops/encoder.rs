@@ -8,7 +8,7 @@ use super::super::caps::{Caps, Kernels};
 use super::super::memory::Memory;
 use super::super::pipeline::{Pipelines, PUSH_BYTES};
 use super::super::recorder::Recorder;
-use super::super::split::Splits;
+use super::super::weight_parts::Splits;
 use super::matmul::{PreparedX, QuantizedX};
 use super::{Bind, KernelRef, MAX_BINDINGS};
 use crate::backend::Buffer;
@@ -63,7 +63,7 @@ pub(in crate::vk) struct Encoder<'a> {
     pub kernels: Kernels,
     /// Smallest weight the integer-dot GEMV takes.
     pub gemv_q8_min_bytes: usize,
-    /// Weights stored in several buffers (vk/split.rs).
+    /// Weights stored in several buffers (vk/weight_parts.rs).
     pub splits: &'a Splits,
     pub state: &'a mut OpState,
     /// Buffers freed while the recorded commands may use them, destroyed

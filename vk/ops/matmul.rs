@@ -65,7 +65,7 @@ struct Push {
     m: u32,
     has_bias: u32,
     /// First output column (and bias index) this dispatch writes: nonzero
-    /// for the later parts of a split weight (vk/split.rs).
+    /// for the later parts of a split weight (vk/weight_parts.rs).
     row0: u32,
     /// Row stride of y: the whole weight's rows.
     ldy: u32,
