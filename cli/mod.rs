@@ -161,9 +161,8 @@ impl SplitArgs {
             return Err("--devices needs at least two devices (--backend picks one)".into());
         }
         match self.shares() {
-            Some(s) => {
-                vkllm::model::layer_split::check_shares(s, self.devices.len()).map_err(|e| e.to_string())
-            }
+            Some(s) => vkllm::model::layer_split::check_shares(s, self.devices.len())
+                .map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }

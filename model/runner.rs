@@ -8,8 +8,8 @@ use crate::backend::{ComputeBackend, DeviceMemoryUse, PassStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
-use crate::model::source::TensorSource;
 use crate::model::layer_split;
+use crate::model::source::TensorSource;
 use crate::model::stage::{KvSpec, PassPlan, Stage};
 use crate::model::weights::WeightOptions;
 use std::ops::Range;
@@ -145,7 +145,9 @@ impl Model {
                 layer_split::check_shares(sh, n)?;
                 layer_split::layer_ranges(cfg.n_layer, sh)?
             }
-            (_, None) => layer_split::layer_ranges(cfg.n_layer, &layer_split::default_shares(&bes))?,
+            (_, None) => {
+                layer_split::layer_ranges(cfg.n_layer, &layer_split::default_shares(&bes))?
+            }
         };
         let max_batch = match opts.max_batch {
             Some(b) => b,

@@ -85,7 +85,7 @@ fn run(exe: &Path, args: &[&str]) -> (String, String) {
 fn the_c_example_runs_against_the_tiny_models_and_smollm2() {
     let tmp = tempfile::tempdir().unwrap();
     let exe = compile(tmp.path());
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"] {
+    for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
         let r: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())

@@ -15,8 +15,6 @@ use vkllm::model::source::{RawTensor, TensorSource};
 use vkllm::model::weights::{ModelWeights, WeightOptions};
 use vkllm::model::ModelConfig;
 
-const ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
-
 struct Table {
     /// Per architecture: tensor base names (`blk.{bid}.attn_q`, no `.weight`).
     tensors: HashMap<String, HashSet<String>>,
@@ -144,7 +142,7 @@ fn table_holds_what_we_rely_on() {
 #[test]
 fn converted_tiny_models_use_llama_cpp_names_and_keys() {
     let t = table();
-    for arch in ARCHS {
+    for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
         let bytes = vkllm::model::convert::gguf_from_hf(&dir, None)
             .unwrap()

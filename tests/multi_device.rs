@@ -10,8 +10,6 @@ use std::path::Path;
 use vkllm::model::{LoadOptions, Model, Output, Want};
 use vkllm::ComputeBackend;
 
-const ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
-
 /// Every prompt logit, then `steps` greedy tokens four ways: a prefill's
 /// argmax, chained device steps, a single step and host argmax of decode
 /// logits (with those logits).
@@ -124,7 +122,7 @@ fn small_batches() -> LoadOptions {
 
 #[test]
 fn cpu_split_equals_one_cpu() {
-    for arch in ARCHS {
+    for arch in common::TINY_ARCHS {
         let ranges = check_split(
             arch,
             &tiny(arch),
@@ -203,7 +201,7 @@ fn two_gpus_equal_one() {
         };
         Box::new(common::vulkan_with(&opts).unwrap()) as Box<dyn ComputeBackend>
     };
-    for arch in ARCHS {
+    for arch in common::TINY_ARCHS {
         check_split(
             arch,
             &tiny(arch),

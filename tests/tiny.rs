@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use vkllm::model::{LoadOptions, Model, Output, Want};
 use vkllm::DType;
 
-const ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
-
 struct Ref {
     prompt: Vec<u32>,
     logits: Vec<f32>,
@@ -132,7 +130,7 @@ fn gguf_copy(arch: &str, dir: &Path) -> (tempfile::TempDir, PathBuf) {
 #[test]
 fn tiny_models_match_transformers() {
     let mut report = Vec::new();
-    for arch in ARCHS {
+    for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
         let r = reference(arch);
         let (_tmp, gguf) = gguf_copy(arch, &dir);
@@ -168,7 +166,7 @@ fn tiny_models_match_transformers() {
 #[test]
 fn replayed_and_chained_decode_equal_fresh_recording() {
     const STEPS: usize = 64;
-    for arch in ARCHS {
+    for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
         let prompt = reference(arch).prompt;
         for backend in backend_names() {

@@ -32,10 +32,10 @@ mod pass;
 mod pipeline;
 mod profiler;
 mod recorder;
-mod weight_parts;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod weight_parts;
 
 pub use caps::{
     list_devices, Caps, DeviceInfo, GemvKernel, Kernels, MatmulKernel, PrefillAttention,

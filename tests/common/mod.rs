@@ -18,6 +18,9 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
+/// Every architecture, by its tiny model under `tests/data/reference/tiny`.
+pub const TINY_ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
+
 /// The transformers references (`tests/data/reference/README.md`).
 pub fn reference_dir() -> PathBuf {
     root().join("tests").join("data").join("reference")
