@@ -2,13 +2,12 @@
 //! turn; the reply streams to stdout. The conversation stays in the KV
 //! cache: a turn evaluates only its own new tokens, not the history.
 
-use super::{BackendArgs, ModelArg};
+use super::{BackendArgs, ModelArg, SamplerArgs};
 use clap::Args;
 use std::io::{BufRead, IsTerminal, Write};
 use std::ops::ControlFlow;
 use vkllm::model::chat::{render_chat, ChatMessage};
 use vkllm::model::generate::GenerateOptions;
-use vkllm::model::sampling::SamplerConfig;
 use vkllm::model::session::Session;
 use vkllm::model::source::ModelSource;
 use vkllm::model::tokenizer::Tokenizer;
@@ -26,21 +25,8 @@ pub struct ChatArgs {
     /// Most tokens per reply
     #[arg(short = 'n', long, default_value_t = 512)]
     max_tokens: usize,
-    /// Sampling temperature; 0 is greedy
-    #[arg(long, visible_alias = "temp", default_value_t = SamplerConfig::default().temperature, value_parser = super::parse_temperature)]
-    temperature: f32,
-    /// Keep the K most likely tokens (0: all)
-    #[arg(long, default_value_t = SamplerConfig::default().top_k)]
-    top_k: usize,
-    /// Nucleus sampling threshold (1: off)
-    #[arg(long, default_value_t = SamplerConfig::default().top_p, value_parser = super::parse_probability)]
-    top_p: f32,
-    /// Drop tokens less likely than P times the best one (0: off)
-    #[arg(long, default_value_t = SamplerConfig::default().min_p, value_parser = super::parse_probability)]
-    min_p: f32,
-    /// Sampling seed
-    #[arg(short = 's', long, default_value_t = SamplerConfig::default().seed)]
-    seed: u64,
+    #[command(flatten)]
+    sampler: SamplerArgs,
 }
 
 pub fn run(a: ChatArgs) -> Result<()> {
@@ -54,14 +40,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let (mut model, _) = super::load_model(bes, &src, &a.backend)?;
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
-        sampler: SamplerConfig {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
-            seed: a.seed,
-            ..SamplerConfig::default()
-        },
+        sampler: a.sampler.config(),
         ..GenerateOptions::default()
     };
     let interactive = std::io::stdin().is_terminal();

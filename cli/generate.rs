@@ -1,13 +1,12 @@
 //! `vkllm generate`: stream generated text, or print one JSON object.
 
-use super::{BackendArgs, ModelArg, TokenIds};
+use super::{BackendArgs, ModelArg, SamplerArgs, TokenIds};
 use clap::{ArgGroup, Args};
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, DEFAULT_DECODE_CHUNK};
 use vkllm::model::runner::MAX_DECODE_STEPS;
-use vkllm::model::sampling::SamplerConfig;
 use vkllm::model::source::ModelSource;
 use vkllm::{Error, Result};
 
@@ -27,27 +26,8 @@ pub struct GenerateArgs {
     /// Most tokens to generate
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
-    /// Sampling temperature; 0 is greedy
-    #[arg(long, visible_alias = "temp", default_value_t = SamplerConfig::default().temperature, value_parser = super::parse_temperature)]
-    temperature: f32,
-    /// Keep the K most likely tokens (0: all)
-    #[arg(long, default_value_t = SamplerConfig::default().top_k)]
-    top_k: usize,
-    /// Nucleus sampling threshold (1: off)
-    #[arg(long, default_value_t = SamplerConfig::default().top_p, value_parser = super::parse_probability)]
-    top_p: f32,
-    /// Drop tokens less likely than P times the best one (0: off)
-    #[arg(long, default_value_t = SamplerConfig::default().min_p, value_parser = super::parse_probability)]
-    min_p: f32,
-    /// Penalty for recently seen tokens (1: off)
-    #[arg(long, default_value_t = SamplerConfig::default().repeat_penalty, value_parser = super::parse_penalty)]
-    repeat_penalty: f32,
-    /// How many recent tokens the repeat penalty looks at
-    #[arg(long, default_value_t = SamplerConfig::default().repeat_last_n)]
-    repeat_last_n: usize,
-    /// Sampling seed (the same seed gives the same text)
-    #[arg(short = 's', long, default_value_t = SamplerConfig::default().seed)]
-    seed: u64,
+    #[command(flatten)]
+    sampler: SamplerArgs,
     /// Keep generating through end-of-sequence (the stop tokens' logits are
     /// barred, as llama.cpp's --ignore-eos does)
     #[arg(long)]
@@ -129,15 +109,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         decode_chunk: a.decode_chunk,
         ignore_eos: a.ignore_eos,
         stop: a.stop.clone(),
-        sampler: SamplerConfig {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
-            repeat_penalty: a.repeat_penalty,
-            repeat_last_n: a.repeat_last_n,
-            seed: a.seed,
-        },
+        sampler: a.sampler.config(),
     };
     // A failed write (stdout closed) stops generation; the error is reported after.
     let mut write_err = None;

@@ -7,12 +7,14 @@ mod convert;
 mod generate;
 mod info;
 mod logits;
+mod sampler_args;
 mod serve;
 mod synth;
 mod tokenize;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sampler_args::SamplerArgs;
 use std::io::{IsTerminal, Write};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
