@@ -66,11 +66,10 @@ pub fn open_backend(
         let be = CpuBackend::with_options(cpu.threads, CpuKernelOptions::from_env()?)?;
         Ok(Box::new(be.with_activations(cpu.activations)))
     };
-    let vulkan = |device: Option<String>| -> Result<(Box<dyn ComputeBackend>, String)> {
-        let mut opts = crate::vk::Options::from_env()?;
-        if device.is_some() {
-            opts.device = device;
-        }
+    // Vulkan's settings are read only where Vulkan is opened, so `cpu`
+    // ignores a bad one.
+    let vk_options = crate::vk::Options::from_env;
+    let open_vulkan = |opts: crate::vk::Options| -> Result<(Box<dyn ComputeBackend>, String)> {
         let be = crate::vk::open(&opts)?;
         let name = be.name();
         Ok((be, name))
@@ -81,15 +80,18 @@ pub fn open_backend(
             let name = be.name();
             Ok((be, name))
         }
-        BackendChoice::Vulkan => vulkan(None),
-        BackendChoice::Device(d) => vulkan(Some(d.clone())),
-        BackendChoice::Auto => match crate::vk::auto_device(&crate::vk::Options::from_env()?) {
-            Ok(name) => {
-                let (be, _) = vulkan(None)?;
-                Ok((be, format!("vulkan ({name})")))
+        BackendChoice::Vulkan => open_vulkan(vk_options()?),
+        BackendChoice::Device(d) => open_vulkan(crate::vk::Options {
+            device: Some(d.clone()),
+            ..vk_options()?
+        }),
+        BackendChoice::Auto => {
+            let opts = vk_options()?;
+            match crate::vk::auto_device(&opts) {
+                Ok(name) => Ok((crate::vk::open(&opts)?, format!("vulkan ({name})"))),
+                Err(why) => Ok((open_cpu()?, format!("cpu ({why})"))),
             }
-            Err(why) => Ok((open_cpu()?, format!("cpu ({why})"))),
-        },
+        }
     }
 }
 
