@@ -5,6 +5,8 @@ use crate::model::chat::{render_chat, ChatMessage};
 use crate::model::generate::GenerateOptions;
 use crate::model::sampling::SamplerConfig;
 use crate::model::tokenizer::Tokenizer;
+use crate::server::limits::Limits;
+use crate::server::worker::Ready;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -208,13 +210,15 @@ pub fn completion_prompt(tok: &Tokenizer, prompt: &PromptField) -> Result<Vec<u3
     }
 }
 
-/// Checks the prompt fits and turns the sampling fields into options.
+/// Checks the prompt fits the model and `limits`, and turns the sampling
+/// fields into options.
 pub fn options(
     c: &Common,
     prompt: &[u32],
-    capacity: usize,
-    vocab: usize,
+    model: &Ready,
+    limits: &Limits,
 ) -> Result<GenerateOptions, ApiError> {
+    let (capacity, vocab) = (model.capacity, model.vocab);
     if prompt.is_empty() {
         return Err(ApiError::invalid("the prompt is empty", Some("prompt")));
     }
@@ -236,9 +240,24 @@ pub fn options(
             )
         });
     }
+    // The same code as a full context: clients react to either by
+    // shortening the prompt.
+    if let Some(most) = limits.max_prompt_tokens.filter(|&m| prompt.len() > m) {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::invalid(
+                format!(
+                    "the prompt has {} tokens but this server takes at most {most}",
+                    prompt.len()
+                ),
+                None,
+            )
+        });
+    }
     if c.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("only n = 1 is supported", Some("n")));
     }
+    let most = limits.max_completion_tokens;
     let max = match (c.max_completion_tokens, c.max_tokens) {
         (Some(n), _) | (None, Some(n)) if n == 0 => {
             return Err(ApiError::invalid(
@@ -246,9 +265,20 @@ pub fn options(
                 Some("max_tokens"),
             ))
         }
-        (Some(n), _) | (None, Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
-        // Until a stop or a full context, as OpenAI's default.
-        (None, None) => usize::MAX,
+        (Some(n), _) | (None, Some(n)) if n > most as u64 => {
+            let field = if c.max_completion_tokens.is_some() {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            return Err(ApiError::invalid(
+                format!("{field} is {n} but this server allows at most {most}"),
+                Some(field),
+            ));
+        }
+        (Some(n), _) | (None, Some(n)) => usize::try_from(n).unwrap_or(most),
+        // Until a stop, a full context or the server's bound.
+        (None, None) => most,
     };
     let stop = match &c.stop {
         None => Vec::new(),

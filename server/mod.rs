@@ -2,19 +2,26 @@
 //! `/v1/chat/completions` and `/v1/completions`, streamed over server-sent
 //! events or not, `/v1/models`, `/health`. One model serves every client:
 //! requests queue in arrival order and run one at a time (see `worker`).
+//! API keys (`auth`) and bounds on what a client may ask (`limits`) are
+//! the caller's to set.
 
 pub mod api;
+pub mod auth;
+pub mod limits;
 pub mod worker;
 
 use crate::error::{ErrorKind, Result};
 use api::{ApiError, Common};
+use auth::ApiKeys;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
+use limits::{BoundedListener, Limits};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,27 +39,49 @@ struct AppState {
     /// The name `/v1/models` lists and responses carry.
     model_name: String,
     next_id: AtomicU64,
+    limits: Limits,
 }
 
-/// Loads the model and serves on `listener` until Ctrl-C or SIGTERM.
+/// Who may use the server and how much one client may ask of it.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// The model name `/v1/models` lists and responses carry.
+    pub model_name: String,
+    pub api_keys: ApiKeys,
+    pub limits: Limits,
+}
+
+/// Serves the loaded model on `listener` until Ctrl-C or SIGTERM.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     jobs: mpsc::Sender<Job>,
     ready: Ready,
-    model_name: String,
+    opts: ServerOptions,
 ) -> Result<()> {
+    let limits = opts.limits;
+    let listener = BoundedListener::new(listener, limits.max_connections);
+    let body_limit = DefaultBodyLimit::max(limits.max_body_bytes);
     let state = Arc::new(AppState {
         jobs: Mutex::new(jobs),
         ready,
-        model_name,
+        model_name: opts.model_name,
         next_id: AtomicU64::new(1),
+        limits,
     });
-    let app = Router::new()
-        .route("/health", get(health))
+    let mut api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
-        .fallback(not_found)
+        .fallback(not_found);
+    if !opts.api_keys.is_empty() {
+        // Unknown paths too: without a key, nothing is told of the API.
+        let keys = Arc::new(opts.api_keys);
+        api = api.layer(middleware::from_fn_with_state(keys, auth::require_key));
+    }
+    let app = Router::new()
+        .route("/health", get(health))
+        .merge(api)
+        .layer(body_limit)
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown())
@@ -116,9 +145,33 @@ enum Kind {
     Text,
 }
 
-async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+/// The body, or why it could not be read (413 past `--max-body-bytes`).
+fn read_body(
+    s: &AppState,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        let message = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            format!(
+                "the request body is larger than this server's limit of {} bytes",
+                s.limits.max_body_bytes
+            )
+        } else {
+            e.body_text()
+        };
+        ApiError {
+            status: e.status(),
+            ..ApiError::invalid(message, None)
+        }
+    })
+}
+
+async fn chat(
+    State(s): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
     let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
-        let req: api::ChatRequest = api::parse(&body)?;
+        let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
         let prompt = api::chat_prompt(&s.ready.tokenizer, &req.messages)?;
         Ok((req.common, prompt))
     };
@@ -128,9 +181,12 @@ async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
     }
 }
 
-async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn completions(
+    State(s): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
     let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
-        let req: api::CompletionRequest = api::parse(&body)?;
+        let req: api::CompletionRequest = api::parse(&read_body(&s, body)?)?;
         let prompt = api::completion_prompt(&s.ready.tokenizer, &req.prompt)?;
         Ok((req.common, prompt))
     };
@@ -142,7 +198,7 @@ async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
 
 /// Queues the job and answers with one JSON object or an event stream.
 async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>) -> Response {
-    let opts = match api::options(&common, &prompt, s.ready.capacity, s.ready.vocab) {
+    let opts = match api::options(&common, &prompt, &s.ready, &s.limits) {
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };

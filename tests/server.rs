@@ -1,12 +1,15 @@
 //! `vkllm serve` as a process on the default model (CPU backend): the
 //! official `openai` Python client (installed by scripts/install-deps.sh
-//! into .tools/openai) and `curl` against it.
+//! into .tools/openai) and `curl` against it; API keys and the server's
+//! limits, each refused with its status while the server goes on serving.
 
 mod common;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// A running server, killed when dropped.
 struct Server {
@@ -22,10 +25,18 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
+    start_with(&[], &[])
+}
+
+/// A server given the extra flags `args` and environment `env`.
+fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
     let model = common::smollm2();
     let mut child = Command::new(env!("CARGO_BIN_EXE_vkllm"))
         .args(["serve", "--port", "0", "-b", "cpu", "-c", "1024", "-m"])
         .arg(&model)
+        .args(args)
+        .env_remove("VKLLM_API_KEY")
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start vkllm serve");
@@ -180,5 +191,167 @@ fn the_official_openai_client_works_unchanged() {
         v["concurrent"]["completion_tokens"],
         serde_json::json!([32, 32, 32, 32])
     );
+    assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+}
+
+/// The `error` object of an error body, checked for OpenAI's shape.
+fn error_of(body: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert!(v["error"]["message"].is_string(), "{body}");
+    assert!(v["error"]["type"].is_string(), "{body}");
+    v["error"].clone()
+}
+
+/// A short greedy completion, answered 200 (with `auth` headers, if any).
+fn good_completion(base: &str, auth: &[&str]) -> Value {
+    let req = r#"{"prompt":"The capital of France is","max_tokens":4,"temperature":0}"#;
+    let url = format!("{base}/completions");
+    let mut args = auth.to_vec();
+    args.extend(["-d", req, &url]);
+    let (body, status) = curl(&args);
+    assert!(status.starts_with("200"), "{status} {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn api_keys_guard_every_endpoint_but_health() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.txt");
+    std::fs::write(&file, "\nkey-from-file\n\n").unwrap();
+    let file = file.to_str().unwrap();
+    // No --api-key: VKLLM_API_KEY is read, and the file's keys added.
+    let s = start_with(
+        &["--api-key-file", file],
+        &[("VKLLM_API_KEY", "key-from-env")],
+    );
+    let root = s.base.trim_end_matches("/v1");
+    let (body, status) = curl(&[&format!("{root}/health")]);
+    assert!(status.starts_with("200"), "{status} {body}");
+    let models = format!("{}/models", s.base);
+    let nothing = format!("{}/nothing", s.base);
+    let chat = format!("{}/chat/completions", s.base);
+    let req = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#;
+    let wrong = "Authorization: Bearer key-from-envX";
+    for (args, challenge) in [
+        (vec![models.as_str()], "bearer\r\n"),
+        (vec![nothing.as_str()], "bearer\r\n"),
+        (vec!["-d", req, chat.as_str()], "bearer\r\n"),
+        (
+            vec!["-H", wrong, models.as_str()],
+            r#"bearer error="invalid_token""#,
+        ),
+        (
+            vec!["-H", "Authorization: key-from-env", models.as_str()],
+            "bearer\r\n",
+        ),
+        (
+            vec!["-H", wrong, "-d", req, chat.as_str()],
+            r#"bearer error="invalid_token""#,
+        ),
+    ] {
+        let (head, _) = curl(&[&["-sS", "-i", "-o", "-"], &args[..]].concat());
+        let (body, status) = curl(&args);
+        assert!(status.starts_with("401"), "{args:?}: {status} {body}");
+        assert_eq!(error_of(&body)["code"], "invalid_api_key", "{body}");
+        let head = head.to_ascii_lowercase();
+        assert!(
+            head.contains(&format!("www-authenticate: {challenge}")),
+            "{args:?}: {head}"
+        );
+    }
+    for key in ["key-from-env", "key-from-file"] {
+        let auth = format!("Authorization: Bearer {key}");
+        let (body, status) = curl(&["-H", &auth, &models]);
+        assert!(status.starts_with("200"), "{key}: {status} {body}");
+        good_completion(&s.base, &["-H", &auth]);
+    }
+    // The scheme is case-insensitive (RFC 7235); an unknown path with a
+    // key is an ordinary 404.
+    let (_, status) = curl(&["-H", "Authorization: bearer key-from-file", &nothing]);
+    assert!(status.starts_with("404"), "{status}");
+}
+
+#[test]
+fn each_limit_is_a_clear_error_and_the_server_goes_on() {
+    let mut s = start_with(
+        &[
+            "--max-body-bytes",
+            "4096",
+            "--max-completion-tokens",
+            "64",
+            "--max-prompt-tokens",
+            "48",
+            "--max-connections",
+            "3",
+        ],
+        &[],
+    );
+    let completions = format!("{}/completions", s.base);
+    let big = format!(r#"{{"prompt":"{}","max_tokens":1}}"#, "x".repeat(5000));
+    let long = format!(r#"{{"prompt":"{}","max_tokens":1}}"#, "word ".repeat(100));
+    for (req, status, needles) in [
+        (big.as_str(), "413", &["limit of 4096 bytes"][..]),
+        (
+            r#"{"prompt":"hi","max_tokens":65}"#,
+            "400",
+            &["max_tokens is 65", "at most 64"],
+        ),
+        (
+            r#"{"prompt":"hi","max_completion_tokens":1000000}"#,
+            "400",
+            &["max_completion_tokens is 1000000", "at most 64"],
+        ),
+        (
+            long.as_str(),
+            "400",
+            &["the prompt has 101 tokens", "at most 48"],
+        ),
+    ] {
+        let (body, got) = curl(&["-d", req, &completions]);
+        assert!(got.starts_with(status), "{got} {body}");
+        let e = error_of(&body);
+        for needle in needles {
+            assert!(e["message"].as_str().unwrap().contains(needle), "{body}");
+        }
+        good_completion(&s.base, &[]);
+    }
+    // Without max_tokens a request stops at the server's bound.
+    let req = r#"{"prompt":"Once upon a time","temperature":0,"ignore_eos":true}"#;
+    let (body, got) = curl(&["-d", req, &completions]);
+    assert!(got.starts_with("200"), "{got} {body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 64, "{body}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{body}");
+
+    // Three idle sockets fill the server; a fourth client is told 503.
+    let addr = s.base.trim_start_matches("http://");
+    let addr = addr.trim_end_matches("/v1");
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let (head, _) = curl(&["-sS", "-i", "-o", "-", &format!("{}/models", s.base)]);
+    let (body, status) = curl(&[&format!("{}/models", s.base)]);
+    assert!(status.starts_with("503"), "{status} {body}");
+    assert!(error_of(&body)["message"]
+        .as_str()
+        .unwrap()
+        .contains("3 connections open"));
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    // Once they close, clients are served again (the server notices each
+    // close a moment later, hence the bounded retries).
+    drop(held);
+    let served = (0..50).any(|_| {
+        let (_, status) = curl(&[&format!("{}/models", s.base)]);
+        status.starts_with("200") || {
+            std::thread::sleep(Duration::from_millis(100));
+            false
+        }
+    });
+    assert!(
+        served,
+        "the server still refuses after its connections closed"
+    );
+    good_completion(&s.base, &[]);
     assert!(s.child.try_wait().unwrap().is_none(), "the server died");
 }
