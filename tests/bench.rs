@@ -32,9 +32,7 @@ fn forward_on_cpu(path: &Path) -> ModelConfig {
         max_batch: Some(8),
         ..LoadOptions::default()
     };
-    let mut m = vkllm::open::load(vec![common::cpu()], path, &opts, &mut |_, _| {})
-        .unwrap()
-        .model;
+    let mut m = common::load_model(common::cpu(), path, &opts);
     let cfg = m.config().clone();
     let ModelOutput::Logits(logits) = m.forward(&[1, 2, 3, 4], Want::LastLogits).unwrap() else {
         panic!("asked for logits");

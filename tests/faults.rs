@@ -55,14 +55,7 @@ fn vulkan_backend_created_and_dropped_100_times_leaks_nothing() {
 /// Device buffers a full load of SmolLM2 makes (weights, KV cache, scratch).
 fn allocations_of_a_load(opts: &Options) -> usize {
     let be = Box::new(VulkanBackend::new(opts).unwrap());
-    let mut m = vkllm::open::load(
-        vec![be],
-        &common::smollm2(),
-        &small_context(),
-        &mut |_, _| {},
-    )
-    .unwrap()
-    .model;
+    let mut m = common::load_model(be, &common::smollm2(), &small_context());
     m.backend().device_memory().unwrap().allocations
 }
 
@@ -121,14 +114,7 @@ fn device_memory_running_out_during_a_pass_is_a_clean_error() {
         ..opts
     };
     let be = Box::new(VulkanBackend::new(&opts).unwrap());
-    let mut m = vkllm::open::load(
-        vec![be],
-        &common::smollm2(),
-        &small_context(),
-        &mut |_, _| {},
-    )
-    .unwrap()
-    .model;
+    let mut m = common::load_model(be, &common::smollm2(), &small_context());
     let e = m
         .forward(&[1, 2, 3], Want::LastLogits)
         .expect_err("the pass ran");
@@ -175,14 +161,7 @@ fn device_lost_during_generation_is_a_clean_error_and_the_model_drops() {
             ..opts.clone()
         };
         let be = Box::new(VulkanBackend::new(&opts).unwrap());
-        let mut m = vkllm::open::load(
-            vec![be],
-            &common::smollm2(),
-            &small_context(),
-            &mut |_, _| {},
-        )
-        .unwrap()
-        .model;
+        let mut m = common::load_model(be, &common::smollm2(), &small_context());
         // `after` passes run; a forward takes at least one.
         let e = (1..=after as u32 + 1)
             .find_map(|id| m.forward(&[id], Want::LastLogits).err())

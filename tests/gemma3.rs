@@ -255,9 +255,7 @@ fn greedy(
         context: Some(128),
         ..Default::default()
     };
-    let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
-        .unwrap()
-        .model;
+    let mut model = common::load_model(be, &path, &opts);
     let opts = GenerateOptions {
         max_tokens: n,
         ..Default::default()

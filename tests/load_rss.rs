@@ -32,9 +32,7 @@ fn loading_onto_vulkan_peaks_within_the_file_size_plus_kv_cache() {
         ..LoadOptions::default()
     };
     let before = process();
-    let mut m = vkllm::open::load(vec![Box::new(be)], &path, &opts, &mut |_, _| {})
-        .unwrap()
-        .model;
+    let mut m = common::load_model(Box::new(be), &path, &opts);
     let after = process();
     let c = m.config();
     let kv = (2 * c.n_layer * m.capacity() * c.kv_dim() * m.kv_dtype().block_bytes()) as f64;

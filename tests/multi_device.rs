@@ -80,9 +80,7 @@ fn check_split(
     opts: &LoadOptions,
     work: Work,
 ) -> Vec<std::ops::Range<usize>> {
-    let mut single = vkllm::open::load(vec![one], path, opts, &mut |_, _| {})
-        .unwrap()
-        .model;
+    let mut single = common::load_model(one, path, opts);
     let prompt = prompt_for(&single, work.prompt);
     let (want_logits, want_tokens) = run(&mut single, &prompt, work.steps);
     drop(single);

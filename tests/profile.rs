@@ -136,9 +136,7 @@ fn profile_times_each_dispatch_and_copy_of_a_pass() {
 fn profile_of_a_model_forward_matches_the_pass_stats() {
     let Some(be) = common::vulkan() else { return };
     let dir = common::reference_dir().join("tiny").join("llama");
-    let mut model = vkllm::open::load(vec![be], &dir, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .model;
+    let mut model = common::load_model(be, &dir, &LoadOptions::default());
     model.set_profiling(true).unwrap();
     model.forward(&[1, 2, 3], Want::LastLogits).unwrap();
     let stats = model.last_pass_stats().unwrap();

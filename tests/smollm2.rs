@@ -108,9 +108,7 @@ fn check(
             kv_cache: Some(kv),
             ..Default::default()
         };
-        let mut model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
-            .unwrap()
-            .model;
+        let mut model = common::load_model(be, &path, &opts);
         for (i, r) in refs.iter().enumerate() {
             model.reset();
             let logits = model.logits(&r.prompt_ids).unwrap();

@@ -54,9 +54,7 @@ fn load(be: Box<dyn ComputeBackend>) -> Model {
     };
     let path =
         std::env::var_os("VKLLM_SOAK_MODEL").map_or_else(common::smollm2, std::path::PathBuf::from);
-    vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
-        .unwrap()
-        .model
+    common::load_model(be, &path, &opts)
 }
 
 /// Prompt `i`: 5 to 40 ids spread over the model's vocabulary, above its

@@ -45,11 +45,7 @@ fn models_on_separate_threads_at_once_match_each_alone() {
     // The tiny Llama of the reference set (2 layers, 512 tokens): quick
     // enough for four models under the validation layer on lavapipe.
     let path = common::reference_dir().join("tiny").join("llama");
-    let load = |be: Box<dyn ComputeBackend>| {
-        vkllm::open::load(vec![be], &path, &LoadOptions::default(), &mut |_, _| {})
-            .unwrap()
-            .model
-    };
+    let load = |be: Box<dyn ComputeBackend>| common::load_model(be, &path, &LoadOptions::default());
     // Two models on the CPU and, where there is a device, two on Vulkan: one
     // thread each. Backends are created (and later dropped) on this thread:
     // the validation layer's instance bookkeeping is not thread-safe (see

@@ -172,10 +172,7 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
         for backend in backend_names() {
             let load = |replay: bool| {
                 let be = open(backend, DType::F16);
-                let mut m =
-                    vkllm::open::load(vec![be], &dir, &LoadOptions::default(), &mut |_, _| {})
-                        .unwrap()
-                        .model;
+                let mut m = common::load_model(be, &dir, &LoadOptions::default());
                 m.set_replay(replay);
                 m
             };
@@ -241,14 +238,7 @@ fn kernels_made_at_load_change_nothing_and_leave_none_to_compile() {
                 } else {
                     be
                 };
-                let mut m = vkllm::open::load(
-                    vec![Box::new(be)],
-                    &dir,
-                    &LoadOptions::default(),
-                    &mut |_, _| {},
-                )
-                .unwrap()
-                .model;
+                let mut m = common::load_model(Box::new(be), &dir, &LoadOptions::default());
                 let logits = m.logits(&prompt).unwrap();
                 let prompt_made = m.last_pass_stats().unwrap().kernels_made;
                 let tokens = m.decode_greedy(argmax(&logits), 16).unwrap();
@@ -325,9 +315,7 @@ fn prompt_lengths_match_token_by_token() {
                 kv_cache: Some(kv),
                 ..LoadOptions::default()
             };
-            let mut model = vkllm::open::load(vec![be], &dir, &opts, &mut |_, _| {})
-                .unwrap()
-                .model;
+            let mut model = common::load_model(be, &dir, &opts);
             let vocab = model.config().vocab as u32;
             // Deterministic ids spread over the vocabulary.
             let ids: Vec<u32> = (0..longest as u32)

@@ -48,6 +48,17 @@ pub fn smollm2() -> PathBuf {
 
 /// The CPU backend with the environment's kernel settings (`VKLLM_CPU_ISA`,
 /// `VKLLM_CPU_REPACK`).
+/// `path` loaded onto one backend with `opts`, for tests that expect it to load.
+pub fn load_model(
+    be: Box<dyn ComputeBackend>,
+    path: &Path,
+    opts: &vkllm::model::LoadOptions,
+) -> vkllm::model::Model {
+    vkllm::open::load(vec![be], path, opts, &mut |_, _| {})
+        .unwrap()
+        .model
+}
+
 pub fn cpu() -> Box<dyn ComputeBackend> {
     let opts = vkllm::cpu::CpuKernelOptions::from_env().unwrap();
     Box::new(vkllm::cpu::CpuBackend::with_options(None, opts).unwrap())
