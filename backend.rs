@@ -69,6 +69,36 @@ pub struct RopeParams {
     pub style: RopeStyle,
 }
 
+/// A paged KV cache: the cache buffers hold `pages` pages of `1 <<
+/// page_log2` positions, and row `r`'s position `p` lives in cache row
+/// `table[r * stride + (p >> page_log2)] << page_log2 | p % page_len`
+/// (`table` holds `u32` page ids). `stride` 0: every row reads the first
+/// table (the rows of one sequence, a prompt chunk); otherwise each row has
+/// a table of its own, `stride` entries apart (a decode step of several
+/// sequences). Without pages, position `p` is cache row `p`.
+///
+/// A page id at or past `pages` is never followed: the row stores nothing
+/// there and attends as if that position held nothing (devices that cannot
+/// report it) or fails (the CPU). The runner writes only valid ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPages {
+    pub table: Buffer,
+    pub page_log2: u32,
+    pub stride: usize,
+    pub pages: usize,
+}
+
+impl KvPages {
+    /// Positions per page.
+    pub fn page_len(&self) -> usize {
+        1 << self.page_log2
+    }
+    /// Rows of each cache buffer: `pages` pages.
+    pub fn cache_rows(&self) -> usize {
+        self.pages << self.page_log2
+    }
+}
+
 /// Causal multi-head attention of `rows` query rows against a KV cache.
 ///
 /// `q` is `[rows, n_heads * head_dim]`; the caches are `[capacity, n_kv_heads *
@@ -84,7 +114,9 @@ pub struct AttentionParams {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    /// Cache capacity in positions (rows of the cache buffers).
+    /// Cache capacity in positions (rows of the cache buffers); with
+    /// `pages`, the positions one sequence may hold (a row's table length
+    /// times the page length; the buffers hold `pages.cache_rows()` rows).
     pub capacity: usize,
     /// The most positions any row of the pass attends (at most `capacity`):
     /// a device plans its key splits for this span. It bounds no result: a
@@ -94,6 +126,8 @@ pub struct AttentionParams {
     pub window: usize,
     /// Element type of both caches: `F32` or `F16`.
     pub kv_dtype: DType,
+    /// Where the positions live when the cache is paged.
+    pub pages: Option<KvPages>,
     /// The weight that reads the output next (the o projection), when
     /// known: a device may write the output in the form that weight's matmul
     /// reads (Vulkan: int8 digits for its integer-dot GEMV).
@@ -475,7 +509,8 @@ pub trait ComputeBackend: Send {
     /// values (the KV-cache append at positions read on the device); `dst`
     /// holds `dst_dtype` values (`F32`, or `F16` rounded from `src`, with an
     /// even `row_len`). A position past `dst` is skipped (the attention op
-    /// reports it).
+    /// reports it). With `pages` the rows go where the tables say.
+    #[allow(clippy::too_many_arguments)]
     fn store_rows(
         &mut self,
         src: &Buffer,
@@ -484,13 +519,15 @@ pub trait ComputeBackend: Send {
         rows: usize,
         row_len: usize,
         dst_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()>;
     /// The attention front of a step in one op: [`ComputeBackend::rope`] on
     /// `q` in place (`p.n_heads` heads), `k` (`n_kv_heads` heads) roped with
     /// the same parameters into `k_cache` row `positions[r]`, `v` copied into
     /// `v_cache` row `positions[r]`. `p.rot_dim == 0`: no rotation (learned
     /// positions). A position past the caches stores nothing. The caches
-    /// hold `kv_dtype` values (as `store_rows`' `dst_dtype`).
+    /// hold `kv_dtype` values (as `store_rows`' `dst_dtype`), paged as
+    /// `pages` says.
     #[allow(clippy::too_many_arguments)]
     fn rope_store(
         &mut self,
@@ -503,6 +540,7 @@ pub trait ComputeBackend: Send {
         p: &RopeParams,
         n_kv_heads: usize,
         kv_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()>;
     /// [`ComputeBackend::rope_store`] then [`ComputeBackend::attention`] over
     /// the same rows and heads (`rope` and `p` must agree): the front of an
@@ -532,6 +570,7 @@ pub trait ComputeBackend: Send {
             rope,
             p.n_kv_heads,
             p.kv_dtype,
+            p.pages.as_ref(),
         )?;
         self.attention(q, k_cache, v_cache, positions, out, p)
     }
@@ -545,7 +584,7 @@ pub trait ComputeBackend: Send {
 /// Checks shared by every backend's op entry points, so shape errors read the
 /// same whichever device runs.
 pub mod check {
-    use super::Buffer;
+    use super::{Buffer, KvPages};
     use crate::dtype::DType;
     use crate::error::{Error, Result};
 
@@ -584,6 +623,50 @@ pub mod check {
             ));
         }
         Ok(())
+    }
+
+    /// Rows the cache buffers of an op over `rows` rows must hold, for
+    /// sequences of up to `capacity` positions: `capacity` unpaged, else
+    /// the pages' rows, once the page table is checked to hold every row's
+    /// table (`capacity` positions' pages each).
+    pub fn kv_rows(
+        op: &'static str,
+        pages: Option<&KvPages>,
+        rows: usize,
+        capacity: usize,
+    ) -> Result<usize> {
+        let Some(pg) = pages else {
+            return Ok(capacity);
+        };
+        if pg.page_log2 >= 31 {
+            return Err(Error::op(
+                op,
+                format!("pages of 2^{} positions are too long", pg.page_log2),
+            ));
+        }
+        let per_row = capacity.div_ceil(pg.page_len());
+        if pg.stride != 0 && pg.stride < per_row {
+            return Err(Error::op(
+                op,
+                format!(
+                    "page tables {} entries apart cannot map {capacity} positions in pages of {}",
+                    pg.stride,
+                    pg.page_len()
+                ),
+            ));
+        }
+        let entries = match pg.stride {
+            0 => per_row,
+            s => rows
+                .saturating_sub(1)
+                .checked_mul(s)
+                .and_then(|n| n.checked_add(per_row))
+                .ok_or_else(|| Error::op(op, "page tables overflow"))?,
+        };
+        fits(op, "page table", &pg.table, entries)?;
+        pg.pages
+            .checked_mul(pg.page_len())
+            .ok_or_else(|| Error::op(op, "pages overflow"))
     }
 
     /// `buf` must hold at least `elems` 4-byte values.

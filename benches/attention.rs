@@ -121,6 +121,7 @@ fn main() {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: 0,
             kv_dtype: DType::F16,
+            pages: None,
             next: None,
         };
         for depth in [512usize, 4608] {

@@ -202,6 +202,7 @@ fn bench_small_ops(c: &mut Criterion) {
                     scale: 0.125,
                     window: 0,
                     kv_dtype: DType::F32,
+                    pages: None,
                     next: None,
                 };
                 let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();

@@ -32,7 +32,8 @@ pub use options::CpuKernelOptions;
 pub use simd::Isa;
 
 use crate::backend::{
-    check, Activation, AttentionParams, Buffer, ComputeBackend, LinearOpts, RopeParams, Weight,
+    check, Activation, AttentionParams, Buffer, ComputeBackend, KvPages, LinearOpts, RopeParams,
+    Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -550,13 +551,20 @@ impl ComputeBackend for CpuBackend {
         // About rows * heads * head_dim * (2 * kv length); positions are only
         // known inside, so assume half the cache.
         let work = nq.saturating_mul(p.capacity);
-        let inputs = [q, k_cache, v_cache, positions];
+        let table = p.pages.map(|pg| pg.table);
+        let mut inputs = vec![q, k_cache, v_cache, positions];
+        inputs.extend(table.as_ref());
         self.with_out("attention", out, nq, work, &inputs, |s, dst, ctx| {
             let qs = s.f32s("attention", "q", q, nq)?;
             let ks = s.f32s("attention", "k_cache", k_cache, nkv)?;
             let vs = s.f32s("attention", "v_cache", v_cache, nkv)?;
             let pos = s.u32s("attention", "positions", positions, p.rows)?;
-            attention::run(ctx, qs, ks, vs, pos, dst, &p)
+            let words = match &table {
+                Some(t) => Some(s.u32s("attention", "page table", t, t.bytes / 4)?),
+                None => None,
+            };
+            let cache = attention::CacheRows::new(words, p.pages.as_ref());
+            attention::run(ctx, qs, ks, vs, pos, cache, dst, &p)
         })
     }
 
@@ -678,12 +686,13 @@ impl ComputeBackend for CpuBackend {
         rows: usize,
         row_len: usize,
         dst_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()> {
         self.in_pass("store_rows")?;
         f32_cache("store_rows", dst_dtype)?;
         let bytes = (src.bytes + dst.bytes) as u64;
         self.timed("store_rows", bytes, |b| {
-            store_rows::run(&mut b.store, src, dst, positions, rows, row_len)
+            store_rows::run(&mut b.store, src, dst, positions, rows, row_len, pages)
         })
     }
 
@@ -705,6 +714,7 @@ impl ComputeBackend for CpuBackend {
         p: &RopeParams,
         n_kv_heads: usize,
         kv_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()> {
         f32_cache("rope_store", kv_dtype)?;
         self.rope(q, positions, p)?;
@@ -718,6 +728,7 @@ impl ComputeBackend for CpuBackend {
                 v_cache,
                 p,
                 n_kv_heads,
+                pages,
             )
         })
     }

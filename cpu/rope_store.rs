@@ -3,7 +3,7 @@
 
 use super::buffers::Store;
 use super::{rope, store_rows};
-use crate::backend::{Buffer, RopeParams};
+use crate::backend::{Buffer, KvPages, RopeParams};
 use crate::error::{Error, Result};
 
 const OP: &str = "rope_store";
@@ -19,6 +19,7 @@ pub(crate) fn store_kv(
     v_cache: &Buffer,
     p: &RopeParams,
     n_kv_heads: usize,
+    pages: Option<&KvPages>,
 ) -> Result<()> {
     let kp = RopeParams {
         n_heads: n_kv_heads,
@@ -31,13 +32,6 @@ pub(crate) fn store_kv(
     let kvd = n_kv_heads
         .checked_mul(p.head_dim)
         .ok_or_else(|| Error::op(OP, "n_kv_heads * head_dim overflows"))?;
-    let out: &mut [f32] = bytemuck::cast_slice_mut(store.words_mut(OP, "k_cache", k_cache)?);
-    let capacity = out.len() / kvd.max(1);
-    for (row, &at) in roped.chunks_exact(kvd.max(1)).zip(&pos) {
-        let at = at as usize;
-        if at < capacity {
-            out[at * kvd..(at + 1) * kvd].copy_from_slice(row);
-        }
-    }
-    store_rows::run(store, v, v_cache, positions, p.rows, kvd)
+    store_rows::write_rows(store, &roped, k_cache, positions, p.rows, kvd, pages)?;
+    store_rows::run(store, v, v_cache, positions, p.rows, kvd, pages)
 }

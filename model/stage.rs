@@ -294,6 +294,7 @@ impl Stage {
                 scale: c.attn_scale,
                 window: lc.window,
                 kv_dtype: kv.dtype,
+                pages: None,
                 next: Some(NextWeight::of(&lw.o.w)),
             };
             self.be.rope_store_attention(

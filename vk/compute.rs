@@ -5,8 +5,8 @@ use super::memory::STAGING_CAP;
 use super::recorder::Slot;
 use super::{layout, VulkanBackend};
 use crate::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, LinearOpts, PassStats,
-    RopeParams, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, KvPages, LinearOpts,
+    PassStats, RopeParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -312,10 +312,10 @@ impl ComputeBackend for VulkanBackend {
             bytes: usize) => encode_copy;
         "argmax": fn argmax(x: &Buffer, out: &Buffer, rows: usize, n: usize) => encode_argmax;
         "store_rows": fn store_rows(src: &Buffer, dst: &Buffer, positions: &Buffer, rows: usize,
-            row_len: usize, dst_dtype: DType) => encode_store_rows;
+            row_len: usize, dst_dtype: DType, pages: Option<&KvPages>) => encode_store_rows;
         "rope_store": fn rope_store(q: &Buffer, k: &Buffer, v: &Buffer, positions: &Buffer,
             k_cache: &Buffer, v_cache: &Buffer, p: &RopeParams, n_kv_heads: usize,
-            kv_dtype: DType) => encode_rope_store;
+            kv_dtype: DType, pages: Option<&KvPages>) => encode_rope_store;
         "attention": fn rope_store_attention(q: &Buffer, k: &Buffer, v: &Buffer,
             positions: &Buffer, k_cache: &Buffer, v_cache: &Buffer, rope: &RopeParams,
             p: &AttentionParams, out: &Buffer) => encode_rope_store_attention;

@@ -32,6 +32,7 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
                     scale: 1.0 / (head_dim as f32).sqrt(),
                     window,
                     kv_dtype: DType::F32,
+                    pages: None,
                     next: None,
                 };
                 let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
@@ -129,6 +130,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 window,
                 kv_dtype: DType::F32,
+                pages: None,
                 next: None,
             };
             let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
@@ -176,6 +178,7 @@ fn attention_window_and_causality_change_the_result() {
         scale: 0.3,
         window: 3,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     let q = rand_f32(16, 1);
@@ -223,6 +226,7 @@ fn attention_f16_cache((name, mut b): Named) {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: DType::F16,
+            pages: None,
             next: None,
         };
         let kv = capacity * n_kv_heads * head_dim;
@@ -363,6 +367,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window,
             kv_dtype: dtype,
+            pages: None,
             next: None,
         };
         let q: Vec<f32> = rand_f32(n_heads * head_dim, 91)
@@ -409,7 +414,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
         }
         let got = download_f32(b.as_mut(), &out, q.len());
         pass(b.as_mut(), |b| {
-            b.rope_store(&qb2, &kb, &vb, &pb, &kcb2, &vcb2, &rope, n_kv, dtype)
+            b.rope_store(&qb2, &kb, &vb, &pb, &kcb2, &vcb2, &rope, n_kv, dtype, None)
                 .unwrap()
         });
         let [kc, vc, kc2, vc2] = [kcb, vcb, kcb2, vcb2].map(|buf| download_cache(b.as_mut(), &buf));

@@ -155,7 +155,7 @@ fn store_rows_and_rope_store_write_the_cache_at_positions((name, mut b): Named) 
         let pb = upload_u32(b.as_mut(), &positions);
         let (qb, kb, vb, kcb, vcb) = (&bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4]);
         pass(b.as_mut(), |b| {
-            b.rope_store(qb, kb, vb, &pb, kcb, vcb, &p, n_kv, DType::F32)
+            b.rope_store(qb, kb, vb, &pb, kcb, vcb, &p, n_kv, DType::F32, None)
                 .unwrap()
         });
         let what = format!("{name} {style:?} rot={rot_dim}");
@@ -171,7 +171,7 @@ fn store_rows_and_rope_store_write_the_cache_at_positions((name, mut b): Named) 
         // store_rows alone: exact, the same rows.
         let cache = upload_f32(b.as_mut(), &old);
         pass(b.as_mut(), |b| {
-            b.store_rows(vb, &cache, &pb, rows, kvd, DType::F32)
+            b.store_rows(vb, &cache, &pb, rows, kvd, DType::F32, None)
                 .unwrap()
         });
         assert_eq!(
@@ -224,7 +224,7 @@ fn kv_cache_f16_rope_store_and_store_rows((name, mut b): Named) {
         let (vcb, _) = upload_f16(b.as_mut(), &old);
         let pb = upload_u32(b.as_mut(), &positions);
         b.begin_pass().unwrap();
-        let r = b.rope_store(&qb, &kb, &vb, &pb, &kcb, &vcb, &p, n_kv, DType::F16);
+        let r = b.rope_store(&qb, &kb, &vb, &pb, &kcb, &vcb, &p, n_kv, DType::F16, None);
         b.end_pass().unwrap();
         if f16_unsupported(r, &name) {
             continue;
@@ -237,7 +237,7 @@ fn kv_cache_f16_rope_store_and_store_rows((name, mut b): Named) {
         // store_rows alone into an f16 cache.
         let (cache, _) = upload_f16(b.as_mut(), &old);
         pass(b.as_mut(), |b| {
-            b.store_rows(&vb, &cache, &pb, rows, kvd, DType::F16)
+            b.store_rows(&vb, &cache, &pb, rows, kvd, DType::F16, None)
                 .unwrap()
         });
         let got = download_f16(b.as_mut(), &cache, old.len());
@@ -250,7 +250,7 @@ fn kv_cache_f16_rope_store_and_store_rows((name, mut b): Named) {
         b.alloc(4).unwrap(),
     );
     b.begin_pass().unwrap();
-    let r = b.store_rows(&src, &dst, &pb, 1, 3, DType::F16);
+    let r = b.store_rows(&src, &dst, &pb, 1, 3, DType::F16, None);
     b.end_pass().unwrap();
     assert!(r.is_err(), "{name}: odd f16 row accepted");
 }

@@ -57,6 +57,7 @@ fn bad_shapes_and_handles_are_errors((name, mut b): Named) {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     assert!(

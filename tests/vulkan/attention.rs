@@ -188,6 +188,7 @@ fn attention_case(
         scale: 1.0 / (head_dim as f32).sqrt(),
         window,
         kv_dtype,
+        pages: None,
         next: None,
     };
     let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();

@@ -80,6 +80,7 @@ fn out_of_range_shapes_are_errors() {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     assert!(
@@ -142,6 +143,7 @@ fn out_of_range_shapes_are_errors() {
         scale: 1.0,
         window: 0,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     b.begin_pass().unwrap();

@@ -160,6 +160,7 @@ fn barriers_only_between_dependent_ops() {
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     b.begin_pass().unwrap();
@@ -224,6 +225,7 @@ fn replayed_pass_reads_new_token_and_position() {
         scale: 0.125,
         window: 0,
         kv_dtype: DType::F32,
+        pages: None,
         next: None,
     };
     // One decode step: embed, attend over positions 0..=pos, project, argmax.

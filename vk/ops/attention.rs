@@ -284,6 +284,9 @@ impl Encoder<'_> {
         p: &AttentionParams,
     ) -> Result<()> {
         const OP: &str = "attention";
+        if p.pages.is_some() {
+            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
+        }
         if p.n_heads == 0 || p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(Error::op(
                 OP,

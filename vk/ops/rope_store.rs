@@ -3,7 +3,7 @@
 
 use super::Encoder;
 use super::{plain, read, u32_of, write};
-use crate::backend::{check, Buffer, RopeParams, RopeStyle};
+use crate::backend::{check, Buffer, KvPages, RopeParams, RopeStyle};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -33,8 +33,12 @@ impl Encoder<'_> {
         p: &RopeParams,
         n_kv_heads: usize,
         kv_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()> {
         const OP: &str = "rope_store";
+        if pages.is_some() {
+            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
+        }
         let size = check::kv_value_bytes(OP, kv_dtype)?;
         let f16 = kv_dtype == DType::F16;
         if f16 && !p.head_dim.is_multiple_of(2) {

@@ -48,6 +48,7 @@ impl Encoder<'_> {
                 rope,
                 p.n_kv_heads,
                 p.kv_dtype,
+                p.pages.as_ref(),
             )?;
             return self.encode_attention(q, k_cache, v_cache, positions, out, p);
         };

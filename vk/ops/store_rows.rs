@@ -3,7 +3,7 @@
 
 use super::Encoder;
 use super::{plain, read, u32_of, write};
-use crate::backend::{check, Buffer};
+use crate::backend::{check, Buffer, KvPages};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
@@ -17,6 +17,7 @@ struct Push {
 }
 
 impl Encoder<'_> {
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::vk) fn encode_store_rows(
         &mut self,
         src: &Buffer,
@@ -25,8 +26,12 @@ impl Encoder<'_> {
         rows: usize,
         row_len: usize,
         dst_dtype: DType,
+        pages: Option<&KvPages>,
     ) -> Result<()> {
         const OP: &str = "store_rows";
+        if pages.is_some() {
+            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
+        }
         let size = check::kv_value_bytes(OP, dst_dtype)?;
         let f16 = dst_dtype == DType::F16;
         if f16 && !row_len.is_multiple_of(2) {
