@@ -1,9 +1,11 @@
 //! Model files, tokenizers, chat templates, sampling and the transformer runner.
 
+mod batch;
 pub(crate) mod byte_vocab;
 pub mod chat;
 pub mod config;
 pub mod convert;
+pub mod engine;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_write;
@@ -20,4 +22,5 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};
+pub use kv_pages::SeqId;
 pub use runner::{LoadOptions, Model, Output, Want};

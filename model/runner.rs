@@ -8,6 +8,7 @@ use crate::backend::{ComputeBackend, DeviceMemoryUse, PassStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
+use crate::model::kv_pages::{PageCopy, PagePool, SeqId};
 use crate::model::layer_split;
 use crate::model::source::TensorSource;
 use crate::model::stage::{KvSpec, PassPlan, Stage};
@@ -17,8 +18,14 @@ use std::ops::Range;
 /// How a model is put on its backends.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// KV-cache capacity in positions; `None` = the model's context, capped at 8192.
+    /// Positions one sequence may hold; `None` = the model's context,
+    /// capped at 8192.
     pub context: Option<usize>,
+    /// Most sequences decoding together ([`Model::decode_rows`]); `None` = 1.
+    pub sequences: Option<usize>,
+    /// Positions of the KV page pool all sequences share; `None` = a full
+    /// context per sequence.
+    pub kv_positions: Option<usize>,
     /// Most prompt rows per pass; longer prompts run in several passes.
     /// `None` = the backend's [`ComputeBackend::default_max_batch`].
     pub max_batch: Option<usize>,
@@ -55,6 +62,18 @@ const DECODE_GREEDY: u32 = 0;
 const DECODE_LOGITS: u32 = 1;
 /// A split model's greedy step: the token read back by the host.
 const DECODE_TOKEN: u32 = 2;
+/// A decode step of several sequences: every row's argmax, or logits.
+pub(crate) const BATCH_ARGMAX: u32 = 3;
+pub(crate) const BATCH_LOGITS: u32 = 4;
+
+/// Positions per KV page, as a power of two: 64 keeps a page table of an
+/// 8192-position context at 128 entries and a cached prefix within 63
+/// tokens of what it could be.
+const PAGE_LOG2: u32 = 6;
+
+/// The token of positions [`Model::set_n_past`] pretends are cached: no
+/// id, so no prompt's prefix lookup finds them.
+const UNKNOWN_TOKEN: u32 = u32::MAX;
 
 /// Decode passes are planned for the span their rows attend (attention's key
 /// splits follow it) and kept per span class: powers of two from this many
@@ -70,14 +89,14 @@ pub fn decode_span(end: usize, capacity: usize) -> usize {
 
 /// The span class of a pass whose last row sits at `end - 1`.
 #[derive(Clone, Copy)]
-struct SpanClass {
+pub(crate) struct SpanClass {
     /// Positions the pass is planned for.
-    span: usize,
+    pub(crate) span: usize,
     log2: u32,
 }
 
 impl SpanClass {
-    fn of(end: usize, capacity: usize) -> SpanClass {
+    pub(crate) fn of(end: usize, capacity: usize) -> SpanClass {
         let class = end.max(MIN_SPAN_CLASS).next_power_of_two();
         SpanClass {
             span: class.min(capacity),
@@ -85,9 +104,10 @@ impl SpanClass {
         }
     }
 
-    /// The replay key of decode pass kind `base` in this class.
-    fn key(self, base: u32) -> u32 {
-        base | self.log2 << 2
+    /// The replay key of decode pass kind `base` in this class, for a
+    /// batch of `1 << bucket_log2` rows.
+    pub(crate) fn key(self, base: u32, bucket_log2: u32) -> u32 {
+        base | self.log2 << 3 | bucket_log2 << 9
     }
 }
 
@@ -117,14 +137,19 @@ pub struct StageInfo {
 /// host once per boundary per pass), with its KV cache: feed token ids,
 /// get tokens or logits.
 pub struct Model {
-    stages: Vec<Stage>,
-    cfg: ModelConfig,
-    kv: KvSpec,
-    n_past: usize,
+    pub(crate) stages: Vec<Stage>,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) kv: KvSpec,
+    /// Every sequence's KV pages.
+    pub(crate) pool: PagePool,
+    /// The sequence of the single-sequence API ([`Model::forward`], ...).
+    solo: SeqId,
+    /// Most rows of a decode step of several sequences.
+    pub(crate) max_sequences: usize,
     /// Decode passes are kept and replayed (see [`Model::set_replay`]).
-    replay: bool,
+    pub(crate) replay: bool,
     /// Host copy of the residual stream at a stage boundary.
-    boundary: Vec<u8>,
+    pub(crate) boundary: Vec<u8>,
 }
 
 impl Model {
@@ -167,11 +192,29 @@ impl Model {
                 DType::F32
             }
         });
+        let sequences = opts.sequences.unwrap_or(1);
+        if sequences == 0 {
+            return Err(Error::Invalid("sequences must be at least 1".into()));
+        }
+        let page_len = 1usize << PAGE_LOG2;
+        let pool_positions = match opts.kv_positions {
+            Some(n) => n,
+            None => capacity.checked_mul(sequences).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{sequences} sequences of {capacity} positions overflow"
+                ))
+            })?,
+        };
+        let pool_pages = pool_positions.max(capacity).div_ceil(page_len);
+        let pool = PagePool::new(pool_pages, page_len)?;
         let kv = KvSpec {
             dtype: kv_dtype,
             capacity,
+            page_log2: PAGE_LOG2,
+            pages: pool_pages + 1,
         };
-        let rows = max_batch.min(capacity);
+        // A decode step of several sequences pads its rows up to a power of two.
+        let rows = max_batch.min(capacity).max(sequences.next_power_of_two());
         let mut stages = Vec::with_capacity(bes.len());
         for (be, layers) in bes.into_iter().zip(ranges) {
             stages.push(Stage::load(
@@ -185,11 +228,15 @@ impl Model {
                 progress,
             )?);
         }
+        let mut pool = pool;
+        let (solo, _) = pool.add(&[]);
         let mut model = Model {
             stages,
             cfg,
             kv,
-            n_past: 0,
+            pool,
+            solo,
+            max_sequences: sequences,
             replay: true,
             boundary: Vec::new(),
         };
@@ -236,6 +283,7 @@ impl Model {
                     want,
                     read: true,
                     feedback,
+                    each_row: false,
                 };
                 st.be.begin_pass()?;
                 st.record_closed(&rec)
@@ -317,7 +365,7 @@ impl Model {
     }
     /// Positions already in the KV cache.
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.pool.get(self.solo).map_or(0, |s| s.positions())
     }
     /// KV-cache element type.
     pub fn kv_dtype(&self) -> DType {
@@ -335,9 +383,11 @@ impl Model {
     }
     /// Forget the sequence (the cache is overwritten, not cleared).
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        // The solo sequence always exists: truncating it cannot fail.
+        let _ = self.pool.truncate(self.solo, 0);
     }
-    /// Pretend `n` positions are cached (benchmarks at depth; contents are whatever is there).
+    /// Keep the first `n` cached positions, or pretend `n` positions are
+    /// cached (benchmarks at depth; contents are whatever is there).
     pub fn set_n_past(&mut self, n: usize) -> Result<()> {
         if n > self.kv.capacity {
             return Err(Error::Invalid(format!(
@@ -345,27 +395,41 @@ impl Model {
                 self.kv.capacity
             )));
         }
-        self.n_past = n;
-        Ok(())
+        let have = self.n_past();
+        if n <= have {
+            return self.pool.truncate(self.solo, n);
+        }
+        // Positions of no token: never found by a prefix lookup.
+        self.pool
+            .append(self.solo, &vec![UNKNOWN_TOKEN; n - have])
+            .map(drop)
     }
 
     /// Append `ids` to the sequence and return what `want` asks for, after the last id.
     pub fn forward(&mut self, ids: &[u32], want: Want) -> Result<Output> {
+        if let ([id], Want::Argmax) = (ids, want) {
+            self.check_ids(ids)?;
+            return Ok(Output::Token(self.decode_greedy(*id, 1)?[0]));
+        }
+        self.forward_seq(self.solo, ids, want)
+    }
+
+    /// [`Model::forward`] for sequence `seq`: its prompt (or any ids), in
+    /// passes of at most `max_batch` rows.
+    pub(crate) fn forward_seq(&mut self, seq: SeqId, ids: &[u32], want: Want) -> Result<Output> {
         if ids.is_empty() {
             return Err(Error::Invalid("no tokens to evaluate".into()));
         }
-        if self.n_past + ids.len() > self.kv.capacity {
+        let n_past = self.positions(seq)?;
+        if n_past + ids.len() > self.kv.capacity {
             return Err(Error::Invalid(format!(
                 "{} cached + {} new tokens exceed the context of {} positions",
-                self.n_past,
+                n_past,
                 ids.len(),
                 self.kv.capacity
             )));
         }
         self.check_ids(ids)?;
-        if let ([id], Want::Argmax) = (ids, want) {
-            return Ok(Output::Token(self.decode_greedy(*id, 1)?[0]));
-        }
         let mut all = Vec::new();
         let mut out = None;
         let rows = self.stages[0].s.rows;
@@ -377,7 +441,7 @@ impl Model {
                 _ if last => want,
                 _ => Want::LastLogits, // intermediate chunks only fill the cache
             };
-            let o = self.pass(chunk, step_want, last || want == Want::AllLogits)?;
+            let o = self.pass(seq, chunk, step_want, last || want == Want::AllLogits)?;
             match (o, want) {
                 (Some(Output::Logits(l)), Want::AllLogits) => all.extend(l),
                 (o, _) if last => out = o,
@@ -387,6 +451,15 @@ impl Model {
         Ok(match want {
             Want::AllLogits => Output::Logits(all),
             _ => out.ok_or_else(|| Error::Invalid("no output".into()))?,
+        })
+    }
+
+    /// Positions sequence `seq` holds.
+    pub(crate) fn positions(&self, seq: SeqId) -> Result<usize> {
+        self.pool.get(seq).map(|s| s.positions()).ok_or_else(|| {
+            Error::Invalid(format!(
+                "sequence {seq} is not in the model (never added, or freed)"
+            ))
         })
     }
 
@@ -407,18 +480,40 @@ impl Model {
                 "{steps} decode steps at once; at most {MAX_DECODE_STEPS}"
             )));
         }
-        if self.n_past + steps > self.kv.capacity {
+        let n_past = self.n_past();
+        if n_past + steps > self.kv.capacity {
             return Err(Error::Invalid(format!(
                 "{} cached + {steps} new tokens exceed the context of {} positions",
-                self.n_past, self.kv.capacity
+                n_past, self.kv.capacity
             )));
         }
         self.check_ids(&[first])?;
         if self.stages.len() > 1 {
             return self.decode_split(first, steps);
         }
-        let class = SpanClass::of(self.n_past + steps, self.kv.capacity);
-        let key = class.key(DECODE_GREEDY);
+        // The steps' pages are taken before their tokens are known.
+        self.pool.reserve(self.solo, n_past + steps)?;
+        let run = self.run_greedy(first, n_past, steps);
+        let solo = self.solo;
+        match run {
+            Ok(tokens) => {
+                let mut fed = vec![first];
+                fed.extend(&tokens[..steps - 1]);
+                // Reserved above: the append takes no page and copies none.
+                self.pool.append(solo, &fed)?;
+                Ok(tokens)
+            }
+            Err(e) => {
+                self.pool.truncate(solo, n_past)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The device side of [`Model::decode_greedy`] on one stage.
+    fn run_greedy(&mut self, first: u32, n_past: usize, steps: usize) -> Result<Vec<u32>> {
+        let class = SpanClass::of(n_past + steps, self.kv.capacity);
+        let key = class.key(DECODE_GREEDY, 0);
         let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
@@ -427,12 +522,14 @@ impl Model {
             want: Want::Argmax,
             read: true,
             feedback: true,
+            each_row: false,
         };
+        let table = self.table_words(self.solo)?;
         let st = &mut self.stages[0];
         let s = st.s;
+        st.be.upload(&s.tables, 0, bytemuck::cast_slice(&table))?;
         st.be.upload(&s.ids, 0, &first.to_le_bytes())?;
-        st.be
-            .upload(&s.pos, 0, &(self.n_past as u32).to_le_bytes())?;
+        st.be.upload(&s.pos, 0, &(n_past as u32).to_le_bytes())?;
         st.be.upload(&s.history, 0, &0u32.to_le_bytes())?;
         let mut done = 0;
         while done < steps {
@@ -452,8 +549,33 @@ impl Model {
                 words[0]
             )));
         }
-        self.n_past += steps;
         Ok(words[1..].to_vec())
+    }
+
+    /// Sequence `seq`'s page table as the device reads it: `table_len`
+    /// entries, the unused ones naming the spare page.
+    pub(crate) fn table_words(&self, seq: SeqId) -> Result<Vec<u32>> {
+        let s = self.pool.get(seq).ok_or_else(|| {
+            Error::Invalid(format!(
+                "sequence {seq} is not in the model (never added, or freed)"
+            ))
+        })?;
+        let mut t: Vec<u32> = s.table().take(self.kv.table_len()).collect();
+        t.resize(self.kv.table_len(), self.kv.spare_page());
+        Ok(t)
+    }
+
+    /// Copies the first positions of a page into another in every layer
+    /// (copy-on-write of a shared page), in a pass of its own.
+    pub(crate) fn copy_page(&mut self, c: PageCopy) -> Result<()> {
+        let (kv, kv_dim) = (self.kv, self.cfg.kv_dim());
+        for st in &mut self.stages {
+            st.be.begin_pass()?;
+            let copied = st.copy_page(c, kv, kv_dim);
+            let ended = st.be.end_pass();
+            copied.and(ended)?;
+        }
+        Ok(())
     }
 
     /// [`Model::decode_greedy`] on a split model: a pass per step.
@@ -461,7 +583,7 @@ impl Model {
         let mut tokens = Vec::with_capacity(steps);
         let mut t = first;
         for _ in 0..steps {
-            t = match self.pass(&[t], Want::Argmax, true)? {
+            t = match self.pass(self.solo, &[t], Want::Argmax, true)? {
                 Some(Output::Token(t)) => t,
                 _ => return Err(Error::Invalid("expected a token".into())),
             };
@@ -470,7 +592,7 @@ impl Model {
         Ok(tokens)
     }
 
-    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+    pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab) {
             return Err(Error::Invalid(format!(
                 "token id {bad} is outside the vocabulary of {}",
@@ -496,25 +618,49 @@ impl Model {
         }
     }
 
-    /// One pass over `ids` (at most `max_batch` rows) through every stage.
-    /// Single-row passes that read logits (or, split, a token) are kept by
-    /// the backends and replayed.
-    fn pass(&mut self, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
+    /// One pass of sequence `seq` over `ids` (at most `max_batch` rows)
+    /// through every stage; on an error the sequence is as before.
+    fn pass(&mut self, seq: SeqId, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
+        let n_past = self.positions(seq)?;
+        let copy = self.pool.append(seq, ids)?;
+        let run = match copy {
+            Some(c) => self.copy_page(c),
+            None => Ok(()),
+        }
+        .and_then(|()| self.run_pass(seq, n_past, ids, want, read));
+        if run.is_err() {
+            self.pool.truncate(seq, n_past)?;
+        }
+        run
+    }
+
+    /// The device side of [`Model::pass`]: `ids` at positions from `n_past`.
+    fn run_pass(
+        &mut self,
+        seq: SeqId,
+        n_past: usize,
+        ids: &[u32],
+        want: Want,
+        read: bool,
+    ) -> Result<Option<Output>> {
         let m = ids.len();
         let vocab = self.cfg.vocab;
-        let positions: Vec<u32> = (self.n_past..self.n_past + m).map(|p| p as u32).collect();
+        let positions: Vec<u32> = (n_past..n_past + m).map(|p| p as u32).collect();
         let logit_rows = if want == Want::AllLogits { m } else { 1 };
         let n = self.stages.len();
         self.stages[n - 1].reserve_logits(logit_rows, vocab)?;
-        let first = self.first();
+        let table = self.table_words(seq)?;
+        let first = &mut self.stages[0];
         first
             .be
             .upload(&first.s.ids, 0, bytemuck::cast_slice(ids))?;
         for st in &mut self.stages {
             st.be
                 .upload(&st.s.pos, 0, bytemuck::cast_slice(&positions))?;
+            st.be
+                .upload(&st.s.tables, 0, bytemuck::cast_slice(&table))?;
         }
-        let end = self.n_past + m;
+        let end = n_past + m;
         let kind = match want {
             Want::LastLogits if m == 1 && read => Some(DECODE_LOGITS),
             Want::Argmax if m == 1 && read => Some(DECODE_TOKEN),
@@ -523,7 +669,7 @@ impl Model {
         // Kept or not, a pass is planned for its span class, so a replayed
         // pass runs the plan of a freshly recorded one.
         let class = SpanClass::of(end, self.kv.capacity);
-        let key = kind.map(|k| class.key(k));
+        let key = kind.map(|k| class.key(k, 0));
         let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
@@ -532,6 +678,7 @@ impl Model {
             want,
             read,
             feedback: false,
+            each_row: false,
         };
         for i in 0..n {
             let st = &mut self.stages[i];
@@ -552,7 +699,6 @@ impl Model {
                 )?;
             }
         }
-        self.n_past += m;
         if !read {
             return Ok(None);
         }
@@ -575,7 +721,7 @@ impl Model {
 }
 
 /// Begin a pass on `st`, kept under `key` for replay when given.
-fn begin(st: &mut Stage, key: Option<u32>) -> Result<()> {
+pub(crate) fn begin(st: &mut Stage, key: Option<u32>) -> Result<()> {
     match key {
         Some(k) => st.be.begin_replayable_pass(k),
         None => st.be.begin_pass(),
@@ -584,7 +730,7 @@ fn begin(st: &mut Stage, key: Option<u32>) -> Result<()> {
 
 /// Copy the first `values` of the residual stream from `pair[0]` into
 /// `pair[1]` through the host.
-fn hand_over(pair: &mut [Stage], host: &mut Vec<u8>, values: usize) -> Result<()> {
+pub(crate) fn hand_over(pair: &mut [Stage], host: &mut Vec<u8>, values: usize) -> Result<()> {
     let [from, to] = pair else {
         return Err(Error::Invalid("a boundary joins two stages".into()));
     };

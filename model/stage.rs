@@ -3,22 +3,45 @@
 //! (the embeddings too on the first stage, the head on the last).
 
 use crate::backend::{
-    check, AttentionParams, Buffer, ComputeBackend, LinearOpts, NextWeight, RopeParams, RopeStyle,
+    check, AttentionParams, Buffer, ComputeBackend, KvPages, LinearOpts, NextWeight, RopeParams,
+    RopeStyle,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, NormKind};
+use crate::model::kv_pages::PageCopy;
 use crate::model::runner::{Want, MAX_DECODE_STEPS};
 use crate::model::source::TensorSource;
 use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
 use std::ops::Range;
 
-/// The KV cache every stage holds for its layers.
+/// The KV cache every stage holds for its layers: one pool of pages per
+/// layer, shared by the model's sequences (model/kv_pages).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct KvSpec {
     pub dtype: DType,
-    /// Capacity in positions.
+    /// Positions one sequence may hold.
     pub capacity: usize,
+    /// Positions per page, as a power of two.
+    pub page_log2: u32,
+    /// Pages in each layer's cache: the pool's, and one spare that the
+    /// padding rows of a batch write into.
+    pub pages: usize,
+}
+
+impl KvSpec {
+    /// Entries of one sequence's page table.
+    pub fn table_len(&self) -> usize {
+        self.capacity.div_ceil(1 << self.page_log2)
+    }
+    /// The page that padding rows write, never a sequence's.
+    pub fn spare_page(&self) -> u32 {
+        (self.pages - 1) as u32
+    }
+    /// Rows of each layer's cache buffers.
+    pub fn cache_rows(&self) -> Option<usize> {
+        self.pages.checked_mul(1 << self.page_log2)
+    }
 }
 
 /// Per-pass activations, sized for `rows` rows.
@@ -27,6 +50,9 @@ pub(crate) struct Scratch {
     pub rows: usize,
     pub ids: Buffer,
     pub pos: Buffer,
+    /// Page tables: one shared by every row (a prompt chunk), or one per
+    /// row (a decode step of several sequences), `KvSpec::table_len` apart.
+    pub tables: Buffer,
     /// The residual stream: what crosses to the next stage.
     pub x: Buffer,
     h: Buffer,
@@ -52,13 +78,23 @@ pub(crate) fn f32_buf(be: &mut dyn ComputeBackend, n: usize) -> Result<Buffer> {
 }
 
 impl Scratch {
-    fn new(b: &mut dyn ComputeBackend, cfg: &ModelConfig, rows: usize) -> Result<Scratch> {
+    fn new(
+        b: &mut dyn ComputeBackend,
+        cfg: &ModelConfig,
+        rows: usize,
+        kv: KvSpec,
+    ) -> Result<Scratch> {
+        let tables = rows
+            .checked_mul(kv.table_len())
+            .and_then(|n| n.checked_mul(4))
+            .ok_or_else(|| Error::Invalid("the page tables of a batch overflow".into()))?;
         // Per-token values and the chosen token are written and read by the
         // host in place: a decode step is one submit with no copies.
         Ok(Scratch {
             rows,
             ids: b.alloc_mapped(rows * 4)?,
             pos: b.alloc_mapped(rows * 4)?,
+            tables: b.alloc_mapped(tables)?,
             x: f32_buf(b, rows * cfg.n_embd)?,
             h: f32_buf(b, rows * cfg.n_embd)?,
             t: f32_buf(b, rows * cfg.n_embd)?,
@@ -73,7 +109,7 @@ impl Scratch {
             act: f32_buf(b, rows * cfg.n_ff)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
-            token: b.alloc_mapped(4)?,
+            token: b.alloc_mapped(rows * 4)?,
             history: b.alloc_mapped((1 + MAX_DECODE_STEPS) * 4)?,
         })
     }
@@ -105,15 +141,17 @@ impl Stage {
         rows: usize,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Stage> {
-        let capacity = kv.capacity;
         let kv_size = check::kv_value_bytes("kv cache", kv.dtype)?;
         let too_big = || {
             Error::Invalid(format!(
-                "a {} KV cache of {capacity} positions x {} values is not possible",
+                "a {} KV cache of {} pages of {} positions x {} values is not possible",
                 kv.dtype.name(),
+                kv.pages,
+                1usize << kv.page_log2,
                 cfg.kv_dim()
             ))
         };
+        let capacity = kv.cache_rows().ok_or_else(too_big)?;
         let kv_bytes = capacity
             .checked_mul(cfg.kv_dim())
             .and_then(|n| n.checked_mul(kv_size))
@@ -135,7 +173,7 @@ impl Stage {
             k_cache.push(be.alloc(kv_bytes.max(4))?);
             v_cache.push(be.alloc(kv_bytes.max(4))?);
         }
-        let s = Scratch::new(be.as_mut(), cfg, rows)?;
+        let s = Scratch::new(be.as_mut(), cfg, rows, kv)?;
         Ok(Stage {
             be,
             layers,
@@ -145,6 +183,18 @@ impl Stage {
             s,
             logits_rows: 1,
         })
+    }
+
+    /// Copies the first `c.positions` positions of page `c.src` into page
+    /// `c.dst`, K and V of every layer, inside a pass begun by the caller.
+    pub fn copy_page(&mut self, c: PageCopy, kv: KvSpec, kv_dim: usize) -> Result<()> {
+        let row = kv_dim * check::kv_value_bytes("kv cache", kv.dtype)?;
+        let page = row << kv.page_log2;
+        let (src, dst) = (c.src as usize * page, c.dst as usize * page);
+        for cache in self.k_cache.iter().chain(&self.v_cache) {
+            self.be.copy(cache, src, cache, dst, c.positions * row)?;
+        }
+        Ok(())
     }
 
     /// Grow `s.logits` to `rows` rows of `vocab` values.
@@ -249,6 +299,12 @@ impl Stage {
         let (c, kv, m) = (r.cfg, r.kv, r.m);
         let s = self.s;
         let e = c.n_embd;
+        let pages = KvPages {
+            table: s.tables,
+            page_log2: kv.page_log2,
+            stride: if r.each_row { kv.table_len() } else { 0 },
+            pages: kv.pages,
+        };
         if let Some(emb) = self.w.embed {
             self.be.embedding(&emb.tok, &s.ids, &s.x, m)?;
             if let Some(pe) = emb.pos {
@@ -294,7 +350,7 @@ impl Stage {
                 scale: c.attn_scale,
                 window: lc.window,
                 kv_dtype: kv.dtype,
-                pages: None,
+                pages: Some(pages),
                 next: Some(NextWeight::of(&lw.o.w)),
             };
             self.be.rope_store_attention(
@@ -336,9 +392,12 @@ impl Stage {
             w: head.output,
             b: None,
         };
-        if r.want == Want::AllLogits {
+        if r.want == Want::AllLogits || (r.each_row && r.read) {
             let (h, nw) = self.pre_norm(c, &head.norm, s.x, s.h, m)?;
             self.linear(c, &out, h, nw, s.logits, m, false)?;
+            if r.want == Want::Argmax {
+                self.be.argmax(&s.logits, &s.token, m, c.vocab)?;
+            }
         } else if r.read {
             // Only the last row's logits are needed.
             let last = if m == 1 {
@@ -363,7 +422,9 @@ impl Stage {
 /// What one pass records: `m` rows attending at most `span` positions, the
 /// output asked for, whether it is read at all (an intermediate prefill
 /// chunk only fills the cache), and whether a greedy step feeds its token
-/// back on the device.
+/// back on the device. `each_row`: the rows are several sequences' decode
+/// steps, each with its own page table, and the output is every row's
+/// (its argmax, or its logits); otherwise the rows are one sequence's.
 pub(crate) struct PassPlan<'a> {
     pub cfg: &'a ModelConfig,
     pub kv: KvSpec,
@@ -372,4 +433,5 @@ pub(crate) struct PassPlan<'a> {
     pub want: Want,
     pub read: bool,
     pub feedback: bool,
+    pub each_row: bool,
 }

@@ -20,6 +20,14 @@ impl PagePool {
                 s.positions.div_ceil(l),
                 "sequence {id}: table length"
             );
+            for &p in &s.reserved {
+                holders[p as usize] += 1;
+                let page = store.page(p);
+                assert!(
+                    page.tokens.is_empty() && page.refs == 1,
+                    "sequence {id}: reserved page {p} is in use"
+                );
+            }
             let mut parent = ROOT_KEY;
             for (i, &p) in s.pages.iter().enumerate() {
                 holders[p as usize] += 1;

@@ -55,11 +55,19 @@ impl fmt::Display for SeqId {
 pub struct Sequence {
     pages: Vec<PageId>,
     positions: usize,
+    /// Empty pages taken ahead by [`PagePool::reserve`], the next appends'.
+    reserved: Vec<PageId>,
 }
 
 impl Sequence {
     pub fn pages(&self) -> &[PageId] {
         &self.pages
+    }
+
+    /// The device's page table: the pages, then the reserved ones (where
+    /// steps whose tokens the device chooses write).
+    pub fn table(&self) -> impl Iterator<Item = PageId> + '_ {
+        self.pages.iter().chain(self.reserved.iter().rev()).copied()
     }
 
     /// Positions whose K/V the sequence holds.
@@ -148,6 +156,7 @@ impl PagePool {
     pub fn append(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<PageCopy>> {
         let s = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?;
         let (mut pages, mut positions) = (s.pages.clone(), s.positions);
+        let mut reserved = s.reserved.clone();
         let l = self.page_len;
         let end = positions.checked_add(tokens.len()).ok_or_else(|| {
             Error::Invalid(format!(
@@ -162,7 +171,8 @@ impl PagePool {
             }
             _ => None,
         };
-        let need = end.div_ceil(l) - pages.len() + usize::from(shared_tail.is_some());
+        let need = (end.div_ceil(l) + usize::from(shared_tail.is_some()))
+            .saturating_sub(pages.len() + reserved.len());
         let (count, available) = (tokens.len(), self.store.available());
         let full = || {
             Error::out_of_device_memory(format!(
@@ -202,7 +212,11 @@ impl PagePool {
         }
         for &token in tokens {
             if positions % l == 0 {
-                pages.push(self.store.take().ok_or_else(full)?);
+                let page = match reserved.pop() {
+                    Some(p) => p,
+                    None => self.store.take().ok_or_else(full)?,
+                };
+                pages.push(page);
             }
             let at = pages.len() - 1;
             let page = self.store.page_mut(pages[at]);
@@ -220,13 +234,51 @@ impl PagePool {
                 self.store.register(pages[at], parent);
             }
         }
-        self.seqs.insert(seq, Sequence { pages, positions });
+        self.seqs.insert(
+            seq,
+            Sequence {
+                pages,
+                positions,
+                reserved,
+            },
+        );
         Ok(copy)
+    }
+
+    /// Takes the pages `seq` needs to hold `positions` positions in all,
+    /// before their tokens are known (steps whose tokens the device
+    /// chooses): they join its [`Sequence::table`] now and its pages as
+    /// [`PagePool::append`] fills them. A full pool is an error that changes
+    /// nothing.
+    pub fn reserve(&mut self, seq: SeqId, positions: usize) -> Result<()> {
+        let l = self.page_len;
+        let s = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?;
+        let need = positions
+            .div_ceil(l)
+            .saturating_sub(s.pages.len() + s.reserved.len());
+        if need > self.store.available() {
+            return Err(Error::out_of_device_memory(format!(
+                "reserving {positions} positions for sequence {seq}: the KV page pool needs {need} more pages of {l} positions and has {} free",
+                self.store.available()
+            )));
+        }
+        let mut taken = Vec::with_capacity(need);
+        for _ in 0..need {
+            taken.extend(self.store.take());
+        }
+        if let Some(s) = self.seqs.get_mut(&seq) {
+            // A stack popped from the end: pages needed later go in front.
+            for p in taken {
+                s.reserved.insert(0, p);
+            }
+        }
+        Ok(())
     }
 
     /// A new sequence sharing every page of `seq`.
     pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
-        let s = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?.clone();
+        let mut s = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?.clone();
+        s.reserved.clear();
         for &p in &s.pages {
             self.store.hold(p);
         }
@@ -245,6 +297,10 @@ impl PagePool {
         }
         let dropped = s.pages.split_off(positions.div_ceil(self.page_len));
         s.positions = positions;
+        let reserved = std::mem::take(&mut s.reserved);
+        for p in reserved {
+            self.store.release(p);
+        }
         // Tail first: the LRU list then evicts a prefix from its end.
         for &p in dropped.iter().rev() {
             self.store.release(p);

@@ -73,6 +73,27 @@ fn pages(pool: &PagePool, seq: SeqId) -> Vec<PageId> {
 }
 
 #[test]
+fn reserved_pages_are_the_next_appends_and_truncate_returns_them() {
+    let (mut pool, mut dev) = pool_and_device(8, 4);
+    let seq = sequence(&mut pool, &mut dev, &[1, 2, 3]);
+    pool.reserve(seq, 11).unwrap();
+    pool.check_invariants();
+    let table: Vec<PageId> = pool.get(seq).unwrap().table().collect();
+    assert_eq!(table, vec![0, 1, 2]);
+    assert_eq!(pool.available(), 5);
+    dev.append(&mut pool, seq, &[4, 5, 6, 7, 8]).unwrap();
+    pool.check_invariants();
+    assert_eq!(pages(&pool, seq), vec![0, 1]);
+    assert_eq!(pool.get(seq).unwrap().table().collect::<Vec<_>>(), table);
+    pool.truncate(seq, 6).unwrap();
+    pool.check_invariants();
+    assert_eq!(pool.get(seq).unwrap().table().count(), 2);
+    assert_eq!(pool.available(), 6);
+    pool.free(seq).unwrap();
+    assert_eq!(pool.available(), 8);
+}
+
+#[test]
 fn new_checks_its_sizes() {
     for (pages, len) in [(0, 16), (4, 0), (u32::MAX as usize + 1, 16)] {
         let e = PagePool::new(pages, len).unwrap_err();
@@ -314,7 +335,7 @@ fn random_operations_keep_the_accounting_and_every_sequence_s_data() {
         for _ in 0..5000 {
             let full_before = full;
             let pick = rng.gen_range(0..live.len().max(1));
-            match rng.gen_range(0..10) {
+            match rng.gen_range(0..11) {
                 0..=2 => {
                     let system = &systems[rng.gen_range(0..systems.len())];
                     let mut prompt = system[..rng.gen_range(0..system.len())].to_vec();
@@ -365,6 +386,26 @@ fn random_operations_keep_the_accounting_and_every_sequence_s_data() {
                 }
                 8 | 9 if !live.is_empty() => {
                     pool.free(live.swap_remove(pick).0).unwrap();
+                }
+                10 if !live.is_empty() => {
+                    let (seq, tokens) = &live[pick];
+                    let before = pool.get(*seq).unwrap().clone();
+                    let end = tokens.len() + rng.gen_range(1..20);
+                    match pool.reserve(*seq, end) {
+                        Ok(()) => {
+                            let s = pool.get(*seq).unwrap();
+                            assert!(s.table().count() >= end.div_ceil(page_len));
+                            assert!(s
+                                .table()
+                                .take(s.pages().len())
+                                .eq(s.pages().iter().copied()));
+                        }
+                        Err(e) => {
+                            assert_eq!(e.kind(), ErrorKind::OutOfDeviceMemory);
+                            assert_eq!(pool.get(*seq), Some(&before));
+                            full += 1;
+                        }
+                    }
                 }
                 _ => {}
             }

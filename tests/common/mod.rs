@@ -46,8 +46,6 @@ pub fn smollm2() -> PathBuf {
     path
 }
 
-/// The CPU backend with the environment's kernel settings (`VKLLM_CPU_ISA`,
-/// `VKLLM_CPU_REPACK`).
 /// `path` loaded onto one backend with `opts`, for tests that expect it to load.
 pub fn load_model(
     be: Box<dyn ComputeBackend>,
@@ -59,6 +57,8 @@ pub fn load_model(
         .model
 }
 
+/// The CPU backend with the environment's kernel settings (`VKLLM_CPU_ISA`,
+/// `VKLLM_CPU_REPACK`).
 pub fn cpu() -> Box<dyn ComputeBackend> {
     let opts = vkllm::cpu::CpuKernelOptions::from_env().unwrap();
     Box::new(vkllm::cpu::CpuBackend::with_options(None, opts).unwrap())

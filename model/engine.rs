@@ -1,0 +1,433 @@
+//! Continuous batching: many sequences generating at once on one model.
+//!
+//! A loop of [`Engine::add`], [`Engine::cancel`] and [`Engine::step`]. Each
+//! step admits waiting requests while the KV pool has pages for their
+//! prompts, evaluates one prompt chunk of at most `prefill_chunk` tokens
+//! (so a long prompt holds the others back one chunk per step at most),
+//! and runs one decode pass over every sequence that is generating, each
+//! row sampled by its own request's sampler. Finished sequences leave at
+//! once and their pages return to the pool. When the pool runs dry mid
+//! generation the newest sequence is preempted: its pages are freed and it
+//! waits to be evaluated again (its prompt and tokens so far), its output
+//! unchanged.
+//!
+//! The engine works in token ids; text (detokenizing, stop strings) is the
+//! client's, which cancels a sequence when its text says stop.
+
+use std::collections::VecDeque;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::generate::StopReason;
+use crate::model::kv_pages::SeqId;
+use crate::model::runner::{Model, Output, Want};
+use crate::model::sampling::{Sampler, SamplerConfig};
+
+/// What one sequence asks for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate (a stop token counts as one).
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Ids that end the sequence (usually the tokenizer's stop ids).
+    pub stop_ids: Vec<u32>,
+    /// Generate through the stop ids: they are never picked.
+    pub ignore_eos: bool,
+}
+
+/// Names a request for its whole life (a preempted sequence gets a new
+/// [`SeqId`] in the model, never a new request id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(u64);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a step did for one request.
+#[derive(Debug)]
+pub enum Event {
+    /// The request's next token.
+    Token(RequestId, u32),
+    /// The request is done (after its last `Token`, if any).
+    Finished(RequestId, StopReason),
+    /// The request cannot be served; it is gone.
+    Failed(RequestId, Error),
+}
+
+/// How the engine schedules.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineOptions {
+    /// Most prompt tokens evaluated per step.
+    pub prefill_chunk: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { prefill_chunk: 512 }
+    }
+}
+
+/// A request in the engine.
+struct Entry {
+    id: RequestId,
+    req: Request,
+    sampler: Sampler,
+    /// Tokens generated so far.
+    out: Vec<u32>,
+    /// The model's sequence, once admitted.
+    seq: Option<SeqId>,
+    /// Prompt (and, after a preemption, generated) tokens in the cache.
+    evaluated: usize,
+}
+
+impl Entry {
+    /// What the cache must hold before the next token is chosen: the
+    /// prompt, and after a preemption the tokens generated but the last.
+    fn context(&self) -> Vec<u32> {
+        let mut c = self.req.prompt.clone();
+        c.extend(self.out.iter().take(self.out.len().saturating_sub(1)));
+        c
+    }
+
+    fn context_len(&self) -> usize {
+        self.req.prompt.len() + self.out.len().saturating_sub(1)
+    }
+
+    fn history(&self) -> Vec<u32> {
+        let mut h = self.req.prompt.clone();
+        h.extend(&self.out);
+        h
+    }
+
+    /// Device argmax stands in for the sampler only when nothing would
+    /// change the logits first.
+    fn device_greedy(&self) -> bool {
+        let c = self.sampler.config();
+        self.sampler.is_greedy()
+            && !self.req.ignore_eos
+            && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
+    }
+
+    fn pick(&mut self, logits: &mut [f32]) -> u32 {
+        if self.req.ignore_eos {
+            for &id in &self.req.stop_ids {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let history = self.history();
+        self.sampler.sample(logits, &history)
+    }
+}
+
+/// Many requests generating at once on one model (see the module docs).
+pub struct Engine {
+    model: Model,
+    opts: EngineOptions,
+    next_id: u64,
+    /// Not yet admitted, or preempted; first in, first admitted.
+    waiting: VecDeque<Entry>,
+    /// Admitted, in admission order: evaluating their context, or generating.
+    running: Vec<Entry>,
+    preemptions: u64,
+}
+
+impl Engine {
+    pub fn new(model: Model, opts: EngineOptions) -> Result<Self> {
+        if opts.prefill_chunk == 0 {
+            return Err(Error::Invalid("prefill_chunk must be at least 1".into()));
+        }
+        Ok(Engine {
+            model,
+            opts,
+            next_id: 0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            preemptions: 0,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn model_mut(&mut self) -> &mut Model {
+        &mut self.model
+    }
+
+    pub fn into_model(self) -> Model {
+        self.model
+    }
+
+    /// Requests admitted (evaluating or generating).
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Requests waiting for a place.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests preempted so far (pages ran out; evaluated again later).
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// Whether nothing is left to do.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Queues a request; it joins the batch at a coming step. A request the
+    /// model can never serve (empty prompt, ids outside the vocabulary, a
+    /// prompt longer than the context) is refused here.
+    pub fn add(&mut self, req: Request) -> Result<RequestId> {
+        req.sampler.validate()?;
+        let m = &self.model;
+        if req.prompt.is_empty() {
+            return Err(Error::Invalid("the prompt is empty".into()));
+        }
+        m.check_ids(&req.prompt)?;
+        if req.prompt.len() > m.capacity() {
+            return Err(Error::Invalid(format!(
+                "the prompt has {} tokens but the context holds only {}",
+                req.prompt.len(),
+                m.capacity()
+            )));
+        }
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        self.waiting.push_back(Entry {
+            id,
+            sampler: Sampler::new(req.sampler.clone()),
+            req,
+            out: Vec::new(),
+            seq: None,
+            evaluated: 0,
+        });
+        Ok(id)
+    }
+
+    /// Ends a request now, wherever it is; its pages return to the pool.
+    /// `false` when it is not in the engine (finished already, or unknown).
+    pub fn cancel(&mut self, id: RequestId) -> Result<bool> {
+        if let Some(i) = self.waiting.iter().position(|e| e.id == id) {
+            self.waiting.remove(i);
+            return Ok(true);
+        }
+        let Some(i) = self.running.iter().position(|e| e.id == id) else {
+            return Ok(false);
+        };
+        let e = self.running.remove(i);
+        self.release(&e)?;
+        Ok(true)
+    }
+
+    fn release(&mut self, e: &Entry) -> Result<()> {
+        match e.seq {
+            Some(seq) => self.model.free_sequence(seq),
+            None => Ok(()),
+        }
+    }
+
+    /// One step: admissions, a prompt chunk, a decode pass over every
+    /// generating sequence. Returns what happened to each request.
+    pub fn step(&mut self) -> Result<Vec<Event>> {
+        let mut events = Vec::new();
+        self.admit(&mut events)?;
+        self.prefill_chunk(&mut events)?;
+        self.decode(&mut events)?;
+        Ok(events)
+    }
+
+    /// Admits waiting requests, oldest first, while the batch has room and
+    /// the pool has the pages their contexts need beyond what the running
+    /// requests still need for theirs and their next step.
+    fn admit(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        let page = self.model.page_len();
+        let pages_for = |positions: usize| positions.div_ceil(page);
+        let mut committed: usize = self
+            .running
+            .iter()
+            .map(|e| pages_for(e.context_len() + 1 - e.evaluated.min(e.context_len())))
+            .sum();
+        while self.running.len() < self.model.max_sequences() {
+            let Some(e) = self.waiting.front() else {
+                break;
+            };
+            let spare = self.model.free_pages().saturating_sub(committed);
+            let need = pages_for(e.context_len() + 1);
+            if need > spare {
+                if self.running.is_empty() {
+                    let e = self.waiting.pop_front().ok_or_else(lost)?;
+                    let msg = format!(
+                        "a context of {} tokens needs {need} KV pages and the pool has {spare}",
+                        e.context_len()
+                    );
+                    events.push(Event::Failed(e.id, Error::out_of_device_memory(msg)));
+                    continue;
+                }
+                break;
+            }
+            let mut e = self.waiting.pop_front().ok_or_else(lost)?;
+            let (seq, reused) = self.model.add_sequence(&e.context())?;
+            e.seq = Some(seq);
+            e.evaluated = reused;
+            committed += need;
+            self.running.push(e);
+        }
+        Ok(())
+    }
+
+    /// Evaluates the next chunk of the oldest admitted request still
+    /// evaluating its context; its last chunk yields its next token.
+    fn prefill_chunk(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        let Some(i) = self
+            .running
+            .iter()
+            .position(|e| e.evaluated < e.context_len())
+        else {
+            return Ok(());
+        };
+        let context = self.running[i].context();
+        let from = self.running[i].evaluated;
+        let to = context.len().min(from + self.opts.prefill_chunk);
+        let last = to == context.len();
+        let Some(seq) = self.running[i].seq else {
+            return Err(lost());
+        };
+        // After a preemption the last generated token is fed by the next
+        // decode step, as it would have been.
+        let resumed = !self.running[i].out.is_empty();
+        let want = match () {
+            _ if !last || resumed => Want::LastLogits,
+            _ if self.running[i].device_greedy() => Want::Argmax,
+            _ => Want::LastLogits,
+        };
+        match self.model.prefill(seq, &context[from..to], want) {
+            Ok(out) => {
+                let e = &mut self.running[i];
+                e.evaluated = to;
+                if last && !resumed {
+                    let token = match out {
+                        Output::Token(t) => t,
+                        Output::Logits(mut l) => e.pick(&mut l),
+                    };
+                    self.emit(i, token, events)?;
+                }
+                Ok(())
+            }
+            Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory && self.running.len() > 1 => {
+                self.preempt_newest()
+            }
+            Err(err) => {
+                let e = self.running.remove(i);
+                self.release(&e)?;
+                events.push(Event::Failed(e.id, err));
+                Ok(())
+            }
+        }
+    }
+
+    /// One decode pass over every generating sequence.
+    fn decode(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        loop {
+            let rows: Vec<usize> = (0..self.running.len())
+                .filter(|&i| {
+                    let e = &self.running[i];
+                    !e.out.is_empty() && e.evaluated == e.context_len()
+                })
+                .collect();
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let feed: Vec<(SeqId, u32)> = rows
+                .iter()
+                .filter_map(|&i| {
+                    let e = &self.running[i];
+                    Some((e.seq?, *e.out.last()?))
+                })
+                .collect();
+            let greedy = rows.iter().all(|&i| self.running[i].device_greedy());
+            let want = if greedy {
+                Want::Argmax
+            } else {
+                Want::LastLogits
+            };
+            match self.model.decode_rows(&feed, want) {
+                Ok(outs) => {
+                    // Backwards: emitting may remove a finished row.
+                    for (&i, out) in rows.iter().zip(outs).rev() {
+                        let e = &mut self.running[i];
+                        e.evaluated += 1;
+                        let token = match out {
+                            Output::Token(t) => t,
+                            Output::Logits(mut l) => e.pick(&mut l),
+                        };
+                        self.emit(i, token, events)?;
+                    }
+                    return Ok(());
+                }
+                Err(err)
+                    if err.kind() == ErrorKind::OutOfDeviceMemory && self.running.len() > 1 =>
+                {
+                    self.preempt_newest()?;
+                }
+                Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => {
+                    // Alone and still out of pages: it cannot go on.
+                    let e = self.running.remove(rows[0]);
+                    self.release(&e)?;
+                    events.push(Event::Failed(e.id, err));
+                    return Ok(());
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Gives running request `i` its next token and retires it when that
+    /// ends it.
+    fn emit(&mut self, i: usize, token: u32, events: &mut Vec<Event>) -> Result<()> {
+        let capacity = self.model.capacity();
+        let e = &mut self.running[i];
+        e.out.push(token);
+        events.push(Event::Token(e.id, token));
+        let reason = if !e.req.ignore_eos && e.req.stop_ids.contains(&token) {
+            Some(StopReason::StopToken)
+        } else if e.out.len() >= e.req.max_tokens {
+            Some(StopReason::MaxTokens)
+        } else if e.req.prompt.len() + e.out.len() > capacity {
+            // The next step would feed a token past the context.
+            Some(StopReason::ContextFull)
+        } else {
+            None
+        };
+        if let Some(r) = reason {
+            let e = self.running.remove(i);
+            self.release(&e)?;
+            events.push(Event::Finished(e.id, r));
+        }
+        Ok(())
+    }
+
+    /// Frees the newest running request's pages and puts it first in line,
+    /// to be evaluated again (prompt and tokens so far) when pages free up.
+    fn preempt_newest(&mut self) -> Result<()> {
+        let mut e = self.running.pop().ok_or_else(lost)?;
+        self.release(&e)?;
+        e.seq = None;
+        e.evaluated = 0;
+        self.waiting.push_front(e);
+        self.preemptions += 1;
+        Ok(())
+    }
+}
+
+fn lost() -> Error {
+    Error::Invalid("the engine lost track of a request".into())
+}
