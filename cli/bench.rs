@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use vkllm::bench::bandwidth::{backend_copy_gbs, host_copy_gbs, DEVICE_COPIES};
+use vkllm::bench::batched::{batched_table, run_batched, BatchedRecord, BatchedSpec};
 use vkllm::bench::protocol::{markdown_table, ModelInfo, RunContext};
 use vkllm::bench::{run_test, Protocol, Record};
 use vkllm::model::Model;
@@ -84,6 +85,11 @@ pub struct BenchArgs {
     /// copied 3.6 TB/s in 256 MiB buffers, 3.9-4.0 in 1024
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     copy_mib: usize,
+    /// Sequences decoding together, comma-separated: runs llama-batched-bench's test
+    /// instead (each sequence's -p prompt, then -n steps of every sequence at once) and
+    /// prints aggregate and per-sequence rates
+    #[arg(long, value_name = "B", value_delimiter = ',')]
+    parallel: Vec<NonZeroUsize>,
     /// Seed of the random prompt tokens
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -147,6 +153,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             kv_cache: a.kv_cache,
             split: a.split.clone(),
         });
+    }
+    if !a.parallel.is_empty() {
+        return run_parallel(&a, &models, &runs);
     }
     for path in &models {
         let info = ModelInfo::read(path)?;
@@ -214,6 +223,58 @@ pub fn run(a: BenchArgs) -> Result<()> {
         super::print_flush(&format!("{text}\n"))
     } else {
         super::print_flush(&markdown_table(&records))
+    }
+}
+
+/// `--parallel`: the batched test for every prompt length, generation
+/// length and sequence count, on every model and backend.
+fn run_parallel(a: &BenchArgs, models: &[PathBuf], runs: &[BackendArgs]) -> Result<()> {
+    let most = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let (pp, tg) = (most(&a.prompt).max(1), most(&a.gen));
+    let sequences = a.parallel.iter().map(|b| b.get()).max().unwrap_or(1);
+    let context = pp + tg;
+    let mut records = Vec::new();
+    for path in models {
+        let info = ModelInfo::read(path)?;
+        for run in runs {
+            let opts = vkllm::model::LoadOptions {
+                context: Some(context),
+                sequences: Some(sequences),
+                max_batch: Some(a.ubatch.map_or(pp, |u| u.get().min(pp))),
+                kv_cache: a.kv_cache.map(KvCacheKind::dtype),
+                shares: run.split.shares().map(<[f64]>::to_vec),
+                ..vkllm::model::LoadOptions::default()
+            };
+            let bes = super::open_backends(run)?;
+            let mut model = vkllm::open::load(bes, path, &opts, &mut |_, _| {})?.model;
+            let backend = model.backend_name();
+            for &prompt in a.prompt.iter().filter(|&&p| p > 0) {
+                for &gen in &a.gen {
+                    for b in &a.parallel {
+                        let spec = BatchedSpec {
+                            sequences: b.get(),
+                            prompt,
+                            gen,
+                        };
+                        let (pp_ns, tg_ns) =
+                            run_batched(&mut model, spec, a.repetitions.get(), a.seed)?;
+                        let r = BatchedRecord::new(&info.filename, &backend, spec, pp_ns, tg_ns);
+                        eprintln!(
+                            "{} | {backend} | pp{prompt} tg{gen} B={}: pp {:.1} t/s, tg {:.1} t/s",
+                            r.model_filename, r.spec.sequences, r.pp_ts, r.tg_ts
+                        );
+                        records.push(r);
+                    }
+                }
+            }
+        }
+    }
+    if a.json {
+        let text = serde_json::to_string_pretty(&records)
+            .map_err(|e| Error::Invalid(format!("cannot write JSON: {e}")))?;
+        super::print_flush(&format!("{text}\n"))
+    } else {
+        super::print_flush(&batched_table(&records))
     }
 }
 

@@ -197,15 +197,15 @@ impl Model {
             return Err(Error::Invalid("sequences must be at least 1".into()));
         }
         let page_len = 1usize << PAGE_LOG2;
-        let pool_positions = match opts.kv_positions {
-            Some(n) => n,
-            None => capacity.checked_mul(sequences).ok_or_else(|| {
+        let per_sequence = capacity.div_ceil(page_len);
+        let pool_pages = match opts.kv_positions {
+            Some(n) => n.div_ceil(page_len).max(per_sequence),
+            None => per_sequence.checked_mul(sequences).ok_or_else(|| {
                 Error::Invalid(format!(
                     "{sequences} sequences of {capacity} positions overflow"
                 ))
             })?,
         };
-        let pool_pages = pool_positions.max(capacity).div_ceil(page_len);
         let pool = PagePool::new(pool_pages, page_len)?;
         let kv = KvSpec {
             dtype: kv_dtype,
