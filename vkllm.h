@@ -51,6 +51,9 @@ typedef struct vkllm_load_options {
   uint32_t context;
   // CPU threads; 0: every core.
   uint32_t threads;
+  // Most sequences of one `vkllm_seq_decode` step; 0: 1. The KV cache
+  // holds a full context for each.
+  uint32_t sequences;
 } vkllm_load_options;
 
 // Sampling settings; start from `vkllm_default_sampling()`. A temperature
@@ -189,6 +192,58 @@ enum vkllm_status vkllm_generate(struct vkllm_model *m,
                                  void *user,
                                  size_t *n_tokens,
                                  enum vkllm_stop *stop);
+
+// Starts a sequence for `prompt` (`n` ids), reusing the KV pages of the
+// longest cached prefix of whole pages another sequence evaluated: writes
+// its id to `*seq` and how many prompt ids need no evaluation to
+// `*reused` (may be NULL). Evaluate the rest with `vkllm_seq_eval`.
+//
+// # Safety
+// `m` is a live handle, `prompt` points to `n` values, `seq` is writable,
+// `reused` is null or writable.
+enum vkllm_status vkllm_seq_add(struct vkllm_model *m,
+                                const uint32_t *prompt,
+                                size_t n,
+                                uint64_t *seq,
+                                size_t *reused);
+
+// Appends `n` ids to sequence `seq`; writes the greedy next id to `*next`
+// (may be NULL) and, when `logits` is not NULL, the logits after the last
+// id (`vkllm_n_vocab` values).
+//
+// # Safety
+// `m` is a live handle, `ids` points to `n` values, `next` is null or
+// writable, `logits` is null or holds `vkllm_n_vocab` writable values.
+enum vkllm_status vkllm_seq_eval(struct vkllm_model *m,
+                                 uint64_t seq,
+                                 const uint32_t *ids,
+                                 size_t n,
+                                 uint32_t *next,
+                                 float *logits);
+
+// One decode step of `n` sequences in one pass: row `i` appends
+// `tokens[i]` to sequence `seqs[i]` and writes its greedy next id to
+// `next[i]` (may be NULL) and, when `logits` is not NULL, its logits to
+// `logits[i * vocab ..]`. Each sequence at most once; at most the load
+// option `sequences` rows. On a failure every sequence is as before.
+//
+// # Safety
+// `m` is a live handle; `seqs` and `tokens` point to `n` values; `next`
+// is null or holds `n` writable values; `logits` is null or holds
+// `n * vkllm_n_vocab` writable values.
+enum vkllm_status vkllm_seq_decode(struct vkllm_model *m,
+                                   const uint64_t *seqs,
+                                   const uint32_t *tokens,
+                                   size_t n,
+                                   uint32_t *next,
+                                   float *logits);
+
+// Ends sequence `seq`; its KV pages return to the pool (full ones stay
+// cached for prompts that share them).
+//
+// # Safety
+// `m` is a live handle.
+enum vkllm_status vkllm_seq_free(struct vkllm_model *m, uint64_t seq);
 
 // The ids of `text` into `out` (capacity `cap`); `*n` is their count.
 // `add_bos`: prepend BOS when the model's tokenizer asks for one.

@@ -20,6 +20,9 @@ pub struct VkllmLoadOptions {
     pub context: u32,
     /// CPU threads; 0: every core.
     pub threads: u32,
+    /// Most sequences of one `vkllm_seq_decode` step; 0: 1. The KV cache
+    /// holds a full context for each.
+    pub sequences: u32,
 }
 
 /// Sampling settings; start from `vkllm_default_sampling()`. A temperature
@@ -77,6 +80,7 @@ pub extern "C" fn vkllm_default_load_options() -> VkllmLoadOptions {
         backend: std::ptr::null(),
         context: 0,
         threads: 0,
+        sequences: 0,
     }
 }
 
@@ -153,6 +157,7 @@ pub unsafe extern "C" fn vkllm_model_load(
         let (be, _) = crate::open::open_backend(&choice, cpu)?;
         let load = LoadOptions {
             context: (o.context > 0).then_some(o.context as usize),
+            sequences: (o.sequences > 0).then_some(o.sequences as usize),
             ..LoadOptions::default()
         };
         let loaded = crate::open::load(vec![be], Path::new(path), &load, &mut |_, _| {})?;

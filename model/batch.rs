@@ -23,7 +23,19 @@ impl Model {
     /// Ends `seq`: its pages return to the pool (full ones stay cached for
     /// later prompts that share them).
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {
+        self.added(seq)?;
         self.pool.free(seq)
+    }
+
+    /// `seq` must be one [`Model::add_sequence`] made, not the sequence of
+    /// the single-sequence API.
+    fn added(&self, seq: SeqId) -> Result<()> {
+        if seq == self.solo {
+            return Err(Error::Invalid(format!(
+                "sequence {seq} is the model's own (the single-sequence API's), not one added"
+            )));
+        }
+        Ok(())
     }
 
     /// Positions sequence `seq` holds.
@@ -34,6 +46,7 @@ impl Model {
     /// Appends `ids` to sequence `seq` (a prompt, or its rest after a
     /// reused prefix) and returns what `want` asks for after the last.
     pub fn prefill(&mut self, seq: SeqId, ids: &[u32], want: Want) -> Result<Output> {
+        self.added(seq)?;
         self.forward_seq(seq, ids, want)
     }
 
@@ -76,6 +89,7 @@ impl Model {
                     "sequence {seq} appears twice in one decode step"
                 )));
             }
+            self.added(seq)?;
             self.check_ids(&[token])?;
             let at = self.positions(seq)?;
             if at >= self.kv.capacity {

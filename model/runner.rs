@@ -143,7 +143,7 @@ pub struct Model {
     /// Every sequence's KV pages.
     pub(crate) pool: PagePool,
     /// The sequence of the single-sequence API ([`Model::forward`], ...).
-    solo: SeqId,
+    pub(crate) solo: SeqId,
     /// Most rows of a decode step of several sequences.
     pub(crate) max_sequences: usize,
     /// Decode passes are kept and replayed (see [`Model::set_replay`]).

@@ -13,6 +13,10 @@
 # usage: scripts/vs-llama-cpp.sh [SHAPE:QUANT ...]
 #   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
 # env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp),
+#      PARALLEL (empty; e.g. 4,16,64: many sequences at once too, llama-batched-bench's
+#      protocol: B prompts of BPP (128) tokens, then BTG (64) steps of all B, aggregate
+#      tok/s by llamacpp_batched.py and `vkllm bench --parallel`), SINGLE (1; 0 skips the
+#      single-stream pp/tg comparison),
 #      KEEP (0; 1 keeps the model files in WORK and reuses them: a second
 #      depth on the same machine skips the minutes the 8B takes to write),
 #      WARM (1; 0 skips the untimed run of each engine on each file)
@@ -43,6 +47,10 @@ VKLLM=${VKLLM:-.dev/vkllm}
 [ -x "$VKLLM" ] || VKLLM=target/release/vkllm
 DONOR=tests/data/donor_tokenizer.gguf
 ANCHORS=scripts/anchors
+PARALLEL=${PARALLEL:-}
+BPP=${BPP:-128}
+BTG=${BTG:-64}
+SINGLE=${SINGLE:-1}
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m)
 
@@ -55,7 +63,9 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || 
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$WORK"
 results="$WORK/results.jsonl"
+batched="$WORK/batched.jsonl"
 : > "$results"
+: > "$batched"
 
 # llama.cpp on FILE; prints its JSON line or nothing.
 llamacpp() {
@@ -84,6 +94,17 @@ for spec in "${models[@]}"; do
     if [ "$WARM" = 1 ]; then
         python3 $ANCHORS/llamacpp_bench.py "$file" --pp "$PP" --tg 16 --reps 1 --depth "$DEPTH" > /dev/null 2>&1
         "$VKLLM" bench -m "$file" -b "$BACKEND" -p "$PP" -n 16 -d "$DEPTH" -r 1 > /dev/null 2>&1
+    fi
+    if [ -n "$PARALLEL" ]; then
+        lcb=$(python3 $ANCHORS/llamacpp_batched.py "$file" --pp "$BPP" --tg "$BTG" --b "$PARALLEL" 2>> "$WORK/llamacpp.err" | python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin if l.startswith("{")]))')
+        vkb=$("$VKLLM" bench -m "$file" -b "$BACKEND" -p "$BPP" -n "$BTG" --parallel "$PARALLEL" -r "$REPS" --json 2>> "$WORK/vkllm.err") || vkb=null
+        python3 -c 'import json,sys; print(json.dumps({"shape": sys.argv[1], "quant": sys.argv[2],
+            "llamacpp": json.loads(sys.argv[3] or "[]"), "vkllm": json.loads(sys.argv[4])}))' \
+            "$shape" "$quant" "$lcb" "$vkb" >> "$batched"
+    fi
+    if [ "$SINGLE" != 1 ]; then
+        [ "$KEEP" = 1 ] || rm -f "$file"
+        continue
     fi
     lc=$(llamacpp "$file")
     if [ -z "$lc" ]; then
@@ -122,3 +143,26 @@ for line in open(path):
           f"| {fmt(ltg)} | {fmt(vtg)} | {fmt(ratio(vtg, ltg), 2)} | {fmt(roof, 0)}{'%' if roof is not None else ''} |")
 EOF
 echo "raw results: $results" >&2
+
+[ -n "$PARALLEL" ] || exit 0
+python3 - "$batched" "$BPP" "$BTG" <<'EOF'
+import json, statistics, sys
+path, pp, tg = sys.argv[1], sys.argv[2], sys.argv[3]
+def fmt(x, d=1): return "-" if x is None else f"{x:,.{d}f}"
+print(f"\nmany sequences: B prompts of {pp} tokens, then {tg} steps of all B; aggregate tg tok/s; ratio = vkllm / llama.cpp\n")
+print("| model | B | llama.cpp tg | vkllm tg | ratio | vkllm tg per sequence | vkllm ms per step | llama.cpp pp | vkllm pp |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for line in open(path):
+    r = json.loads(line)
+    lc = {x["B"]: x for x in r["llamacpp"] or []}
+    for v in r["vkllm"] or []:
+        b = v["sequences"]
+        vtg = statistics.median([b * v["gen"] * 1e9 / ns for ns in v["tg_ns"]])
+        vpp = statistics.median([b * v["prompt"] * 1e9 / ns for ns in v["pp_ns"]])
+        l = lc.get(b, {})
+        ltg, lpp = l.get("tg_tok_s"), l.get("pp_tok_s")
+        ratio = vtg / ltg if ltg else None
+        print(f"| {r['shape']} {r['quant']} | {b} | {fmt(ltg)} | {fmt(vtg)} | {fmt(ratio, 2)} | {fmt(vtg / b)} "
+              f"| {v['step_ms']:.2f} | {fmt(lpp)} | {fmt(vpp)} |")
+EOF
+echo "raw batched results: $batched" >&2

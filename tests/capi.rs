@@ -104,6 +104,22 @@ fn the_c_example_runs_against_the_tiny_models_and_smollm2() {
             &["ids", dir.to_str().unwrap(), &list(&r["prompt_ids"]), "16"],
         );
         assert_eq!(out.trim(), list(&r["greedy_16"]), "{arch}");
+        let (out, err) = run(
+            &exe,
+            &[
+                "batch",
+                dir.to_str().unwrap(),
+                &list(&r["prompt_ids"]),
+                "16",
+            ],
+        );
+        let mut lines = out.lines();
+        assert_eq!(
+            lines.next(),
+            Some(list(&r["greedy_16"]).as_str()),
+            "{arch}: {err}"
+        );
+        assert_eq!(lines.next(), Some("batch == alone"), "{arch}: {err}");
     }
     let model = common::smollm2();
     let (out, err) = run(

@@ -2,6 +2,7 @@
  *
  *   demo ids MODEL 1,2,3 N     greedy N ids after a prompt of ids
  *   demo chat MODEL QUESTION   chat template, tokenize, stream a reply, two turns
+ *   demo batch MODEL 1,2,3 N   three sequences decoded together, each against its run alone
  *   demo error MODEL           what a failed load reports
  *
  * Build: cargo build --release, then
@@ -18,10 +19,11 @@ static int fail(const char *what, vkllm_status s) {
     return 1;
 }
 
-static vkllm_model *load(const char *path) {
+static vkllm_model *load_for(const char *path, uint32_t sequences) {
     vkllm_load_options opts = vkllm_default_load_options();
     opts.backend = "cpu";
     opts.context = 512;
+    opts.sequences = sequences;
     vkllm_model *m = NULL;
     vkllm_status s = vkllm_model_load(path, &opts, &m);
     if (s != VKLLM_STATUS_OK) {
@@ -30,6 +32,8 @@ static vkllm_model *load(const char *path) {
     }
     return m;
 }
+
+static vkllm_model *load(const char *path) { return load_for(path, 0); }
 
 static int ids(const char *path, char *list, int n) {
     uint32_t prompt[256];
@@ -127,6 +131,61 @@ static int chat(const char *path, const char *question) {
     return rc;
 }
 
+/* Three prompts (the ids, without the first, with the first again at the
+ * end) decoded together for n ids; each compared with its run alone on the
+ * handle's own sequence. */
+static int batch(const char *path, char *list, int n) {
+    uint32_t prompts[3][257];
+    size_t lens[3] = {0, 0, 0};
+    for (char *t = strtok(list, ","); t && lens[0] < 256; t = strtok(NULL, ","))
+        prompts[0][lens[0]++] = (uint32_t)strtoul(t, NULL, 10);
+    if (lens[0] < 2 || n < 1 || n > 64) {
+        fprintf(stderr, "batch needs 2 to 256 ids and 1 to 64 steps\n");
+        return 2;
+    }
+    lens[1] = lens[0] - 1;
+    memcpy(prompts[1], prompts[0] + 1, lens[1] * sizeof(uint32_t));
+    lens[2] = lens[0] + 1;
+    memcpy(prompts[2], prompts[0], lens[0] * sizeof(uint32_t));
+    prompts[2][lens[0]] = prompts[0][0];
+    vkllm_model *m = load_for(path, 3);
+    if (!m) return 1;
+    uint64_t seqs[3];
+    uint32_t out[3][64], next[3];
+    vkllm_status s = VKLLM_STATUS_OK;
+    for (int i = 0; s == VKLLM_STATUS_OK && i < 3; i++) {
+        size_t reused;
+        s = vkllm_seq_add(m, prompts[i], lens[i], &seqs[i], &reused);
+        if (s == VKLLM_STATUS_OK)
+            s = vkllm_seq_eval(m, seqs[i], prompts[i] + reused, lens[i] - reused, &out[i][0], NULL);
+    }
+    for (int step = 1; s == VKLLM_STATUS_OK && step < n; step++) {
+        uint32_t fed[3] = {out[0][step - 1], out[1][step - 1], out[2][step - 1]};
+        s = vkllm_seq_decode(m, seqs, fed, 3, next, NULL);
+        for (int i = 0; i < 3; i++) out[i][step] = next[i];
+    }
+    for (int i = 0; s == VKLLM_STATUS_OK && i < 3; i++) s = vkllm_seq_free(m, seqs[i]);
+    if (s != VKLLM_STATUS_OK) {
+        vkllm_model_free(m);
+        return fail("batch", s);
+    }
+    int same = 1;
+    for (int i = 0; i < 3 && s == VKLLM_STATUS_OK; i++) {
+        s = vkllm_reset(m);
+        if (s == VKLLM_STATUS_OK) s = vkllm_eval(m, prompts[i], lens[i]);
+        for (int step = 0; s == VKLLM_STATUS_OK && step < n; step++) {
+            uint32_t t;
+            s = vkllm_greedy(m, &t);
+            if (s == VKLLM_STATUS_OK && t != out[i][step]) same = 0;
+            if (s == VKLLM_STATUS_OK) s = vkllm_eval(m, &t, 1);
+        }
+    }
+    for (int step = 0; step < n; step++) printf(step ? ",%u" : "%u", out[0][step]);
+    printf("\n%s\n", same ? "batch == alone" : "batch != alone");
+    vkllm_model_free(m);
+    return s == VKLLM_STATUS_OK ? 0 : fail("alone", s);
+}
+
 static int error(const char *path) {
     vkllm_model *m = NULL;
     vkllm_status s = vkllm_model_load(path, NULL, &m);
@@ -137,7 +196,8 @@ static int error(const char *path) {
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "ids") == 0) return ids(argv[2], argv[3], atoi(argv[4]));
     if (argc == 4 && strcmp(argv[1], "chat") == 0) return chat(argv[2], argv[3]);
+    if (argc == 5 && strcmp(argv[1], "batch") == 0) return batch(argv[2], argv[3], atoi(argv[4]));
     if (argc == 3 && strcmp(argv[1], "error") == 0) return error(argv[2]);
-    fprintf(stderr, "usage: demo ids MODEL 1,2,3 N | demo chat MODEL QUESTION | demo error MODEL\n");
+    fprintf(stderr, "usage: demo ids MODEL 1,2,3 N | demo chat MODEL QUESTION | demo batch MODEL 1,2,3 N | demo error MODEL\n");
     return 2;
 }

@@ -44,6 +44,18 @@ pub type PageId = u32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SeqId(u64);
 
+impl SeqId {
+    /// The id as a number (the C API's handle of a sequence).
+    pub fn to_raw(self) -> u64 {
+        self.0
+    }
+    /// The id a number names; a number that names no live sequence is an
+    /// unknown sequence to every call that takes it.
+    pub fn from_raw(raw: u64) -> SeqId {
+        SeqId(raw)
+    }
+}
+
 impl fmt::Display for SeqId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
