@@ -323,3 +323,69 @@ test_device!(
     shared_prefixes_and_a_full_pool_cpu: cpu_devices,
     shared_prefixes_and_a_full_pool_vulkan: vulkan_devices
 );
+
+/// The real SmolLM2: six chat prompts generating together (more rows than
+/// the few-row GEMV takes, so the batch's matmuls run another kernel than a
+/// single sequence's) give each one's greedy reply alone.
+fn smollm2_batch_equals_alone(dev: Device) {
+    let path = common::smollm2();
+    let Some(be) = (dev.1)() else {
+        return;
+    };
+    let opts = LoadOptions {
+        context: Some(256),
+        kv_cache: Some(dev.2),
+        ..LoadOptions::default()
+    };
+    let loaded = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {}).unwrap();
+    let (mut solo, tok) = (loaded.model, loaded.tokenizer.unwrap());
+    let questions = [
+        "What is the capital of France?",
+        "Name three colours.",
+        "What is 2 + 2?",
+        "Say hello in Spanish.",
+        "What is the largest planet?",
+        "Write one word that rhymes with cat.",
+    ];
+    let reqs: Vec<Request> = questions
+        .iter()
+        .map(|q| {
+            let text = vkllm::model::generate::render_chat_prompt(&tok, None, q).unwrap();
+            Request {
+                prompt: tok.encode(&text, false).unwrap(),
+                max_tokens: 24,
+                sampler: SamplerConfig::greedy(),
+                stop_ids: tok.stop_ids().to_vec(),
+                ignore_eos: false,
+            }
+        })
+        .collect();
+    let expected: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|r| {
+            let mut out = alone(&mut solo, &r.prompt, r.max_tokens);
+            if let Some(end) = out.iter().position(|t| r.stop_ids.contains(t)) {
+                out.truncate(end + 1);
+            }
+            out
+        })
+        .collect();
+    let be = (dev.1)().unwrap();
+    let opts = LoadOptions {
+        sequences: Some(6),
+        ..opts
+    };
+    let model = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})
+        .unwrap()
+        .model;
+    let mut engine = Engine::new(model, EngineOptions::default()).unwrap();
+    let got = run(&mut engine, reqs, Vec::new(), &[]);
+    for (i, ((tokens, _), want)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(tokens, want, "{}: {:?}", dev.0, questions[i]);
+    }
+}
+test_device!(
+    smollm2_batch_equals_alone,
+    smollm2_batch_equals_alone_cpu: cpu_devices,
+    smollm2_batch_equals_alone_vulkan: vulkan_devices
+);
