@@ -78,8 +78,10 @@ pub struct RopeParams {
 /// sequences). Without pages, position `p` is cache row `p`.
 ///
 /// A page id at or past `pages` is never followed: the row stores nothing
-/// there and attends as if that position held nothing (devices that cannot
-/// report it) or fails (the CPU). The runner writes only valid ids.
+/// there, and attention over it fails (the CPU at the op; Vulkan when the
+/// pass ends, having read page 0 in its place) or, on devices that cannot
+/// report it, attends as if that position held nothing. The runner writes
+/// only valid ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvPages {
     pub table: Buffer,

@@ -13,13 +13,19 @@
 // (llvmpipe's LP_MAX_TGSI_LOOP_ITERATIONS) and returns what it has, which a
 // loop per dim and per key reached at ~7,600 keys of head_dim 256. Now a
 // chunk costs head_dim / 8 + ~17 iterations: ~50K keys at head_dim 512.
+//
+// Paged caches (glsl/kv_pages.glsl), per-row tables too (rows are
+// independent): each invocation finds its key's cache row once per chunk,
+// and the value loop reads the chunk's rows from shared memory.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
-// Specialization constant 0: 1 when the KV cache holds f16.
-layout(constant_id = 0) const uint KV_F16 = 0u;
+// Specialization constant 0: bit 0 when the KV cache holds f16; bit 1 PAGED.
+layout(constant_id = 0) const uint SPEC = 0u;
+const bool KV_F16 = (SPEC & 1u) != 0u;
+const bool PAGED = (SPEC & 2u) != 0u;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float kc[]; };
@@ -27,13 +33,14 @@ layout(binding = 2) readonly buffer V { float vc[]; };
 // An f16 cache binds the same buffers as 2 halves per word.
 layout(binding = 1) readonly buffer K16 { uint kh[]; };
 layout(binding = 2) readonly buffer V16 { uint vh[]; };
-float k_at(uint i) { return KV_F16 != 0u ? unpackHalf2x16(kh[i >> 1])[i & 1u] : kc[i]; }
-float v_at(uint i) { return KV_F16 != 0u ? unpackHalf2x16(vh[i >> 1])[i & 1u] : vc[i]; }
+float k_at(uint i) { return KV_F16 ? unpackHalf2x16(kh[i >> 1])[i & 1u] : kc[i]; }
+float v_at(uint i) { return KV_F16 ? unpackHalf2x16(vh[i >> 1])[i & 1u] : vc[i]; }
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
-// the second as position + 1 and the row attends to the cache it has.
-layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+// the second as position + 1 and the row attends to the cache it has; a
+// page past the pool in the third (glsl/kv_pages.glsl).
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; uint bad_page_plus_one; } st;
 // Per split: [max, sum, out[head_dim]] (only with n_split > 1).
 layout(binding = 6) writeonly buffer Part { float part[]; };
 
@@ -47,15 +54,24 @@ layout(push_constant) uniform Push {
     uint window;
     uint n_split;
     uint split_len;
+    uint page_log2;
+    uint page_stride;
+    uint n_pages;
+    uint table_len;
 } pc;
 
 #include "reduce.glsl"
+#define KV_PAGES_BINDING 7
+#define KV_PAGES_STATUS
+#include "kv_pages.glsl"
 
 const uint CHUNK = 64u;
 const uint MAX_DIMS = 8u;
 
 shared float qs[CHUNK * MAX_DIMS];
 shared float ps[CHUNK];
+// PAGED: the chunk's cache rows (keys past the end: the last key's).
+shared uint krow[PAGED ? CHUNK : 1u];
 
 void main() {
     uint h = gl_WorkGroupID.x;
@@ -87,9 +103,12 @@ void main() {
     float run_sum = 0.0;
     for (uint j0 = start; j0 < end; j0 += CHUNK) {
         uint j = j0 + t;
+        if (PAGED) {
+            krow[t] = kv_row(r, min(j, end - 1u)); // read by all after wg_max
+        }
         float s = -1.0 / 0.0;
         if (j < end) {
-            uint kb = j * kv_stride + koff;
+            uint kb = (PAGED ? krow[t] : j) * kv_stride + koff;
             float d0 = 0.0;
             for (uint d = 0u; d < hd; d += 8u) {
                 [[unroll]] for (uint e = 0u; e < 8u; e++) {
@@ -114,7 +133,7 @@ void main() {
             if (d < hd) {
                 float a = acc[i] * corr;
                 [[unroll]] for (uint c = 0u; c < CHUNK; c++) {
-                    uint key = min(j0 + c, end - 1u);
+                    uint key = PAGED ? krow[c] : min(j0 + c, end - 1u);
                     a += ps[c] * v_at(key * kv_stride + koff + d);
                 }
                 acc[i] = a;

@@ -46,10 +46,18 @@
 // projection's integer-dot GEMV reads them; with several splits and no
 // MERGE attention_combine.comp writes them).
 //
+// PAGED (glsl/kv_pages.glsl; per-row tables too: every row's workgroups
+// are its own): keys are walked in chunks of whole rounds, and before each
+// the workgroup stages the chunk's page ids (at most PAGE_SLOTS) in shared
+// memory, so a key's cache row costs a shared load and no global one
+// before its K and V loads. A split of a few hundred keys (the usual
+// decode) is one chunk, staged beside the query; longer ones pay two
+// barriers per chunk (of 768 keys or more at pages of 16).
+//
 // Specialization constant 0: head_dim | heads per tile << 10 |
-// log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25 | Q8 << 26. head_dim
-// is a multiple of 8 C, C a power of two no larger than the subgroup, R =
-// head_dim / 8C at most 8.
+// log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25 | Q8 << 26 |
+// PAGED << 27. head_dim is a multiple of 8 C, C a power of two no larger
+// than the subgroup, R = head_dim / 8C at most 8.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -68,10 +76,17 @@ const uint U = GT == 1u ? 4u : 2u;
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
 const bool Q8 = ((SPEC >> 26) & 1u) != 0u;
+const bool PAGED = ((SPEC >> 27) & 1u) != 0u;
 const uint WG = gl_WorkGroupSize.x;
 const uint HD4 = HD / 4u;
 const uint R = HD / (8u * C); // 8-value units per lane
 const uint NC = WG / C; // clusters per workgroup
+const uint ROUND = NC * U; // keys per round
+// PAGED: page ids staged per chunk, enough for a round of pages of 16 (and
+// 64 at least, so a chunk holds 63 pages' keys); vk/ops/attention.rs
+// page_slots mirrors it. Shorter pages never come here (the host's
+// DECODE_MIN_PAGE_LOG2): a chunk would hold less than a round.
+const uint PAGE_SLOTS = ROUND / 16u + 2u > 64u ? ROUND / 16u + 2u : 64u;
 
 layout(binding = 0) readonly buffer Qf { float qf[]; };
 // A cache word: 8 halves, or 4 f32 bit patterns.
@@ -80,8 +95,9 @@ layout(binding = 2) readonly buffer V { uvec4 vw[]; };
 layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { float o[]; };
 // Status words (see embedding.comp); a position past the cache is recorded in
-// the second as position + 1 and the row attends to the cache it has.
-layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+// the second as position + 1 and the row attends to the cache it has; a
+// page past the pool in the third (glsl/kv_pages.glsl).
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; uint bad_page_plus_one; } st;
 #if defined(MERGE)
 // MERGE: the last split to finish reads the others' partials.
 layout(binding = 6) coherent writeonly buffer Part { float part[]; };
@@ -114,6 +130,10 @@ layout(push_constant) uniform Push {
     uint rot_dim;
     uint neox;
     uint q8_stride;
+    uint page_log2;
+    uint page_stride;
+    uint n_pages;
+    uint table_len;
 } pc;
 
 #include "attention_split.glsl"
@@ -124,6 +144,9 @@ layout(push_constant) uniform Push {
 #if defined(MERGE)
 #include "reduce.glsl"
 #endif
+#define KV_PAGES_BINDING 12
+#define KV_PAGES_STATUS
+#include "kv_pages.glsl"
 
 shared vec4 qs[GT * HD4];
 // The clusters' accumulators of one head, their maxima and sums.
@@ -137,6 +160,25 @@ shared uvec4 kf[HD4];
 shared uvec4 vf[HD4];
 // Q8: a head's output.
 shared vec4 outs[HD4];
+// PAGED: the current chunk's page ids, from its first key's page on.
+shared uint kpage[PAGED ? PAGE_SLOTS : 1u];
+
+// PAGED: keys per chunk, whole rounds whose pages fit PAGE_SLOTS: at most
+// PAGE_SLOTS - 1 pages' keys, so any start meets at most PAGE_SLOTS pages.
+uint chunk_keys() {
+    uint k = pc.page_log2 >= 23u ? 0x80000000u : (PAGE_SLOTS - 1u) << pc.page_log2;
+    return k / ROUND * ROUND;
+}
+
+// PAGED: row r's page ids of keys [c0, c1) into kpage (c0 < c1; the whole
+// workgroup calls it, a barrier before any reads them).
+void stage_pages(uint r, uint c0, uint c1) {
+    uint first = c0 >> pc.page_log2;
+    uint n = ((c1 - 1u) >> pc.page_log2) - first + 1u;
+    for (uint i = gl_LocalInvocationID.x; i < n; i += WG) {
+        kpage[i] = kv_page_checked(r, first + i);
+    }
+}
 
 vec4 halves4(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 // Four values as the cache's words, and back.
@@ -166,9 +208,11 @@ vec2 rotation(uint d) {
     return d < pc.rot_dim ? rot_cs[rope_freq(d, pc.rot_dim, pc.neox != 0u)] : vec2(1.0, 0.0);
 }
 
-// The row's new k (rotated) and v of kv head kvh into kf / vf, rounded as
-// the cache stores them; `store`: into the cache row `p` too.
-void own_kv(uint kvh, uint p, bool store) {
+// Row r's new k (rotated) and v of kv head kvh into kf / vf, rounded as
+// the cache stores them; `store`: into the cache row of position `p` too
+// (paged: unless its page is past the pool, flagged by the key loop's
+// staging).
+void own_kv(uint r, uint kvh, uint p, bool store) {
     uint t = gl_LocalInvocationID.x;
     bool neox = pc.neox != 0u;
     if (t >= HD4) {
@@ -186,8 +230,14 @@ void own_kv(uint kvh, uint p, bool store) {
     uvec4 vwd = stored(v);
     kf[t] = kwd;
     vf[t] = vwd;
+    uint row = p;
+    if (PAGED) {
+        uint page = kv_page(r, p >> pc.page_log2);
+        store = store && page < pc.n_pages;
+        row = kv_page_row(page, p);
+    }
     if (store) {
-        uint at = p * pc.n_kv_heads * HD4 + kvh * HD4 + t;
+        uint at = row * pc.n_kv_heads * HD4 + kvh * HD4 + t;
         if (KV_F16) {
             kout16[at] = kwd.xy;
             vout16[at] = vwd.xy;
@@ -339,7 +389,16 @@ void main() {
         qs[u] = qv;
     }
     if (own) {
-        own_kv(kvh, p, h0 == 0u);
+        own_kv(r, kvh, p, h0 == 0u);
+    }
+    // PAGED: the keys a chunk at a time, [page0 << page_log2 or later,
+    // chunk_end), the first staged here, beside the query; unpaged, one
+    // chunk of the whole split.
+    uint chunk = PAGED ? chunk_keys() : 0u;
+    uint chunk_end = PAGED ? j_begin + min(chunk, j_end - j_begin) : j_end;
+    uint page0 = j_begin >> pc.page_log2;
+    if (PAGED && j_begin < chunk_end) {
+        stage_pages(r, j_begin, chunk_end);
     }
     barrier();
 
@@ -371,14 +430,24 @@ void main() {
     }
 
     uint nkv = pc.n_kv_heads;
-    for (uint j0 = j_begin; j0 < j_end; j0 += NC * U) {
+    for (uint j0 = j_begin; j0 < j_end; j0 += ROUND) {
+        if (PAGED && j0 == chunk_end) {
+            // The next chunk (uniform), staged once the last one's ids are read.
+            page0 = j0 >> pc.page_log2;
+            chunk_end = j0 + min(chunk, j_end - j0);
+            barrier();
+            stage_pages(r, j0, chunk_end);
+            barrier();
+        }
         // Every load of the round first: key j0 + u NC + cl, dims of this lane.
         vec4 ka[U][R], kb[U][R], va[U][R], vb[U][R];
         [[unroll]] for (uint u = 0u; u < U; u++) {
-            // Past the span: a key of it, read and then masked.
-            uint j = min(j0 + u * NC + cl, j_end - 1u);
+            // Past the span: a key of it, read and then masked (a chunk is
+            // whole rounds, so only the last chunk has such keys).
+            uint j = min(j0 + u * NC + cl, chunk_end - 1u);
             bool mine = own && j == p;
-            uint row = j * nkv + kvh;
+            uint at = PAGED ? kv_page_row(kpage[(j >> pc.page_log2) - page0], j) : j;
+            uint row = at * nkv + kvh;
             [[unroll]] for (uint i = 0u; i < R; i++) {
                 uint unit = lane + C * i;
                 if (mine) {

@@ -14,6 +14,10 @@
 // Specialization constant 0 packs head_dim (low 16 bits, a multiple of 4, at
 // most 128) and BR (high 16 bits, 16 or 32; a multiple of 4 with BR * head_dim
 // <= 4096), so shared arrays and register tiles are sized at pipeline creation.
+// Bit 25: PAGED, a paged cache of one table (glsl/kv_pages.glsl; the rows
+// share K tiles, so never per-row tables): the tile's cache rows are found
+// once per tile, into shared memory, and its keys loaded one by one as
+// unpaged, so a tile may straddle pages of any length.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -26,6 +30,7 @@ const uint D = SPEC & 0xFFFFu;
 const uint BR = (SPEC >> 16) & 0xFFu;
 // Bit 24: the KV cache holds f16 (read as 4 halves per 8-byte word).
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
+const bool PAGED = ((SPEC >> 25) & 1u) != 0u;
 // Keys per tile.
 const uint BC = 32u;
 // vec4 columns of a head, and the padded row stride (in vec4s) in shared memory.
@@ -51,7 +56,7 @@ layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
 // Status words (see attention.comp): a position past the cache is recorded
 // as position + 1 and the row attends to the cache it has.
-layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; uint bad_page_plus_one; } st;
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -61,7 +66,17 @@ layout(push_constant) uniform Push {
     uint capacity;
     float scale;
     uint window;
+    uint n_split_unused;
+    uint split_len_unused;
+    uint page_log2;
+    uint page_stride;
+    uint n_pages;
+    uint table_len;
 } pc;
+
+#define KV_PAGES_BINDING 7
+#define KV_PAGES_STATUS
+#include "kv_pages.glsl"
 
 shared vec4 qs[BR * QS];
 // K tile, then (after the scores are taken) the V tile of the same keys.
@@ -75,6 +90,8 @@ shared uint k_hi[BR];
 shared float m_run[BR];
 shared float l_run[BR];
 shared float corr_s[BR];
+// PAGED: the tile's cache rows (keys past the union: the last key's).
+shared uint trow[PAGED ? BC : 1u];
 
 const float NEG_INF = -1.0 / 0.0;
 
@@ -135,12 +152,19 @@ void main() {
     }
 
     for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
+        if (PAGED) {
+            if (t < BC) {
+                trow[t] = kv_row(0u, min(j0 + t, tile_hi - 1u));
+            }
+            barrier();
+        }
         // K tile (keys past the union read as zeros and are masked below).
         for (uint i = t; i < BC * DC; i += WG) {
             uint k = i / DC;
             uint dc = i % DC;
             uint j = j0 + k;
-            kvs[k * QS + dc] = j < tile_hi ? load_k(j * kv_stride4 + koff4 + dc) : vec4(0.0);
+            uint row = PAGED ? trow[k] : j;
+            kvs[k * QS + dc] = j < tile_hi ? load_k(row * kv_stride4 + koff4 + dc) : vec4(0.0);
         }
         barrier();
         // Scores: invocation t takes key t % BC of query vectors t / BC + (WG / BC) * i.
@@ -171,7 +195,8 @@ void main() {
             uint k = i / DC;
             uint dc = i % DC;
             uint j = j0 + k;
-            kvs[k * QS + dc] = j < tile_hi ? load_v(j * kv_stride4 + koff4 + dc) : vec4(0.0);
+            uint row = PAGED ? trow[k] : j;
+            kvs[k * QS + dc] = j < tile_hi ? load_v(row * kv_stride4 + koff4 + dc) : vec4(0.0);
         }
         if (t < BR) {
             float m_old = m_run[t];

@@ -22,7 +22,12 @@
 // gets a (max, sum, unscaled O) per chunk it meets, which
 // attention_combine.comp merges.
 //
-// Specialization constant 0: head_dim, a multiple of 16, at most 128.
+// Specialization constant 0: head_dim (a multiple of 16, at most 128) |
+// PAGED << 16: a paged cache of one table (glsl/kv_pages.glsl; the rows share
+// K tiles, so never per-row tables). Tiles go through registers and shared
+// memory a key row at a time, each row looked up in the table as it is
+// fetched (a tile ahead, so the lookup's latency hides with the load's):
+// a tile may straddle pages of any length.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -34,7 +39,9 @@
 
 layout(local_size_x = 128) in;
 
-layout(constant_id = 0) const uint D = 64u;
+layout(constant_id = 0) const uint SPEC = 64u;
+const uint D = SPEC & 0xFFFFu;
+const bool PAGED = ((SPEC >> 16) & 1u) != 0u;
 // 16 x 16 fragments across a head (at most 8), and 4-half words per row.
 const uint DF = D / 16u;
 const uint DW = D / 4u;
@@ -53,7 +60,7 @@ layout(binding = 3) readonly buffer Pos { uint pos[]; };
 layout(binding = 4) writeonly buffer Out { vec4 o4[]; };
 // Status words (see attention.comp): a position past the cache is recorded
 // as position + 1 and the row attends to the cache it has.
-layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; } st;
+layout(binding = 5) buffer Status { uint bad_id_plus_one; uint bad_pos_plus_one; uint bad_page_plus_one; } st;
 // Per (row, head, split): max, sum, then head_dim unscaled outputs.
 layout(binding = 6) writeonly buffer Part { float part[]; };
 
@@ -67,7 +74,15 @@ layout(push_constant) uniform Push {
     uint window;
     uint n_split;
     uint min_chunk; // keys per chunk at least
+    uint page_log2;
+    uint page_stride;
+    uint n_pages;
+    uint table_len;
 } pc;
+
+#define KV_PAGES_BINDING 7
+#define KV_PAGES_STATUS
+#include "kv_pages.glsl"
 
 // Q (BR rows) at first; then the K tile (BC rows) and the V tile after it.
 shared uvec2 tiles[BR * RS];
@@ -102,7 +117,8 @@ void fetch_tile(uint j0, uint hi, uint kvh, bool with_v) {
         uint k = i / DW;
         uint j = j0 + k;
         bool live = i < BC * DW && j < hi;
-        uint at = j * kv_stride + kvh * DW + i % DW;
+        uint row = PAGED ? kv_row(0u, min(j, hi - 1u)) : j;
+        uint at = row * kv_stride + kvh * DW + i % DW;
         k_next[n] = live ? k16[at] : uvec2(0u);
         if (with_v) {
             v_next[n] = live ? v16[at] : uvec2(0u);

@@ -3,15 +3,19 @@
 // cache row. Invocations take, in one index space, q's rotated pairs (in
 // place, so a pair per invocation), then k's and v's elements (each k element
 // reads its pair partner from the unrotated input). rot_dim = 0: no rotation.
+// A paged cache (glsl/kv_pages.glsl) takes the rows its tables name; a
+// position past the cache, table or pool stores nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
-// Specialization constant 0: 1 when the caches hold f16. Then each k/v unit
-// of the index space is a pair of adjacent values stored as one word
-// (head_dim is even, so a pair never straddles a head or row).
-layout(constant_id = 0) const uint KV_F16 = 0u;
+// Specialization constant 0: bit 0 when the caches hold f16, then each k/v
+// unit of the index space is a pair of adjacent values stored as one word
+// (head_dim is even, so a pair never straddles a head or row); bit 1 PAGED.
+layout(constant_id = 0) const uint SPEC = 0u;
+const bool KV_F16 = (SPEC & 1u) != 0u;
+const bool PAGED = (SPEC & 2u) != 0u;
 
 layout(binding = 0) buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float k[]; };
@@ -30,10 +34,17 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint rot_dim;
     uint neox;
-    uint capacity;
+    uint capacity; // rows the caches hold
+    uint page_log2;
+    uint page_stride;
+    uint n_pages;
+    uint table_len;
 } pc;
 
 #include "rope.glsl"
+#define KV_PAGES_BINDING 7
+#define KV_PAGES_STORE
+#include "kv_pages.glsl"
 
 // k element e (of row position p) rotated.
 float k_rot(uint e, uint p) {
@@ -52,7 +63,7 @@ void main() {
     uint kvd = pc.n_kv_heads * pc.head_dim;
     uint kv_elems = pc.rows * kvd;
     // Values per k/v unit: 2 with an f16 cache (one packed word).
-    uint per = KV_F16 != 0u ? 2u : 1u;
+    uint per = KV_F16 ? 2u : 1u;
     uint kv_units = kv_elems / per;
     uint total = q_pairs + 2u * kv_units;
     uint stride = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x;
@@ -78,11 +89,12 @@ void main() {
         uint e = u * per;
         uint r = e / kvd;
         uint p = pos[r];
-        if (p >= pc.capacity) {
+        uint row = kv_store_row(r, p);
+        if (row >= pc.capacity) {
             continue; // attention.comp reports it
         }
-        uint at = p * kvd + (e - r * kvd);
-        if (KV_F16 != 0u) {
+        uint at = row * kvd + (e - r * kvd);
+        if (KV_F16) {
             vec2 pair = is_v ? vec2(v[e], v[e + 1u]) : vec2(k_rot(e, p), k_rot(e + 1u, p));
             if (is_v) {
                 vc16[at >> 1] = packHalf2x16(pair);

@@ -3,7 +3,7 @@
 
 use super::memory::STAGING_CAP;
 use super::recorder::Slot;
-use super::{layout, VulkanBackend};
+use super::{layout, VulkanBackend, STATUS_BYTES};
 use crate::backend::{
     Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, KvPages, LinearOpts,
     PassStats, RopeParams, Weight,
@@ -258,7 +258,7 @@ impl ComputeBackend for VulkanBackend {
             return Ok(times == 0);
         }
         self.flush_fills()?;
-        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        self.mem.get_mut(self.status.id)?.mapped()?[..STATUS_BYTES].fill(0);
         let times = u32::try_from(times)
             .map_err(|_| Error::Vulkan(format!("{times} replays in one submit")))?;
         if !self.rec.replay(key, times)? {

@@ -50,6 +50,9 @@ pub use recorder::PassStats;
 /// kernel saves (benches/README.md, decode GEMV).
 pub const GEMV_Q8_MIN_BYTES: usize = 8 << 20;
 
+/// Bytes of the status words (see `VulkanBackend::status`).
+const STATUS_BYTES: usize = 12;
+
 use crate::backend::{Buffer, ComputeBackend};
 use crate::error::{Error, Result};
 use ash::vk;
@@ -116,7 +119,8 @@ pub struct VulkanBackend {
     pending_frees: Vec<u32>,
     last_pass: PassStats,
     /// Host-readable status words in which shaders flag input errors found
-    /// on the GPU: [bad token id + 1, bad position + 1], 0 when fine.
+    /// on the GPU: [bad token id + 1, bad position + 1, page past the pool
+    /// + 1], 0 when fine.
     status: Buffer,
     /// The pass being recorded allocated (and zeroes) buffers: not replayable.
     pass_allocs: bool,
@@ -171,7 +175,7 @@ impl VulkanBackend {
         } else {
             DEFAULT_SPIN_WAIT
         }));
-        let status = Buffer::new(mem.alloc_host_readable(8)?, 8);
+        let status = Buffer::new(mem.alloc_host_readable(STATUS_BYTES)?, STATUS_BYTES);
         let prepare_kernels = opts.prepare_kernels.unwrap_or(!dev.caps().cpu_device);
         let backend = VulkanBackend {
             rec,

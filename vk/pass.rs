@@ -3,7 +3,7 @@
 //! it (validation messages, the status words shaders flag bad inputs in).
 
 use super::recorder::Slot;
-use super::VulkanBackend;
+use super::{VulkanBackend, STATUS_BYTES};
 use crate::backend::{Buffer, ComputeBackend};
 use crate::error::{Error, Result};
 use ash::vk;
@@ -39,7 +39,7 @@ impl VulkanBackend {
     pub(super) fn begin_recording(&mut self, slot: Slot) -> Result<()> {
         self.rec.begin(slot)?;
         // The previous submission has completed, so the host may reset it.
-        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        self.mem.get_mut(self.status.id)?.mapped()?[..STATUS_BYTES].fill(0);
         for id in std::mem::take(&mut self.pending_fills) {
             if let Ok(b) = self.mem.get(id) {
                 let buffer = b.buffer;
@@ -72,7 +72,7 @@ impl VulkanBackend {
         let status = self.mem.get_mut(self.status.id)?.mapped()?;
         let word =
             |i: usize| u32::from_le_bytes([status[i], status[i + 1], status[i + 2], status[i + 3]]);
-        let (bad_id, bad_pos) = (word(0), word(4));
+        let (bad_id, bad_pos, bad_page) = (word(0), word(4), word(8));
         if bad_id != 0 {
             return Err(Error::op(
                 "embedding",
@@ -88,6 +88,12 @@ impl VulkanBackend {
                 format!("position {} is past the KV cache capacity", bad_pos - 1),
             ));
         }
+        if bad_page != 0 {
+            return Err(Error::op(
+                "attention",
+                format!("a page table names page {}, outside the pool", bad_page - 1),
+            ));
+        }
         Ok(())
     }
 
@@ -100,7 +106,7 @@ impl VulkanBackend {
         if self.in_pass {
             return Err(Error::Vulkan("replay_pass called inside a pass".into()));
         }
-        self.mem.get_mut(self.status.id)?.mapped()?[..8].fill(0);
+        self.mem.get_mut(self.status.id)?.mapped()?[..STATUS_BYTES].fill(0);
         self.rec.resubmit_pass()?;
         self.check_after_submit()
     }

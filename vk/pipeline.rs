@@ -30,7 +30,7 @@ pub type Spec = [u32; 3];
 type Key = (&'static str, Option<DType>, Spec);
 
 /// Push-constant block size shared by all kernels (the largest block used).
-pub const PUSH_BYTES: u32 = 48;
+pub const PUSH_BYTES: u32 = 64;
 
 pub struct Kernel {
     pub pipeline: vk::Pipeline,

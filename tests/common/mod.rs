@@ -318,3 +318,30 @@ pub fn gemma3() -> Option<PathBuf> {
         None
     }
 }
+
+/// A page table of `n` distinct page ids scattered over a pool of `pages`
+/// (`n <= pages`, `pages` no multiple of 37): neighbouring positions land
+/// in pages far apart, in no order. `salt` shifts the ids.
+pub fn scrambled_pages(n: usize, pages: usize, salt: usize) -> Vec<u32> {
+    assert!(
+        n <= pages && !pages.is_multiple_of(37),
+        "{n} of {pages} pages"
+    );
+    (0..n).map(|i| ((i * 37 + salt) % pages) as u32).collect()
+}
+
+/// The cache row a page table maps position `p` to, in pages of `1 << log2`.
+pub fn paged_row(table: &[u32], log2: u32, p: usize) -> usize {
+    ((table[p >> log2] as usize) << log2) | (p & ((1 << log2) - 1))
+}
+
+/// Positions `0..len` of a sequence whose page table is `table`, gathered
+/// from a pool of rows of `width` values: the cache it would have unpaged.
+pub fn gather_pages(pool: &[f32], table: &[u32], log2: u32, width: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .flat_map(|p| {
+            let row = paged_row(table, log2, p);
+            pool[row * width..(row + 1) * width].iter().copied()
+        })
+        .collect()
+}

@@ -15,6 +15,7 @@ mod elementwise;
 mod linear;
 mod matmul;
 mod norm_rope;
+mod paged;
 mod passes;
 
 use vkllm::backend::ComputeBackend;

@@ -1,12 +1,13 @@
 //! The attention kernels: decode splits and their merges (and the int8
 //! digits they write for the next projection), prefill on the flash tiles,
-//! the decode kernel and cooperative matrices.
+//! the decode kernel and cooperative matrices; paged caches on the decode
+//! kernel at many rows and on cooperative matrices.
 
 use crate::common::{
     self, assert_close, download_f32, pass, rand_f32, upload_f32, upload_u32, weight_bytes,
 };
 use crate::{assert_within, gemv_allowed, q8_everywhere, TOL};
-use vkllm::backend::{AttentionParams, ComputeBackend, NextWeight};
+use vkllm::backend::{AttentionParams, ComputeBackend, KvPages, NextWeight};
 use vkllm::vk::{PrefillAttention, VulkanBackend};
 use vkllm::{reference, DType};
 
@@ -348,6 +349,199 @@ fn attention_prefill_coopmat_f16_cache() {
             2e-3,
         );
         for buf in [qb, kb, vb, pb, ob] {
+            b.free(buf);
+        }
+    }
+}
+
+/// The decode kernel over page tables of each row's own (a decode step of
+/// many sequences, `KvPages::stride` > 0, which takes it for any number of
+/// rows) at 1, 4, 64 and 256 rows: scrambled ids in a pool the rows share
+/// pages of, pages of 16 and 64, a window; in a CPU device's plans (whole
+/// spans, several chunks of page ids per workgroup) and a GPU's (key
+/// splits, merged by attention_combine.comp or by the last split); with
+/// the o projection's int8 digits out where the device has the
+/// integer-dot GEMV (the projection of them within `gemv_allowed` of the
+/// reference). Each row within TOL of the reference over its own cache.
+#[test]
+fn attention_decode_paged_rows() {
+    let Some(mut b) = q8_everywhere().or_else(common::vulkan_backend) else {
+        return;
+    };
+    let q8 = b.kernels().gemv_q8;
+    // (rows, n_heads, n_kv_heads, head_dim, positions a table maps, window)
+    let cases = [
+        (1, 4, 4, 128, 1024, 0),
+        (4, 9, 3, 64, 1024, 0),
+        (64, 9, 3, 64, 512, 0),
+        (256, 8, 2, 64, 256, 32),
+    ];
+    for ((rows, n_heads, n_kv_heads, head_dim, len, window), log2, splits) in cases
+        .into_iter()
+        .flat_map(|c| [(c, 4u32), (c, 6)])
+        .flat_map(|(c, l)| [(c, l, false), (c, l, true)])
+    {
+        b.set_decode_splits(splits);
+        let what = format!(
+            "rows {rows} {n_heads}/{n_kv_heads} hd {head_dim} pages of {} splits {splits}",
+            1 << log2
+        );
+        let kvd = n_kv_heads * head_dim;
+        let per = len >> log2;
+        let pages = 2 * per + 7;
+        let table: Vec<u32> = (0..rows)
+            .flat_map(|r| common::scrambled_pages(per, pages, 3 * r))
+            .collect();
+        let positions: Vec<u32> = (0..rows)
+            .map(|r| ((len - 1).saturating_sub(37 * r % len)) as u32)
+            .collect();
+        let q: Vec<f32> = common::rand_f32(rows * n_heads * head_dim, 101)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let pool = pages * (kvd << log2);
+        let k: Vec<f32> = common::rand_f32(pool, 102)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let v = common::rand_f32(pool, 103);
+        let (qb, kb, vb) = (
+            upload_f32(&mut b, &q),
+            upload_f32(&mut b, &k),
+            upload_f32(&mut b, &v),
+        );
+        let (pb, tb) = (upload_u32(&mut b, &positions), upload_u32(&mut b, &table));
+        let dim = n_heads * head_dim;
+        let att = b.alloc(rows * dim * 4).unwrap();
+        let (n_out, wdtype) = (64, DType::Q8_0);
+        let wb = weight_bytes(wdtype, n_out, dim, 104);
+        let w = b.upload_weight(wdtype, n_out, dim, &wb).unwrap();
+        let y = b.alloc(rows * n_out * 4).unwrap();
+        let p = AttentionParams {
+            rows,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            capacity: len,
+            span: len,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            kv_dtype: DType::F32,
+            pages: Some(KvPages {
+                table: tb,
+                page_log2: log2,
+                stride: per,
+                pages,
+            }),
+            next: q8.then(|| NextWeight::of(&w)),
+        };
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &att, &p).unwrap();
+            b.matmul(&w, None, &att, &y, rows).unwrap();
+        });
+        let got = download_f32(&mut b, &att, rows * dim);
+        let one = AttentionParams {
+            rows: 1,
+            pages: None,
+            next: None,
+            ..p
+        };
+        for (r, &pos) in positions.iter().enumerate() {
+            let t = &table[r * per..(r + 1) * per];
+            let kr = common::gather_pages(&k, t, log2, kvd, len);
+            let vr = common::gather_pages(&v, t, log2, kvd, len);
+            let want =
+                reference::attention(&q[r * dim..(r + 1) * dim], &kr, &vr, &[pos], &one).unwrap();
+            let ones = vec![1.0f32; dim];
+            let row = &got[r * dim..(r + 1) * dim];
+            assert_close(&format!("{what}: row {r} at {pos}"), row, &want, &ones, TOL);
+        }
+        let projected = download_f32(&mut b, &y, rows * n_out);
+        let want = reference::matmul(wdtype, &wb, n_out, dim, None, &got, rows).unwrap();
+        let allowed = gemv_allowed(&b, (wdtype, &wb), n_out, dim, &got, rows);
+        assert_within(&format!("{what}: projection"), &projected, &want, &allowed);
+        for buf in [qb, kb, vb, pb, tb, att, y] {
+            b.free(buf);
+        }
+        b.free_weight(w);
+    }
+}
+
+/// GPU-only: the cooperative-matrix prefill kernel over a paged f16 cache
+/// (one table, scrambled ids, pages of 16 and 64: its 32-key tiles
+/// straddle pages) equals it over the cache the table maps, bit for bit,
+/// unsplit and with key splits and a window.
+#[test]
+fn attention_prefill_coopmat_paged() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if b.kernels().attention != PrefillAttention::Coopmat {
+        eprintln!(
+            "skipped: {} gets {}, not cooperative-matrix attention",
+            b.device_info().name,
+            b.kernels()
+        );
+        return;
+    }
+    // (rows, depth, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (130, 600, 8, 2, 64, 0),
+        (64, 610, 4, 1, 128, 100),
+        (200, 2100, 9, 3, 64, 0),
+        (130, 1500, 8, 2, 64, 300),
+    ];
+    let upload_f16 = |b: &mut VulkanBackend, v: &[f32]| {
+        let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let buf = b.alloc(h.len() * 2).unwrap();
+        b.upload(&buf, 0, bytemuck::cast_slice(&h)).unwrap();
+        buf
+    };
+    for (case, log2) in cases.into_iter().flat_map(|c| [(c, 4u32), (c, 6)]) {
+        let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
+        let (mut p, positions, q, _, _) = attention_case(case, DType::F16, 3000);
+        let len = p.capacity.next_multiple_of(1 << log2);
+        p.capacity = len;
+        p.span = len;
+        let kvd = n_kv_heads * head_dim;
+        let per = len >> log2;
+        let pages = per + 6;
+        let table = common::scrambled_pages(per, pages, 11);
+        let pool = pages * (kvd << log2);
+        let k: Vec<f32> = common::rand_f32(pool, 3001)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let v = common::rand_f32(pool, 3002);
+        let (kp, vp) = (upload_f16(&mut b, &k), upload_f16(&mut b, &v));
+        let kf = common::gather_pages(&k, &table, log2, kvd, len);
+        let vf = common::gather_pages(&v, &table, log2, kvd, len);
+        let (kb, vb) = (upload_f16(&mut b, &kf), upload_f16(&mut b, &vf));
+        let qb = upload_f32(&mut b, &q);
+        let (pb, tb) = (upload_u32(&mut b, &positions), upload_u32(&mut b, &table));
+        let (flat, paged) = (b.alloc(q.len() * 4).unwrap(), b.alloc(q.len() * 4).unwrap());
+        let pp = AttentionParams {
+            pages: Some(KvPages {
+                table: tb,
+                page_log2: log2,
+                stride: 0,
+                pages,
+            }),
+            ..p
+        };
+        pass(&mut b, |b| {
+            b.attention(&qb, &kb, &vb, &pb, &flat, &p).unwrap();
+            b.attention(&qb, &kp, &vp, &pb, &paged, &pp).unwrap();
+        });
+        let want = download_f32(&mut b, &flat, q.len());
+        let got = download_f32(&mut b, &paged, q.len());
+        assert!(
+            got == want,
+            "coopmat attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
+             hd {head_dim} window {window} pages of {}: paged differs",
+            1 << log2
+        );
+        for buf in [kp, vp, kb, vb, qb, pb, tb, flat, paged] {
             b.free(buf);
         }
     }

@@ -7,7 +7,19 @@
 //! key tiles in shared memory, so the cache is read once per tile of rows
 //! instead of once per (row, head). Shapes neither takes fall back to
 //! glsl/attention.comp (one workgroup per (head, row)).
+//!
+//! Paged caches (`AttentionParams::pages`, glsl/kv_pages.glsl) run the same
+//! kernels with their PAGED bit, the same plans. Per-row tables (`stride >
+//! 0`, rows of different sequences) run only row-independent kernels: the
+//! decode kernel for any number of rows, else attention.comp, never the
+//! prefill tiles, whose rows share each K tile. Every page length from 16
+//! up works in every kernel: the tile kernels load a tile a key row at a
+//! time, each row through the table, so a tile may straddle pages; the
+//! decode kernel stages the page ids of whole rounds of keys a chunk at a
+//! time, which needs pages of at least 16 (DECODE_MIN_PAGE_LOG2; shorter
+//! pages take attention.comp instead, as do the fused rope and append).
 
+use super::kv_pages::{paged, table_binding, PagePush};
 use super::Encoder;
 use super::{atomic, plain, read, read_or_write, u32_of, write};
 use crate::backend::{check, AttentionParams, Buffer};
@@ -20,6 +32,9 @@ use bytemuck::{Pod, Zeroable};
 const MAX_HEAD_DIM: usize = 512;
 /// Rows up to which attention_decode.comp runs (keys split across workgroups).
 const SPLIT_MAX_ROWS: usize = 4;
+/// Shortest pages (log2) attention_decode.comp takes: its PAGE_SLOTS page
+/// ids cover a round's keys (up to 2048) only in pages of 16 or more.
+const DECODE_MIN_PAGE_LOG2: u32 = 4;
 /// attention_decode.comp: invocations, most query heads per workgroup (its
 /// registers hold 16 R floats per head), most head_dim, most 8-value units
 /// per lane (R). More heads per workgroup ran no faster and wider split
@@ -86,10 +101,11 @@ const PREFILL_TARGET_WGS: usize = 256;
 const PREFILL_SPLIT_MIN: usize = 512;
 
 /// Shared memory attention_prefill.comp declares for `br` query vectors per
-/// tile (mirrors its declarations).
-fn flash_shared_bytes(br: usize, head_dim: usize) -> usize {
+/// tile (mirrors its declarations; `paged`: the tile's cache rows too).
+fn flash_shared_bytes(br: usize, head_dim: usize, paged: bool) -> usize {
     let qs = head_dim / 4 + 1;
-    (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4
+    let rows = if paged { FLASH_BC * 4 } else { 0 };
+    (br + FLASH_BC) * qs * 16 + br * (FLASH_BC + 1) * 4 + 5 * br * 4 + rows
 }
 
 /// Partial outputs of one head an invocation of attention_decode_merge
@@ -115,11 +131,41 @@ fn merges_last(plan: &DecodePlan, head_dim: usize) -> bool {
 
 /// Shared memory attention_decode.comp declares for `heads` query heads,
 /// clusters of `lanes` and workgroups of `wg` (mirrors its declarations: qs,
-/// red, red_m, red_l, kf, vf, outs, bscale, dsum).
-fn decode_shared_bytes(heads: usize, lanes: usize, head_dim: usize, wg: usize) -> usize {
+/// red, red_m, red_l, kf, vf, outs, bscale, dsum; `paged`: kpage).
+fn decode_shared_bytes(
+    heads: usize,
+    lanes: usize,
+    head_dim: usize,
+    wg: usize,
+    paged: bool,
+) -> usize {
     let clusters = wg / lanes;
     let q8 = head_dim + head_dim / 32 + 1 + head_dim / 4;
-    (heads * head_dim + clusters * (head_dim + 2) + 2 * head_dim + q8) * 4
+    let pages = if paged {
+        page_slots(wg, lanes, heads)
+    } else {
+        0
+    };
+    (heads * head_dim + clusters * (head_dim + 2) + 2 * head_dim + q8 + pages) * 4
+}
+
+/// attention_decode.comp's PAGE_SLOTS: page ids it stages per chunk of
+/// keys, enough for a round's keys (U per cluster) in pages of 16, and 64
+/// at least.
+fn page_slots(wg: usize, lanes: usize, heads: usize) -> usize {
+    let round = wg / lanes.max(1) * if heads == 1 { 4 } else { 2 };
+    (round / 16 + 2).max(64)
+}
+
+/// Rows `p`'s cache buffers must hold ([`check::kv_rows`]). A paged pass
+/// needs a page in its pool: its kernels read page 0 in place of one past
+/// the pool (and fail the pass).
+pub(super) fn cache_rows(op: &'static str, p: &AttentionParams) -> Result<usize> {
+    let rows = check::kv_rows(op, p.pages.as_ref(), p.rows, p.capacity)?;
+    if p.rows > 0 && p.pages.is_some_and(|pg| pg.pages == 0) {
+        return Err(Error::op(op, "a paged cache needs at least one page"));
+    }
+    Ok(rows)
 }
 
 /// How attention_decode.comp runs one pass: its tiling, workgroup size and
@@ -148,7 +194,8 @@ pub(in crate::vk) struct DecodeTiles {
 /// each lane on head_dim / 8C units of 8 values (at most 8); tiles of at
 /// most 4 heads, as even as possible, and enough of them for `min_groups`
 /// (kv head, tile) pairs where the group allows, all within the device's
-/// shared memory.
+/// shared memory (with a paged cache's page ids where `paged`).
+#[allow(clippy::too_many_arguments)]
 pub(in crate::vk) fn decode_tiles(
     n_kv_heads: usize,
     group: usize,
@@ -157,6 +204,7 @@ pub(in crate::vk) fn decode_tiles(
     max_shared: u32,
     wg: usize,
     min_groups: usize,
+    paged: bool,
 ) -> Option<DecodeTiles> {
     if head_dim == 0 || !head_dim.is_multiple_of(8) || head_dim > DECODE_MAX_HEAD_DIM || group == 0
     {
@@ -175,7 +223,7 @@ pub(in crate::vk) fn decode_tiles(
     let mut tiles = group.div_ceil(DECODE_MAX_HEADS).max(wanted);
     loop {
         let heads = group.div_ceil(tiles);
-        if decode_shared_bytes(heads, lanes, head_dim, wg) <= max_shared as usize {
+        if decode_shared_bytes(heads, lanes, head_dim, wg, paged) <= max_shared as usize {
             return Some(DecodeTiles {
                 tiles,
                 heads,
@@ -192,13 +240,13 @@ pub(in crate::vk) fn decode_tiles(
 /// Query vectors per attention_prefill.comp workgroup for `head_dim`, or
 /// None where the kernel cannot take it: 32 when it fits the device's shared
 /// memory (more K/V reuse), else 16.
-pub(in crate::vk) fn flash_tile(head_dim: usize, max_shared: u32) -> Option<usize> {
+pub(in crate::vk) fn flash_tile(head_dim: usize, max_shared: u32, paged: bool) -> Option<usize> {
     if head_dim == 0 || !head_dim.is_multiple_of(4) || head_dim > FLASH_MAX_HEAD_DIM {
         return None;
     }
     [32, 16].into_iter().find(|&br| {
         (br * FLASH_BC).is_multiple_of(FLASH_WG)
-            && flash_shared_bytes(br, head_dim) <= max_shared as usize
+            && flash_shared_bytes(br, head_dim, paged) <= max_shared as usize
     })
 }
 
@@ -216,6 +264,7 @@ struct Push {
     /// attention.comp: keys per split; the coopmat prefill kernel: keys per
     /// chunk at least (attention_split.glsl).
     split_len: u32,
+    pages: PagePush,
 }
 
 #[repr(C)]
@@ -234,6 +283,7 @@ struct DecodePush {
     neox: u32,
     /// With int8 digits out of one split: words from one row to the next.
     q8_stride: u32,
+    pages: PagePush,
 }
 
 /// A decode step's rope and cache append, done by attention_decode.comp
@@ -284,9 +334,6 @@ impl Encoder<'_> {
         p: &AttentionParams,
     ) -> Result<()> {
         const OP: &str = "attention";
-        if p.pages.is_some() {
-            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
-        }
         if p.n_heads == 0 || p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(Error::op(
                 OP,
@@ -307,8 +354,8 @@ impl Encoder<'_> {
             .rows
             .checked_mul(p.n_heads * p.head_dim)
             .ok_or_else(overflow)?;
-        let kv_elems = p
-            .capacity
+        let cache_rows = cache_rows(OP, p)?;
+        let kv_elems = cache_rows
             .checked_mul(p.n_kv_heads * p.head_dim)
             .ok_or_else(overflow)?;
         check::fits(OP, "q", q, q_elems)?;
@@ -330,7 +377,10 @@ impl Encoder<'_> {
             window: u32_of(OP, "window", p.window)?,
             n_split: 1,
             split_len: u32_of(OP, "capacity", p.capacity)?,
+            pages: PagePush::new(OP, p.pages.as_ref(), p.rows, cache_rows)?,
         };
+        let pages = p.pages.as_ref();
+        let per_row_tables = pages.is_some_and(|pg| pg.stride > 0);
         let max = self.caps().max_workgroup_count;
         if push.n_heads > max[0] || push.rows > max[1] {
             return Err(Error::op(
@@ -348,7 +398,7 @@ impl Encoder<'_> {
                 None,
             );
         }
-        if p.rows > SPLIT_MAX_ROWS {
+        if p.rows > SPLIT_MAX_ROWS && !per_row_tables {
             if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16) {
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
                 let n_split = if br == COOPMAT_BR {
@@ -386,6 +436,7 @@ impl Encoder<'_> {
                         write(out),
                         atomic(&status),
                         write(&part),
+                        table_binding(pages, &status),
                     ],
                     bytemuck::bytes_of(&push),
                     [q_tiles, push.n_kv_heads, push.n_split],
@@ -413,7 +464,7 @@ impl Encoder<'_> {
         let part = self.scratch(|b| &mut b.attn_scratch, 4)?;
         self.dispatch(
             OP,
-            plain("attention").spec(f16),
+            plain("attention").spec(f16 | paged(pages) << 1),
             &[
                 read(q),
                 read(k_cache),
@@ -422,6 +473,7 @@ impl Encoder<'_> {
                 write(out),
                 atomic(&status),
                 write(&part),
+                table_binding(pages, &status),
             ],
             bytemuck::bytes_of(&push),
             [push.n_heads, push.rows, 1],
@@ -449,18 +501,20 @@ impl Encoder<'_> {
         };
         let coopmat_fits =
             f16 == 1 && p.head_dim.is_multiple_of(16) && p.head_dim <= COOPMAT_MAX_HEAD_DIM;
+        let paged = paged(p.pages.as_ref());
         if let Some(shader) = coopmat.filter(|_| coopmat_fits) {
-            return Some((shader, head_dim, COOPMAT_BR));
+            // Specialization constant 0: head_dim | PAGED << 16.
+            return Some((shader, head_dim | (paged << 16), COOPMAT_BR));
         }
         if self.kernels.attention == PrefillAttention::Rows {
             return None;
         }
-        let br = flash_tile(p.head_dim, self.caps().max_shared_memory)?;
-        // Specialization constant 0: head_dim | BR << 16 | f16 << 24 (see
-        // the shader).
+        let br = flash_tile(p.head_dim, self.caps().max_shared_memory, paged == 1)?;
+        // Specialization constant 0: head_dim | BR << 16 | f16 << 24 |
+        // PAGED << 25 (see the shader).
         Some((
             "attention_prefill",
-            head_dim | ((br as u32) << 16) | (f16 << 24),
+            head_dim | ((br as u32) << 16) | (f16 << 24) | (paged << 25),
             br,
         ))
     }
@@ -506,6 +560,7 @@ impl Encoder<'_> {
             rot_dim: append.as_ref().map_or(0, |a| a.rot_dim),
             neox: append.as_ref().map_or(0, |a| u32::from(a.neox)),
             q8_stride,
+            pages: PagePush::new(OP, p.pages.as_ref(), p.rows, cache_rows(OP, p)?)?,
         };
         let x = p
             .n_kv_heads
@@ -529,13 +584,14 @@ impl Encoder<'_> {
         };
         // Specialization constant 0: head_dim | heads per tile << 10 |
         // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25 |
-        // Q8 << 26.
+        // Q8 << 26 | PAGED << 27.
         let spec = p.head_dim as u32
             | ((t.heads as u32) << 10)
             | (t.lanes.trailing_zeros() << 14)
             | (u32::from(p.kv_dtype == DType::F16) << 24)
             | (u32::from(append.is_some()) << 25)
-            | (u32::from(digits_here.is_some()) << 26);
+            | (u32::from(digits_here.is_some()) << 26)
+            | (paged(p.pages.as_ref()) << 27);
         // Bindings a mode leaves unused get the status words, which no
         // barrier tracking sees.
         let status = self.status;
@@ -568,6 +624,7 @@ impl Encoder<'_> {
                 // be a write the validation layer sees unordered).
                 write(digits_here.as_ref().unwrap_or(out)),
                 arrivals.as_ref().map_or_else(unused, write),
+                table_binding(p.pages.as_ref(), &status),
             ],
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
@@ -598,8 +655,9 @@ impl Encoder<'_> {
 
     /// How attention_decode.comp runs `p` on this device, or None where it
     /// cannot (more than SPLIT_MAX_ROWS rows unless it is the prefill
-    /// kernel too, `PrefillAttention::Decode`; no subgroup shuffles, a head
-    /// shape it does not take). The split count follows the shape and
+    /// kernel too, `PrefillAttention::Decode`, or the rows have page tables
+    /// of their own; no subgroup shuffles, a head shape it does not take,
+    /// pages under DECODE_MIN_PAGE_LOG2). The split count follows the shape and
     /// `p.span`, never the positions, so a recorded pass stays valid for any
     /// position; the split length follows the span read on the device
     /// (attention_split.glsl).
@@ -618,9 +676,14 @@ impl Encoder<'_> {
     /// heads.
     pub(super) fn decode_plan(&self, p: &AttentionParams) -> Option<DecodePlan> {
         let c = self.caps();
-        let rows_fit =
-            p.rows <= SPLIT_MAX_ROWS || self.kernels.attention == PrefillAttention::Decode;
-        if !rows_fit || !c.subgroup_shuffle || p.n_kv_heads == 0 {
+        let per_row_tables = p.pages.is_some_and(|pg| pg.stride > 0);
+        let rows_fit = p.rows <= SPLIT_MAX_ROWS
+            || per_row_tables
+            || self.kernels.attention == PrefillAttention::Decode;
+        let short_pages = p
+            .pages
+            .is_some_and(|pg| pg.page_log2 < DECODE_MIN_PAGE_LOG2);
+        if !rows_fit || short_pages || !c.subgroup_shuffle || p.n_kv_heads == 0 {
             return None;
         }
         let group = p.n_heads / p.n_kv_heads;
@@ -633,6 +696,7 @@ impl Encoder<'_> {
                 c.max_shared_memory,
                 wg,
                 min_groups,
+                p.pages.is_some(),
             )
         };
         let mut span = p.span.min(p.capacity);
@@ -745,7 +809,16 @@ mod tests {
 
     /// The split kernel's tiling.
     fn tiles(kv: usize, group: usize, hd: usize, sg: u32, shared: u32) -> Option<DecodeTiles> {
-        decode_tiles(kv, group, hd, sg, shared, DECODE_WG, DECODE_MIN_HEAD_GROUPS)
+        decode_tiles(
+            kv,
+            group,
+            hd,
+            sg,
+            shared,
+            DECODE_WG,
+            DECODE_MIN_HEAD_GROUPS,
+            false,
+        )
     }
 
     #[test]
@@ -792,12 +865,12 @@ mod tests {
         const NV: u32 = 48 << 10;
         const LVP: u32 = 32 << 10;
         // (kv heads, group, head_dim, subgroup, shared memory, workgroup, heads)
-        assert_eq!(decode_tiles(3, 3, 64, 32, NV, 512, 9), one(3, 8)); // SmolLM2
-        assert_eq!(decode_tiles(4, 8, 64, 32, NV, 512, 32), one(8, 8)); // TinyLlama
-        assert_eq!(decode_tiles(8, 4, 64, 32, NV, 512, 32), one(4, 8)); // Llama-3.2-1B
-        assert_eq!(decode_tiles(8, 4, 128, 32, NV, 512, 32), one(4, 16)); // Llama-3.1-8B
-                                                                          // lavapipe's 32 KiB: 64 clusters of 8 lanes over 128 dims do not fit, 32 do.
-        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 512, 32), None);
-        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 256, 32), one(4, 8));
+        assert_eq!(decode_tiles(3, 3, 64, 32, NV, 512, 9, false), one(3, 8)); // SmolLM2
+        assert_eq!(decode_tiles(4, 8, 64, 32, NV, 512, 32, false), one(8, 8)); // TinyLlama
+        assert_eq!(decode_tiles(8, 4, 64, 32, NV, 512, 32, false), one(4, 8)); // Llama-3.2-1B
+        assert_eq!(decode_tiles(8, 4, 128, 32, NV, 512, 32, false), one(4, 16)); // Llama-3.1-8B
+                                                                                 // lavapipe's 32 KiB: 64 clusters of 8 lanes over 128 dims do not fit, 32 do.
+        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 512, 32, false), None);
+        assert_eq!(decode_tiles(8, 4, 128, 8, LVP, 256, 32, false), one(4, 8));
     }
 }

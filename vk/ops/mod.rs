@@ -11,6 +11,7 @@ mod copy;
 mod embedding;
 mod encoder;
 mod glu;
+mod kv_pages;
 mod layer_norm;
 pub(super) mod matmul;
 mod rms_norm;
@@ -27,8 +28,8 @@ use crate::error::{Error, Result};
 
 pub(super) use encoder::{Encoder, OpState};
 
-/// Most storage buffers any kernel binds (attention_decode: 12).
-const MAX_BINDINGS: usize = 12;
+/// Most storage buffers any kernel binds (attention_decode: 13).
+const MAX_BINDINGS: usize = 13;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {

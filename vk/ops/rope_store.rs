@@ -1,6 +1,7 @@
 //! `rope_store` (glsl/rope_store.comp): rope on q and k plus the KV-cache
 //! append, one dispatch instead of four.
 
+use super::kv_pages::{paged, table_binding, PagePush};
 use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, KvPages, RopeParams, RopeStyle};
@@ -18,6 +19,7 @@ struct Push {
     rot_dim: u32,
     neox: u32,
     capacity: u32,
+    pages: PagePush,
 }
 
 impl Encoder<'_> {
@@ -36,9 +38,6 @@ impl Encoder<'_> {
         pages: Option<&KvPages>,
     ) -> Result<()> {
         const OP: &str = "rope_store";
-        if pages.is_some() {
-            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
-        }
         let size = check::kv_value_bytes(OP, kv_dtype)?;
         let f16 = kv_dtype == DType::F16;
         if f16 && !p.head_dim.is_multiple_of(2) {
@@ -84,6 +83,7 @@ impl Encoder<'_> {
             rot_dim: u32_of(OP, "rot_dim", p.rot_dim)?,
             neox: (p.style == RopeStyle::Neox) as u32,
             capacity: u32_of(OP, "capacity", capacity)?,
+            pages: PagePush::new(OP, pages, p.rows, capacity)?,
         };
         // Without rotation no table is read; q stands in at its binding.
         let table = if p.rot_dim > 0 {
@@ -92,9 +92,10 @@ impl Encoder<'_> {
             *positions
         };
         let groups = self.stride_groups(units, 256);
+        let status = self.status;
         self.dispatch(
             OP,
-            plain("rope_store").spec(u32::from(f16)),
+            plain("rope_store").spec(u32::from(f16) | paged(pages) << 1),
             &[
                 write(q),
                 read(k),
@@ -103,6 +104,7 @@ impl Encoder<'_> {
                 read(&table),
                 write(k_cache),
                 write(v_cache),
+                table_binding(pages, &status),
             ],
             bytemuck::bytes_of(&push),
             groups,

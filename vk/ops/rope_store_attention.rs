@@ -1,10 +1,10 @@
 //! `rope_store_attention`: a decode step (one row) in one dispatch of
 //! glsl/attention_decode.comp in its ROPE mode, which ropes q as it loads it
 //! and appends the row's k and v to the cache in the workgroups whose key
-//! split holds the row's position; everything else as `rope_store` then
-//! `attention`.
+//! split holds the row's position (paged caches too: the row's table
+//! names the cache row); everything else as `rope_store` then `attention`.
 
-use super::attention::Append;
+use super::attention::{cache_rows, Append};
 use super::Encoder;
 use crate::backend::{check, AttentionParams, Buffer, RopeParams, RopeStyle};
 use crate::error::{Error, Result};
@@ -53,8 +53,7 @@ impl Encoder<'_> {
             return self.encode_attention(q, k_cache, v_cache, positions, out, p);
         };
         let kvd = p.n_kv_heads * p.head_dim;
-        let cache = p
-            .capacity
+        let cache = cache_rows(OP, p)?
             .checked_mul(kvd)
             .ok_or_else(|| Error::op(OP, "shape overflows"))?;
         check::fits(OP, "q", q, p.n_heads * p.head_dim)?;

@@ -1,6 +1,7 @@
 //! `store_rows` (glsl/store_rows.comp): the KV-cache append at positions
 //! read on the device.
 
+use super::kv_pages::{paged, table_binding, PagePush};
 use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer, KvPages};
@@ -14,6 +15,7 @@ struct Push {
     rows: u32,
     row_len: u32,
     capacity: u32,
+    pages: PagePush,
 }
 
 impl Encoder<'_> {
@@ -29,9 +31,6 @@ impl Encoder<'_> {
         pages: Option<&KvPages>,
     ) -> Result<()> {
         const OP: &str = "store_rows";
-        if pages.is_some() {
-            return Err(Error::Unsupported(format!("{OP}: paged caches on Vulkan")));
-        }
         let size = check::kv_value_bytes(OP, dst_dtype)?;
         let f16 = dst_dtype == DType::F16;
         if f16 && !row_len.is_multiple_of(2) {
@@ -48,17 +47,25 @@ impl Encoder<'_> {
         if n == 0 {
             return Ok(());
         }
+        let capacity = dst.bytes / size / row_len;
         let push = Push {
             rows: u32_of(OP, "rows", rows)?,
             row_len: u32_of(OP, "row_len", row_len)?,
-            capacity: u32_of(OP, "capacity", dst.bytes / size / row_len)?,
+            capacity: u32_of(OP, "capacity", capacity)?,
+            pages: PagePush::new(OP, pages, rows, capacity)?,
         };
         // f16: one invocation per pair of values (specialization constant 0).
         let groups = self.stride_groups(if f16 { n / 2 } else { n }, 256);
+        let status = self.status;
         self.dispatch(
             OP,
-            plain("store_rows").spec(u32::from(f16)),
-            &[read(src), write(dst), read(positions)],
+            plain("store_rows").spec(u32::from(f16) | paged(pages) << 1),
+            &[
+                read(src),
+                write(dst),
+                read(positions),
+                table_binding(pages, &status),
+            ],
             bytemuck::bytes_of(&push),
             groups,
         )
