@@ -257,3 +257,40 @@ fn hundreds_of_clients_at_once_are_answered_or_cancelled_and_nothing_stays() {
         "the server's memory grew from {warm} to {end} KiB"
     );
 }
+
+/// Host memory available now, in bytes (what the CPU backend's
+/// `check_fits` measures against).
+fn mem_available() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemAvailable");
+    kb * 1024
+}
+
+#[test]
+fn the_default_parallel_shrinks_to_the_contexts_that_fit() {
+    use vkllm::model::source::ModelSource;
+    use vkllm::model::LoadOptions;
+    use vkllm::server::sizing::{default_parallel, DEFAULT_PARALLEL};
+    let path = crate::common::smollm2();
+    let cfg = ModelSource::open(&path).unwrap().config().unwrap();
+    let bes = vec![crate::common::cpu()];
+    let at = |context: usize| {
+        let load = LoadOptions {
+            context: Some(context),
+            ..LoadOptions::default()
+        };
+        default_parallel(&bes, &cfg, &path, &load)
+    };
+    assert_eq!(at(1024), DEFAULT_PARALLEL);
+    // A context whose f32 K and V take 2/5 of the memory available: two
+    // fit, three do not (with room for the weights and some drift).
+    let per_position = (2 * cfg.n_layer * cfg.kv_dim() * 4) as u64;
+    let context = mem_available() * 2 / 5 / per_position;
+    assert_eq!(at(context as usize), 2);
+    // Not even one fits: 1, and the load says what does not fit.
+    assert_eq!(at(context as usize * 4), 1);
+}
