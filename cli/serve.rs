@@ -36,6 +36,7 @@ mod without_server {
 mod with_server {
     use crate::cli::{BackendArgs, ModelArg};
     use clap::Args;
+    use std::num::NonZeroUsize;
     use std::path::{Path, PathBuf};
     use vkllm::server::auth::ApiKeys;
     use vkllm::server::limits::Limits;
@@ -81,6 +82,11 @@ mod with_server {
         /// Connections open at once; one more is answered 503
         #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT.max_connections)]
         max_connections: usize,
+        /// Requests generating at once, batched together (llama.cpp's -np);
+        /// more wait in arrival order. Each may use a full context of KV
+        /// cache [default: 4, fewer where 4 contexts do not fit beside the weights]
+        #[arg(long, value_name = "N")]
+        parallel: Option<NonZeroUsize>,
     }
 
     impl ServeArgs {
@@ -169,6 +175,7 @@ mod with_server {
             devices: a.backend.split.devices.clone(),
             cpu: a.backend.cpu(),
             load: a.backend.load_options(),
+            parallel: a.parallel.map(NonZeroUsize::get),
         };
         // Keys and limits first: a bad key file fails before the model loads.
         let opts = ServerOptions {
@@ -178,6 +185,11 @@ mod with_server {
         };
         let (jobs, ready) = worker::start(spec)?;
         eprintln!("backend: {}", ready.backend);
+        eprintln!(
+            "parallel: {} requests at once, each up to {} positions",
+            ready.slots.total(),
+            ready.capacity
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -15,7 +15,7 @@ compgen -G '/usr/share/vulkan/icd.d/lvp_icd*.json' >/dev/null || missing=1
 compgen -G '/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json' >/dev/null || missing=1
 pkgs=(glslc libvulkan1 mesa-vulkan-drivers vulkan-validationlayers)
 python3 -m pip --version >/dev/null 2>&1 || { missing=1; pkgs+=(python3-pip); }
-# tests/server.rs talks to the server with curl too.
+# tests/server/ talks to the server with curl too.
 command -v curl >/dev/null 2>&1 || { missing=1; pkgs+=(curl); }
 if [ "$missing" = 1 ]; then
     sudo=""
@@ -40,7 +40,7 @@ if [ ! -x "$glslang/cmeel.prefix/bin/glslangValidator" ]; then
     fi
 fi
 # The official `openai` Python client, into .tools/openai (PYTHONPATH), for
-# tests/server.rs: the server is tested with a real client, not a mock.
+# tests/server/: the server is tested with a real client, not a mock.
 openai_dir="$root/.tools/openai"
 if [ ! -d "$openai_dir/openai" ]; then
     pip_openai() {
@@ -48,6 +48,6 @@ if [ ! -d "$openai_dir/openai" ]; then
             "$@" openai==1.109.1
     }
     if ! pip_openai && ! pip_openai --break-system-packages; then
-        echo "warning: could not install the openai Python package; tests/server.rs needs it" >&2
+        echo "warning: could not install the openai Python package; tests/server/ needs it" >&2
     fi
 fi

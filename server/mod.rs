@@ -1,13 +1,18 @@
 //! `vkllm serve`: an OpenAI-compatible HTTP server (axum on tokio).
 //! `/v1/chat/completions` and `/v1/completions`, streamed over server-sent
 //! events or not, `/v1/models`, `/health`. One model serves every client:
-//! requests queue in arrival order and run one at a time (see `worker`).
+//! up to `--parallel` requests generate together, continuously batched
+//! (a request joins at the next step); the rest wait in arrival order (see
+//! `worker` and `engine_loop`).
 //! API keys (`auth`) and bounds on what a client may ask (`limits`) are
 //! the caller's to set.
 
 pub mod api;
 pub mod auth;
+mod engine_loop;
 pub mod limits;
+pub mod sizing;
+pub mod slots;
 pub mod worker;
 
 use crate::error::{ErrorKind, Result};
@@ -112,8 +117,10 @@ async fn shutdown() {
     }
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// Always open: load balancers read the slots to route requests.
+async fn health(State(s): State<Arc<AppState>>) -> Json<Value> {
+    let (slots, kv_pages) = s.ready.slots.to_json();
+    Json(json!({"status": "ok", "slots": slots, "kv_pages": kv_pages}))
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
@@ -208,12 +215,15 @@ async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>)
         opts,
         events: tx,
     };
+    // Counted before it is sent, so `/health` never misses it on its way.
+    s.ready.slots.sent();
     let queued = s
         .jobs
         .lock()
         .map_err(|_| ())
         .and_then(|q| q.send(job).map_err(|_| ()));
     if queued.is_err() {
+        s.ready.slots.taken();
         return failed(ErrorKind::Device, "the model thread has stopped".into()).into_response();
     }
     let n = s.next_id.fetch_add(1, Ordering::Relaxed);

@@ -1,16 +1,16 @@
-//! The thread that owns the model: jobs are taken one at a time in the
-//! order they arrived (a FIFO queue, so no client waits behind a later one),
-//! and each streams its text back on its own channel. A job whose client
-//! has gone (its receiver dropped) is skipped, or cancelled at the next token.
+//! The thread that owns the model: it loads it for `--parallel` sequences
+//! and runs the engine loop (`engine_loop`), which takes jobs as they
+//! arrive and streams each one's text back on its own channel.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::engine::{Engine, EngineOptions};
 use crate::model::generate::{GenerateOptions, StopReason};
-use crate::model::session::Session;
+use crate::model::source::ModelSource;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{LoadOptions, Model};
-use crate::open::{BackendChoice, CpuOptions};
-use std::ops::ControlFlow;
-use std::panic::AssertUnwindSafe;
+use crate::model::LoadOptions;
+use crate::open::{open_backends, BackendChoice, CpuOptions};
+use crate::server::slots::Slots;
+use crate::server::{engine_loop, sizing};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc::UnboundedSender;
@@ -42,6 +42,8 @@ pub struct Ready {
     pub capacity: usize,
     pub vocab: usize,
     pub backend: String,
+    /// The engine's load, for `/health`.
+    pub slots: Arc<Slots>,
 }
 
 /// Where and how to load the model.
@@ -52,6 +54,8 @@ pub struct ModelSpec {
     pub devices: Vec<BackendChoice>,
     pub cpu: CpuOptions,
     pub load: LoadOptions,
+    /// Sequences generating at once; `None`: [`sizing::default_parallel`].
+    pub parallel: Option<usize>,
 }
 
 /// Starts the model thread; returns once the model is loaded (or failed to
@@ -61,18 +65,16 @@ pub fn start(spec: ModelSpec) -> Result<(mpsc::Sender<Job>, Ready)> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Ready>>();
     std::thread::Builder::new()
         .name("vkllm-model".into())
-        .spawn(move || {
-            // The model lives on this thread, which serves its jobs in order.
-            let loaded = load(&spec);
-            match loaded {
-                Ok((model, tok, ready)) => {
-                    if ready_tx.send(Ok(ready)).is_ok() {
-                        serve(model, &tok, job_rx);
-                    }
+        .spawn(move || match open(&spec) {
+            Ok((engine, tok, ready, load)) => {
+                let slots = ready.slots.clone();
+                if ready_tx.send(Ok(ready)).is_ok() {
+                    let reload = || reload(&spec, &load);
+                    engine_loop::run(engine, &tok, &job_rx, &slots, &reload);
                 }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
             }
         })
         .map_err(|e| Error::Invalid(format!("cannot start the model thread: {e}")))?;
@@ -82,58 +84,37 @@ pub fn start(spec: ModelSpec) -> Result<(mpsc::Sender<Job>, Ready)> {
     Ok((job_tx, ready))
 }
 
-fn load(spec: &ModelSpec) -> Result<(Model, Arc<Tokenizer>, Ready)> {
-    let (bes, backend) = crate::open::open_backends(&spec.backend, &spec.devices, spec.cpu)?;
-    let loaded = crate::open::load(bes, &spec.path, &spec.load, &mut |_, _| {})?;
-    let tok = Arc::new(loaded.tokenizer?);
-    let model = loaded.model;
+/// The engine, the tokenizer, what the server needs to know, and the load
+/// options a reload repeats.
+fn open(spec: &ModelSpec) -> Result<(Engine, Arc<Tokenizer>, Ready, LoadOptions)> {
+    let src = ModelSource::open(&spec.path)?;
+    // Before the weights load: a model without a tokenizer fails at once.
+    let tok = Arc::new(src.tokenizer()?);
+    let (bes, backend) = open_backends(&spec.backend, &spec.devices, spec.cpu)?;
+    let parallel = match spec.parallel {
+        Some(n) => n,
+        None => sizing::default_parallel(&bes, &src.config()?, &spec.path, &spec.load),
+    };
+    let load = LoadOptions {
+        sequences: Some(parallel),
+        ..spec.load.clone()
+    };
+    let model = crate::open::load_source(bes, &src, &load, &mut |_, _| {})?;
     let ready = Ready {
         tokenizer: tok.clone(),
         capacity: model.capacity(),
         vocab: model.config().vocab,
         backend,
+        slots: Arc::new(Slots::new(parallel, model.free_pages())),
     };
-    Ok((model, tok, ready))
+    let engine = Engine::new(model, EngineOptions::default())?;
+    Ok((engine, tok, ready, load))
 }
 
-fn serve(mut model: Model, tok: &Tokenizer, jobs: mpsc::Receiver<Job>) {
-    // Consecutive requests of one conversation share their prefix.
-    let mut session = Session::new();
-    for job in jobs {
-        if job.events.is_closed() {
-            continue;
-        }
-        let events = &job.events;
-        let mut on_token = |_: u32, text: &str| {
-            if text.is_empty() || events.send(Event::Text(text.to_string())).is_ok() {
-                ControlFlow::Continue(())
-            } else {
-                ControlFlow::Break(())
-            }
-        };
-        // A bug must not take the server down: the job fails, the cache is
-        // forgotten, and the next job starts afresh.
-        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            session.generate(&mut model, tok, &job.prompt, &job.opts, &mut on_token)
-        }));
-        let event = match run {
-            Ok(Ok(res)) => Event::Done {
-                stop: res.stop,
-                prompt_tokens: job.prompt.len(),
-                completion_tokens: res.tokens.len(),
-            },
-            Ok(Err(e)) => Event::Failed {
-                kind: e.kind(),
-                message: e.to_string(),
-            },
-            Err(_) => {
-                session.reset();
-                Event::Failed {
-                    kind: ErrorKind::Device,
-                    message: "internal error while generating".into(),
-                }
-            }
-        };
-        let _ = job.events.send(event);
-    }
+/// The model loaded afresh, as [`open`] loaded it (after a panic left the
+/// old one in an unknown state).
+fn reload(spec: &ModelSpec, load: &LoadOptions) -> Result<Engine> {
+    let (bes, _) = open_backends(&spec.backend, &spec.devices, spec.cpu)?;
+    let model = crate::open::load(bes, &spec.path, load, &mut |_, _| {})?.model;
+    Engine::new(model, EngineOptions::default())
 }

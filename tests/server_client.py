@@ -1,5 +1,5 @@
 """Drives a running `vkllm serve` with the official openai client; prints one
-JSON object of observations for tests/server.rs to check.
+JSON object of observations for tests/server/ to check.
 
 usage: server_client.py BASE_URL
 """

@@ -1,9 +1,13 @@
 //! `vkllm serve` as a process on the default model (CPU backend): the
 //! official `openai` Python client (installed by scripts/install-deps.sh
 //! into .tools/openai) and `curl` against it; API keys and the server's
-//! limits, each refused with its status while the server goes on serving.
+//! limits, each refused with its status while the server goes on serving;
+//! `--parallel` (`parallel.rs`).
 
+#[path = "../common/mod.rs"]
 mod common;
+mod http;
+mod parallel;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -76,7 +80,14 @@ fn curl_gets_openai_shapes_streams_and_errors() {
     let s = start();
     let (body, status) = curl(&[&format!("{}/health", s.base.trim_end_matches("/v1"))]);
     assert!(status.starts_with("200"), "{status}");
-    assert_eq!(body, r#"{"status":"ok"}"#);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "ok", "{body}");
+    assert_eq!(
+        v["slots"],
+        serde_json::json!({"total": 4, "busy": 0, "queued": 0}),
+        "{body}"
+    );
+    assert_eq!(v["kv_pages"]["free"], v["kv_pages"]["total"], "{body}");
     let chat = format!("{}/chat/completions", s.base);
     let req = r#"{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"temperature":0,"max_tokens":16,"stream":true}"#;
     let (body, status) = curl(&["-N", "-d", req, &chat]);
