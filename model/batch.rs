@@ -147,7 +147,7 @@ impl Model {
             Want::Argmax => (BATCH_ARGMAX, true),
             Want::LastLogits | Want::AllLogits => (BATCH_LOGITS, false),
         };
-        let key = class.key(kind, bucket.trailing_zeros());
+        let key = class.key(kind, bucket.trailing_zeros(), true);
         let vocab = self.cfg.vocab;
         let n = self.stages.len();
         self.stages[n - 1].reserve_logits(bucket, vocab)?;
@@ -173,6 +173,7 @@ impl Model {
             read: true,
             feedback: false,
             each_row: true,
+            paged: true,
         };
         for i in 0..n {
             let st = &mut self.stages[i];

@@ -105,9 +105,9 @@ impl SpanClass {
     }
 
     /// The replay key of decode pass kind `base` in this class, for a
-    /// batch of `1 << bucket_log2` rows.
-    pub(crate) fn key(self, base: u32, bucket_log2: u32) -> u32 {
-        base | self.log2 << 3 | bucket_log2 << 9
+    /// batch of `1 << bucket_log2` rows, reading the cache `paged` or not.
+    pub(crate) fn key(self, base: u32, bucket_log2: u32, paged: bool) -> u32 {
+        base | self.log2 << 3 | bucket_log2 << 9 | u32::from(paged) << 14
     }
 }
 
@@ -229,7 +229,7 @@ impl Model {
             )?);
         }
         let mut pool = pool;
-        let (solo, _) = pool.add(&[]);
+        let solo = pool.add_private();
         let mut model = Model {
             stages,
             cfg,
@@ -284,6 +284,7 @@ impl Model {
                     read: true,
                     feedback,
                     each_row: false,
+                    paged: false,
                 };
                 st.be.begin_pass()?;
                 st.record_closed(&rec)
@@ -513,7 +514,9 @@ impl Model {
     /// The device side of [`Model::decode_greedy`] on one stage.
     fn run_greedy(&mut self, first: u32, n_past: usize, steps: usize) -> Result<Vec<u32>> {
         let class = SpanClass::of(n_past + steps, self.kv.capacity);
-        let key = class.key(DECODE_GREEDY, 0);
+        let table = self.table_words(self.solo)?;
+        let paged = !self.in_order(&table, n_past + steps);
+        let key = class.key(DECODE_GREEDY, 0, paged);
         let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
@@ -523,8 +526,8 @@ impl Model {
             read: true,
             feedback: true,
             each_row: false,
+            paged,
         };
-        let table = self.table_words(self.solo)?;
         let st = &mut self.stages[0];
         let s = st.s;
         st.be.upload(&s.tables, 0, bytemuck::cast_slice(&table))?;
@@ -563,6 +566,20 @@ impl Model {
         let mut t: Vec<u32> = s.table().take(self.kv.table_len()).collect();
         t.resize(self.kv.table_len(), self.kv.spare_page());
         Ok(t)
+    }
+
+    /// Whether the first `positions` positions of a table are the cache's
+    /// first rows in order, so a pass may read the cache unpaged: on an
+    /// H200 the paged decode attention took 22% longer (benches/README.md,
+    /// paged KV cache), and a lone single-sequence user's pages are always
+    /// in order (`PagePool::add_private`).
+    fn in_order(&self, table: &[u32], positions: usize) -> bool {
+        let used = positions.div_ceil(self.pool.page_len());
+        table
+            .iter()
+            .take(used)
+            .enumerate()
+            .all(|(i, &p)| p as usize == i)
     }
 
     /// Copies the first positions of a page into another in every layer
@@ -661,6 +678,7 @@ impl Model {
                 .upload(&st.s.tables, 0, bytemuck::cast_slice(&table))?;
         }
         let end = n_past + m;
+        let paged = !self.in_order(&table, end);
         let kind = match want {
             Want::LastLogits if m == 1 && read => Some(DECODE_LOGITS),
             Want::Argmax if m == 1 && read => Some(DECODE_TOKEN),
@@ -669,7 +687,7 @@ impl Model {
         // Kept or not, a pass is planned for its span class, so a replayed
         // pass runs the plan of a freshly recorded one.
         let class = SpanClass::of(end, self.kv.capacity);
-        let key = kind.map(|k| class.key(k, 0));
+        let key = kind.map(|k| class.key(k, 0, paged));
         let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
@@ -679,6 +697,7 @@ impl Model {
             read,
             feedback: false,
             each_row: false,
+            paged,
         };
         for i in 0..n {
             let st = &mut self.stages[i];

@@ -350,7 +350,7 @@ impl Stage {
                 scale: c.attn_scale,
                 window: lc.window,
                 kv_dtype: kv.dtype,
-                pages: Some(pages),
+                pages: r.paged.then_some(pages),
                 next: Some(NextWeight::of(&lw.o.w)),
             };
             self.be.rope_store_attention(
@@ -425,6 +425,8 @@ impl Stage {
 /// back on the device. `each_row`: the rows are several sequences' decode
 /// steps, each with its own page table, and the output is every row's
 /// (its argmax, or its logits); otherwise the rows are one sequence's.
+/// `paged`: the cache is read through the page tables; otherwise position
+/// `p` is cache row `p` (a sequence whose pages are the first, in order).
 pub(crate) struct PassPlan<'a> {
     pub cfg: &'a ModelConfig,
     pub kv: KvSpec,
@@ -434,4 +436,5 @@ pub(crate) struct PassPlan<'a> {
     pub read: bool,
     pub feedback: bool,
     pub each_row: bool,
+    pub paged: bool,
 }

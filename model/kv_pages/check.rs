@@ -14,6 +14,7 @@ impl PagePool {
     pub(super) fn check_invariants(&self) {
         let (l, store) = (self.page_len, &self.store);
         let mut holders = vec![0u32; store.pages.len()];
+        let mut private = vec![false; store.pages.len()];
         for (id, s) in &self.seqs {
             assert_eq!(
                 s.pages.len(),
@@ -31,13 +32,14 @@ impl PagePool {
             let mut parent = ROOT_KEY;
             for (i, &p) in s.pages.iter().enumerate() {
                 holders[p as usize] += 1;
+                private[p as usize] |= s.private;
                 let page = store.page(p);
                 let used = (s.positions - i * l).min(l);
                 assert!(
                     page.tokens.len() >= used,
                     "sequence {id}: page {p} holds too little"
                 );
-                if page.tokens.len() == l {
+                if page.tokens.len() == l && !s.private {
                     let c = page
                         .chain
                         .unwrap_or_else(|| panic!("full page {p} has no key"));
@@ -49,7 +51,7 @@ impl PagePool {
                 }
             }
         }
-        let free: HashSet<PageId> = store.free.iter().copied().collect();
+        let free: HashSet<PageId> = store.free.iter().map(|r| r.0).collect();
         assert_eq!(
             free.len(),
             store.free.len(),
@@ -87,7 +89,10 @@ impl PagePool {
                         "page {p}: stale key"
                     );
                 }
-                None => assert!(page.tokens.len() < l, "full page {p} has no key"),
+                None => assert!(
+                    page.tokens.len() < l || private[i],
+                    "full page {p} has no key"
+                ),
             }
             let in_map = page
                 .chain

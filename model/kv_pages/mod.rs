@@ -69,6 +69,8 @@ pub struct Sequence {
     positions: usize,
     /// Empty pages taken ahead by [`PagePool::reserve`], the next appends'.
     reserved: Vec<PageId>,
+    /// Its pages never enter the prefix cache ([`PagePool::add_private`]).
+    private: bool,
 }
 
 impl Sequence {
@@ -160,6 +162,16 @@ impl PagePool {
         (self.insert(seq), reused)
     }
 
+    /// A new empty sequence whose pages never enter the prefix cache: freed,
+    /// they are empty again and go back to the free list, so a lone private
+    /// sequence always holds the pool's first pages in order.
+    pub fn add_private(&mut self) -> SeqId {
+        self.insert(Sequence {
+            private: true,
+            ..Sequence::default()
+        })
+    }
+
     /// Appends the positions of `tokens` to `seq`, taking pages as needed
     /// (evicting cached prefixes least recently used first). When the last
     /// page is partial and shared, `seq` gets a private copy first and the
@@ -169,6 +181,7 @@ impl PagePool {
         let s = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?;
         let (mut pages, mut positions) = (s.pages.clone(), s.positions);
         let mut reserved = s.reserved.clone();
+        let private = s.private;
         let l = self.page_len;
         let end = positions.checked_add(tokens.len()).ok_or_else(|| {
             Error::Invalid(format!(
@@ -234,7 +247,7 @@ impl PagePool {
             let page = self.store.page_mut(pages[at]);
             page.tokens.push(token);
             positions += 1;
-            if page.tokens.len() == l {
+            if page.tokens.len() == l && !private {
                 let parent = match at {
                     0 => ROOT_KEY,
                     _ => self
@@ -252,6 +265,7 @@ impl PagePool {
                 pages,
                 positions,
                 reserved,
+                private,
             },
         );
         Ok(copy)

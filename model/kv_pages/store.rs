@@ -2,7 +2,8 @@
 //! list, the least-recently-used list of free pages that still hold a cached
 //! prefix, and the prefix map from chain keys to pages.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::PageId;
@@ -45,8 +46,10 @@ pub(super) struct Page {
 #[derive(Debug)]
 pub(super) struct PageStore {
     pub pages: Vec<Page>,
-    /// Free pages with nothing worth keeping: handed out first.
-    pub free: Vec<PageId>,
+    /// Free pages with nothing worth keeping: handed out first, lowest id
+    /// first (a lone sequence's pages then follow each other, which lets
+    /// the runner read its cache unpaged).
+    pub free: BinaryHeap<Reverse<PageId>>,
     /// Free pages that still hold a cached prefix, oldest release first.
     pub lru: BTreeMap<u64, PageId>,
     pub prefix: HashMap<u64, PageId>,
@@ -58,8 +61,7 @@ impl PageStore {
     pub fn new(count: u32) -> Self {
         PageStore {
             pages: (0..count).map(|_| Page::default()).collect(),
-            // Reversed so that pages are handed out from id 0 up.
-            free: (0..count).rev().collect(),
+            free: (0..count).map(Reverse).collect(),
             lru: BTreeMap::new(),
             prefix: HashMap::new(),
             clock: 0,
@@ -83,7 +85,7 @@ impl PageStore {
     /// least recently used cached one, whose prefix is dropped.
     pub fn take(&mut self) -> Option<PageId> {
         let id = match self.free.pop() {
-            Some(id) => id,
+            Some(Reverse(id)) => id,
             None => self.lru.pop_first()?.1,
         };
         self.forget(id);
@@ -120,7 +122,7 @@ impl PageStore {
         } else {
             page.tokens.clear();
             page.chain = None;
-            self.free.push(id);
+            self.free.push(Reverse(id));
         }
     }
 

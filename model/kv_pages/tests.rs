@@ -94,6 +94,27 @@ fn reserved_pages_are_the_next_appends_and_truncate_returns_them() {
 }
 
 #[test]
+fn private_sequences_stay_out_of_the_prefix_cache_and_take_the_first_pages() {
+    let (mut pool, mut dev) = pool_and_device(8, 4);
+    let tokens: Vec<u32> = (0..10).collect();
+    let solo = pool.add_private();
+    dev.append(&mut pool, solo, &tokens).unwrap();
+    pool.check_invariants();
+    assert_eq!(pages(&pool, solo), vec![0, 1, 2]);
+    // Nothing of it is cached: an equal prompt reuses nothing.
+    let (other, reused) = pool.add(&tokens);
+    assert_eq!(reused, 0);
+    pool.free(other).unwrap();
+    pool.truncate(solo, 0).unwrap();
+    pool.check_invariants();
+    assert_eq!(pool.available(), 8);
+    // Empty again, its pages are the first handed out, in order.
+    dev.append(&mut pool, solo, &tokens[..9]).unwrap();
+    pool.check_invariants();
+    assert_eq!(pages(&pool, solo), vec![0, 1, 2]);
+}
+
+#[test]
 fn new_checks_its_sizes() {
     for (pages, len) in [(0, 16), (4, 0), (u32::MAX as usize + 1, 16)] {
         let e = PagePool::new(pages, len).unwrap_err();
@@ -340,7 +361,11 @@ fn random_operations_keep_the_accounting_and_every_sequence_s_data() {
                     let system = &systems[rng.gen_range(0..systems.len())];
                     let mut prompt = system[..rng.gen_range(0..system.len())].to_vec();
                     prompt.extend((0..rng.gen_range(0..6)).map(|_| rng.gen_range(0..4)));
-                    let (seq, reused) = pool.add(&prompt);
+                    let (seq, reused) = if rng.gen_range(0..5) == 0 {
+                        (pool.add_private(), 0)
+                    } else {
+                        pool.add(&prompt)
+                    };
                     assert!(reused % page_len == 0 && (reused < prompt.len() || reused == 0));
                     assert_eq!(dev.read(pool.get(seq).unwrap()), prompt[..reused]);
                     hits += usize::from(reused > 0);
