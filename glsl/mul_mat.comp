@@ -22,6 +22,10 @@ layout(push_constant) uniform Push {
     // columns [row0, row0 + n) of ldy.
     uint row0;
     uint ldy;
+    // Split K (vk/ops/matmul.rs gemm_splits): workgroup z sums k values
+    // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
+    // floats apart), which split_sum.comp adds up; 0: one split.
+    uint k_chunk;
 } pc;
 
 #include "dequant.glsl"
@@ -51,7 +55,10 @@ void main() {
     // Each invocation loads 4 consecutive k values of one tile row.
     uint lr = tid / 4u;
     uint lk = (tid % 4u) * 4u;
-    for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
+    uint kbeg = gl_WorkGroupID.z * pc.k_chunk;
+    uint kend = pc.k_chunk == 0u ? pc.k : min(pc.k, kbeg + pc.k_chunk);
+    uint ybase = gl_WorkGroupID.z * pc.m * pc.ldy;
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         uint kk = k0 + lk;
         uint wn = n0 + lr;
         vec4 wv = vec4(0.0);
@@ -105,7 +112,7 @@ void main() {
         [[unroll]] for (uint b = 0u; b < 4u; b++) {
             uint row = m0 + ty + 16u * b;
             if (row < pc.m) {
-                y[row * pc.ldy + pc.row0 + col] = acc[a][b] + bv;
+                y[ybase + row * pc.ldy + pc.row0 + col] = acc[a][b] + bv;
             }
         }
     }

@@ -44,6 +44,10 @@ layout(push_constant) uniform Push {
     // columns [row0, row0 + n) of ldy.
     uint row0;
     uint ldy;
+    // Split K (vk/ops/matmul.rs gemm_splits): workgroup z sums k values
+    // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
+    // floats apart), which split_sum.comp adds up; 0: one split.
+    uint k_chunk;
 } pc;
 
 #include "dequant.glsl"
@@ -178,14 +182,17 @@ void main() {
         }
     }
 
-    uint steps = (pc.k + BK - 1u) / BK;
-    fetch(n0, m0, 0u, fast);
+    uint kbeg = gl_WorkGroupID.z * pc.k_chunk;
+    uint kend = pc.k_chunk == 0u ? pc.k : min(pc.k, kbeg + pc.k_chunk);
+    uint ybase = gl_WorkGroupID.z * pc.m * pc.ldy;
+    uint steps = (kend - kbeg + BK - 1u) / BK;
+    fetch(n0, m0, kbeg, fast);
     store();
     barrier();
     for (uint s = 0u; s < steps; s++) {
         bool more = s + 1u < steps;
         if (more) {
-            fetch(n0, m0, (s + 1u) * BK, fast);
+            fetch(n0, m0, kbeg + (s + 1u) * BK, fast);
         }
         [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
             MAT_B fb[FRAGS_N];
@@ -216,7 +223,7 @@ void main() {
             uint row0 = m0 + sm + 16u * a;
             uint col0 = n0 + sn + 16u * b;
             if (direct && row0 + 16u <= pc.m && col0 + 16u <= pc.n) {
-                STORE_ROWS(acc[a][b], y, row0 * pc.ldy + pc.row0 + col0, pc.ldy);
+                STORE_ROWS(acc[a][b], y, ybase + row0 * pc.ldy + pc.row0 + col0, pc.ldy);
                 continue;
             }
             STORE_ROWS(acc[a][b], stage, sg * 256u, 16u);
@@ -227,7 +234,7 @@ void main() {
                 uint col = col0 + e % 16u;
                 if (row < pc.m && col < pc.n) {
                     float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
-                    y[row * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
+                    y[ybase + row * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
                 }
             }
             subgroupMemoryBarrierShared();

@@ -31,6 +31,8 @@ pub(in crate::vk) struct OpState {
     /// `linear`'s normed input and product for many rows, grown on demand.
     pub norm_scratch: Option<Buffer>,
     pub product_scratch: Option<Buffer>,
+    /// A split-K GEMM's partial outputs (split_sum.comp adds them up).
+    pub gemm_split_scratch: Option<Buffer>,
     /// `linear_glu`'s gate_up product for many rows.
     pub glu_scratch: Option<Buffer>,
     /// The cooperative-matrix GEMM's input as f16 (half_rows.comp).

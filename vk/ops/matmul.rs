@@ -10,7 +10,7 @@ use super::{Encoder, OpState};
 use crate::backend::{check, Activation, Buffer, LinearOpts, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::vk::caps::GemvKernel;
+use crate::vk::caps::{GemvKernel, MatmulKernel};
 use bytemuck::{Pod, Zeroable};
 
 /// Weights (rows x cols) from which the cooperative-matrix GEMM reads x
@@ -69,6 +69,43 @@ struct Push {
     row0: u32,
     /// Row stride of y: the whole weight's rows.
     ldy: u32,
+    /// K values each split of the reduction sums (0: one split).
+    k_chunk: u32,
+}
+
+/// split_sum.comp's push constants.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct SplitSumPush {
+    n: u32,
+    total: u32,
+    splits: u32,
+    has_bias: u32,
+}
+
+/// Workgroups a GEMM of one row tile aims for, about four per SM of a
+/// 132-SM H100/H200, by splitting its reduction (each split's partial
+/// output summed by split_sum.comp) into chunks of at least
+/// GEMM_SPLIT_MIN_K: a decode step of several sequences (m of 5 to 64) has
+/// too few output tiles to keep the GPU busy. Up to GEMM_SPLIT_MAX_ROWS
+/// rows: 128-token prompts ran 5-10% slower split (benches/README.md,
+/// batched decode).
+const GEMM_SPLIT_TARGET_WGS: usize = 512;
+const GEMM_SPLIT_MIN_K: usize = 256;
+const GEMM_SPLIT_MAX_ROWS: usize = 64;
+
+/// (splits, k values per split) of a one-row-tile GEMM of `tiles` output
+/// tiles over `k`; (1, 0) where it runs unsplit.
+fn gemm_splits(tiles: usize, k: usize) -> (usize, usize) {
+    let s = GEMM_SPLIT_TARGET_WGS
+        .div_ceil(tiles.max(1))
+        .min(k / GEMM_SPLIT_MIN_K);
+    if s <= 1 {
+        return (1, 0);
+    }
+    // Whole 64-value slices per split (both GEMMs' k steps divide it).
+    let chunk = k.div_ceil(s).next_multiple_of(64);
+    (k.div_ceil(chunk), chunk)
 }
 
 /// mul_mat_vec.comp's push constants.
@@ -633,24 +670,47 @@ impl Encoder<'_> {
         const OP: &str = "matmul";
         let (n, k) = (w.rows, w.cols);
         u32_of(OP, "weight elements", n.saturating_mul(k))?;
+        let (shader, tn, tm) = self.kernels.matmul.shader(n, m);
+        let tiles = [n.div_ceil(tn), m.div_ceil(tm)];
+        // A few rows of a whole weight, on the kernels that split (not the
+        // lanes of a CPU device, whose workgroups are its threads).
+        let splits_here = m <= GEMM_SPLIT_MAX_ROWS
+            && tiles[1] == 1
+            && row0 == 0
+            && ldy == n
+            && self.kernels.matmul != MatmulKernel::Lanes;
+        let (splits, k_chunk) = if splits_here {
+            gemm_splits(tiles[0], k)
+        } else {
+            (1, 0)
+        };
+        let part = if splits > 1 {
+            let floats = floats(m, n)?
+                .checked_mul(splits)
+                .ok_or_else(|| Error::op(OP, "split outputs overflow"))?;
+            Some(self.scratch(|b| &mut b.gemm_split_scratch, floats * 4)?)
+        } else {
+            None
+        };
         let push = Push {
             n: u32_of(OP, "n", n)?,
             k: u32_of(OP, "k", k)?,
             m: u32_of(OP, "m", m)?,
-            has_bias: bias.is_some() as u32,
+            has_bias: (bias.is_some() && part.is_none()) as u32,
             row0: u32_of(OP, "row0", row0)?,
             ldy: u32_of(OP, "n", ldy)?,
+            k_chunk: u32_of(OP, "k_chunk", k_chunk)?,
         };
+        let out = part.as_ref().unwrap_or(y);
         // Without a bias, x stands in at binding 3 (never read).
-        let binds = [read(&w.buf), read(x), write(y), read(bias.unwrap_or(x))];
-        let (shader, tn, tm) = self.kernels.matmul.shader(n, m);
+        let binds = [read(&w.buf), read(x), write(out), read(bias.unwrap_or(x))];
         let groups = [
-            u32_of(OP, "n tiles", n.div_ceil(tn))?,
-            u32_of(OP, "m tiles", m.div_ceil(tm))?,
-            1,
+            u32_of(OP, "n tiles", tiles[0])?,
+            u32_of(OP, "m tiles", tiles[1])?,
+            u32_of(OP, "splits", splits)?,
         ];
         let max = self.caps().max_workgroup_count;
-        if groups[0] > max[0] || groups[1] > max[1] {
+        if groups[0] > max[0] || groups[1] > max[1] || groups[2] > max[2] {
             return Err(Error::op(
                 OP,
                 format!("{m} x {n} output exceeds the device's workgroup limits"),
@@ -661,6 +721,24 @@ impl Encoder<'_> {
             typed(shader, w.dtype).spec(u32::from(x_half)),
             &binds,
             bytemuck::bytes_of(&push),
+            groups,
+        )?;
+        let Some(part) = part else {
+            return Ok(());
+        };
+        let total = m * n;
+        let sum = SplitSumPush {
+            n: u32_of(OP, "n", n)?,
+            total: u32_of(OP, "m * n", total)?,
+            splits: u32_of(OP, "splits", splits)?,
+            has_bias: bias.is_some() as u32,
+        };
+        let groups = self.stride_groups(total, 256);
+        self.dispatch(
+            OP,
+            plain("split_sum"),
+            &[read(&part), write(y), read(bias.unwrap_or(&part))],
+            bytemuck::bytes_of(&sum),
             groups,
         )
     }
