@@ -185,11 +185,6 @@ mod with_server {
         };
         let (jobs, ready) = worker::start(spec)?;
         eprintln!("backend: {}", ready.backend);
-        eprintln!(
-            "parallel: {} requests at once, each up to {} positions",
-            ready.slots.total(),
-            ready.capacity
-        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -202,6 +197,12 @@ mod with_server {
             let local = listener
                 .local_addr()
                 .map_err(|e| Error::Invalid(format!("cannot listen on {addr}: {e}")))?;
+            // Only once listening: a failure prints its error line alone.
+            eprintln!(
+                "parallel: {} requests at once, each up to {} positions",
+                ready.slots.total(),
+                ready.capacity
+            );
             match opts.api_keys.len() {
                 0 => eprintln!("no API key: every client is served"),
                 n => eprintln!("API keys: {n}; every endpoint but /health needs one"),

@@ -206,7 +206,6 @@ impl Model {
                 ))
             })?,
         };
-        let pool = PagePool::new(pool_pages, page_len)?;
         let kv = KvSpec {
             dtype: kv_dtype,
             capacity,
@@ -228,7 +227,9 @@ impl Model {
                 progress,
             )?);
         }
-        let mut pool = pool;
+        // After the stages: their device checks refuse a pool too large
+        // before its host bookkeeping is allocated.
+        let mut pool = PagePool::new(pool_pages, page_len)?;
         let solo = pool.add_private();
         let mut model = Model {
             stages,

@@ -159,7 +159,20 @@ impl Stage {
         let kv_total = (kv_bytes as u64)
             .checked_mul(2 * layers.len() as u64)
             .ok_or_else(too_big)?;
-        let kv_what = format!("the {} KV cache of {capacity} positions", kv.dtype.name());
+        // One sequence's pool (and the spare page) reads as its context.
+        let kv_what = if kv.pages <= kv.table_len() + 1 {
+            format!(
+                "the {} KV cache of {} positions",
+                kv.dtype.name(),
+                kv.capacity
+            )
+        } else {
+            format!(
+                "the {} KV cache of {capacity} positions ({} per sequence)",
+                kv.dtype.name(),
+                kv.capacity
+            )
+        };
         // Checked before the weights load (a context too large fails in
         // a moment, not after the whole file is read) and again after, when
         // the weights hold their share of the memory.

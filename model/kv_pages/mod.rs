@@ -118,9 +118,14 @@ impl PagePool {
                 u32::MAX
             )));
         };
+        let store = PageStore::new(count).ok_or_else(|| {
+            Error::out_of_host_memory(format!(
+                "keeping the books of a KV page pool of {pages} pages"
+            ))
+        })?;
         Ok(PagePool {
             page_len,
-            store: PageStore::new(count),
+            store,
             seqs: HashMap::new(),
             next_seq: 0,
         })

@@ -58,14 +58,22 @@ pub(super) struct PageStore {
 
 impl PageStore {
     /// `count` fits a [`PageId`] (the pool checks it).
-    pub fn new(count: u32) -> Self {
-        PageStore {
-            pages: (0..count).map(|_| Page::default()).collect(),
-            free: (0..count).map(Reverse).collect(),
+    /// None where the host cannot hold the bookkeeping of `count` pages.
+    pub fn new(count: u32) -> Option<Self> {
+        let n = count as usize;
+        let mut pages = Vec::new();
+        pages.try_reserve_exact(n).ok()?;
+        pages.extend((0..count).map(|_| Page::default()));
+        let mut free = Vec::new();
+        free.try_reserve_exact(n).ok()?;
+        free.extend((0..count).map(Reverse));
+        Some(PageStore {
+            pages,
+            free: BinaryHeap::from(free),
             lru: BTreeMap::new(),
             prefix: HashMap::new(),
             clock: 0,
-        }
+        })
     }
 
     pub fn page(&self, id: PageId) -> &Page {
