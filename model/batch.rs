@@ -20,6 +20,14 @@ impl Model {
         Ok(self.pool.add(prompt))
     }
 
+    /// A new sequence for `prompt` that reuses no cached prefix: all of it is
+    /// left to evaluate (to read the logits of every prompt row).
+    pub fn add_sequence_unshared(&mut self, prompt: &[u32]) -> Result<SeqId> {
+        let (seq, _) = self.add_sequence(prompt)?;
+        self.pool.truncate(seq, 0)?;
+        Ok(seq)
+    }
+
     /// Ends `seq`: its pages return to the pool (full ones stay cached for
     /// later prompts that share them).
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<()> {

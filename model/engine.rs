@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::generate::StopReason;
 use crate::model::kv_pages::SeqId;
+use crate::model::logprobs::{TokenLogprobs, MAX_TOP_LOGPROBS};
 use crate::model::runner::{Model, Output, Want};
 use crate::model::sampling::{Sampler, SamplerConfig};
 
@@ -33,6 +34,13 @@ pub struct Request {
     pub stop_ids: Vec<u32>,
     /// Generate through the stop ids: they are never picked.
     pub ignore_eos: bool,
+    /// `Some(k)`: each token comes with its log-probability and the `k`
+    /// most likely alternatives (`k` at most [`MAX_TOP_LOGPROBS`]).
+    pub logprobs: Option<usize>,
+    /// Score the prompt too: an [`Event::PromptLogprobs`] comes before the
+    /// first token, with `logprobs`' alternatives (none when it is `None`).
+    /// With `max_tokens` 0 the request ends there, having generated nothing.
+    pub echo_logprobs: bool,
 }
 
 /// Names a request for its whole life (a preempted sequence gets a new
@@ -49,8 +57,12 @@ impl std::fmt::Display for RequestId {
 /// What a step did for one request.
 #[derive(Debug)]
 pub enum Event {
-    /// The request's next token.
-    Token(RequestId, u32),
+    /// The request's next token, with its log-probabilities when the
+    /// request asks for them.
+    Token(RequestId, u32, Option<TokenLogprobs>),
+    /// The log-probabilities of the prompt's tokens but the first (which has
+    /// no context to be predicted from), before the request's first token.
+    PromptLogprobs(RequestId, Vec<TokenLogprobs>),
     /// The request is done (after its last `Token`, if any).
     Finished(RequestId, StopReason),
     /// The request cannot be served; it is gone.
@@ -81,6 +93,9 @@ struct Entry {
     seq: Option<SeqId>,
     /// Prompt (and, after a preemption, generated) tokens in the cache.
     evaluated: usize,
+    /// With `echo_logprobs`, the prompt's scores so far: entry `j` is
+    /// prompt token `j + 1`'s, from the logits of row `j`.
+    prompt_scores: Vec<TokenLogprobs>,
 }
 
 impl Entry {
@@ -96,6 +111,11 @@ impl Entry {
         self.req.prompt.len() + self.out.len().saturating_sub(1)
     }
 
+    /// Whether the prompt is still to be scored (every row's logits read).
+    fn scoring(&self) -> bool {
+        self.req.echo_logprobs && self.out.is_empty()
+    }
+
     fn history(&self) -> Vec<u32> {
         let mut h = self.req.prompt.clone();
         h.extend(&self.out);
@@ -108,10 +128,15 @@ impl Entry {
         let c = self.sampler.config();
         self.sampler.is_greedy()
             && !self.req.ignore_eos
+            && self.req.logprobs.is_none()
+            && !self.req.echo_logprobs
             && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
     }
 
-    fn pick(&mut self, logits: &mut [f32]) -> u32 {
+    /// The next token from `logits`, and its log-probabilities (from the
+    /// logits as they come, before the stop ids are masked) when asked.
+    fn pick(&mut self, logits: &mut [f32]) -> (u32, Option<TokenLogprobs>) {
+        let raw = self.req.logprobs.map(|_| logits.to_vec());
         if self.req.ignore_eos {
             for &id in &self.req.stop_ids {
                 if let Some(l) = logits.get_mut(id as usize) {
@@ -120,7 +145,28 @@ impl Entry {
             }
         }
         let history = self.history();
-        self.sampler.sample(logits, &history)
+        let token = self.sampler.sample(logits, &history);
+        let scores = raw
+            .zip(self.req.logprobs)
+            .map(|(l, k)| TokenLogprobs::of(&l, token, k));
+        (token, scores)
+    }
+
+    /// Scores prompt tokens `from + 1 ..` from the rows of `logits` fed at
+    /// positions `from ..` (the row after the last prompt token predicts
+    /// the first generated one and is left out).
+    fn score_prompt(&mut self, from: usize, logits: &[f32], vocab: usize) {
+        let k = self.req.logprobs.unwrap_or(0);
+        // Evaluated again after a preemption: the rows recomputed replace
+        // what was kept.
+        self.prompt_scores.truncate(from);
+        let prompt = &self.req.prompt;
+        for (j, row) in (from..).zip(logits.chunks_exact(vocab)) {
+            let Some(&next) = prompt.get(j + 1) else {
+                break;
+            };
+            self.prompt_scores.push(TokenLogprobs::of(row, next, k));
+        }
     }
 }
 
@@ -188,6 +234,16 @@ impl Engine {
     /// prompt longer than the context) is refused here.
     pub fn add(&mut self, req: Request) -> Result<RequestId> {
         req.sampler.validate()?;
+        if let Some(k) = req.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+            return Err(Error::Invalid(format!(
+                "{k} top log-probabilities asked for; at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
+        if req.max_tokens == 0 && !req.echo_logprobs {
+            return Err(Error::Invalid(
+                "max_tokens 0 generates nothing; it is only for scoring a prompt".into(),
+            ));
+        }
         let m = &self.model;
         if req.prompt.is_empty() {
             return Err(Error::Invalid("the prompt is empty".into()));
@@ -209,6 +265,7 @@ impl Engine {
             out: Vec::new(),
             seq: None,
             evaluated: 0,
+            prompt_scores: Vec::new(),
         });
         Ok(id)
     }
@@ -275,7 +332,12 @@ impl Engine {
                 break;
             }
             let mut e = self.waiting.pop_front().ok_or_else(lost)?;
-            let (seq, reused) = self.model.add_sequence(&e.context())?;
+            let (seq, reused) = if e.scoring() {
+                // Every prompt row's logits are needed: nothing is reused.
+                (self.model.add_sequence_unshared(&e.context())?, 0)
+            } else {
+                self.model.add_sequence(&e.context())?
+            };
             e.seq = Some(seq);
             e.evaluated = reused;
             committed += need;
@@ -304,21 +366,37 @@ impl Engine {
         // After a preemption the last generated token is fed by the next
         // decode step, as it would have been.
         let resumed = !self.running[i].out.is_empty();
+        let scoring = self.running[i].scoring();
         let want = match () {
+            _ if scoring => Want::AllLogits,
             _ if !last || resumed => Want::LastLogits,
             _ if self.running[i].device_greedy() => Want::Argmax,
             _ => Want::LastLogits,
         };
         match self.model.prefill(seq, &context[from..to], want) {
             Ok(out) => {
+                let vocab = self.model.config().vocab;
                 let e = &mut self.running[i];
                 e.evaluated = to;
+                if let (true, Output::Logits(l)) = (scoring, &out) {
+                    e.score_prompt(from, l, vocab);
+                }
                 if last && !resumed {
-                    let token = match out {
-                        Output::Token(t) => t,
-                        Output::Logits(mut l) => e.pick(&mut l),
+                    if scoring {
+                        let scores = std::mem::take(&mut e.prompt_scores);
+                        events.push(Event::PromptLogprobs(e.id, scores));
+                        if e.req.max_tokens == 0 {
+                            return self.finish(i, StopReason::MaxTokens, events);
+                        }
+                    }
+                    let (token, scores) = match out {
+                        Output::Token(t) => (t, None),
+                        Output::Logits(mut l) => {
+                            let at = l.len().saturating_sub(vocab);
+                            e.pick(&mut l[at..])
+                        }
                     };
-                    self.emit(i, token, events)?;
+                    self.emit(i, token, scores, events)?;
                 }
                 Ok(())
             }
@@ -365,11 +443,11 @@ impl Engine {
                     for (&i, out) in rows.iter().zip(outs).rev() {
                         let e = &mut self.running[i];
                         e.evaluated += 1;
-                        let token = match out {
-                            Output::Token(t) => t,
+                        let (token, scores) = match out {
+                            Output::Token(t) => (t, None),
                             Output::Logits(mut l) => e.pick(&mut l),
                         };
-                        self.emit(i, token, events)?;
+                        self.emit(i, token, scores, events)?;
                     }
                     return Ok(());
                 }
@@ -392,11 +470,17 @@ impl Engine {
 
     /// Gives running request `i` its next token and retires it when that
     /// ends it.
-    fn emit(&mut self, i: usize, token: u32, events: &mut Vec<Event>) -> Result<()> {
+    fn emit(
+        &mut self,
+        i: usize,
+        token: u32,
+        scores: Option<TokenLogprobs>,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
         let capacity = self.model.capacity();
         let e = &mut self.running[i];
         e.out.push(token);
-        events.push(Event::Token(e.id, token));
+        events.push(Event::Token(e.id, token, scores));
         let reason = if !e.req.ignore_eos && e.req.stop_ids.contains(&token) {
             Some(StopReason::StopToken)
         } else if e.out.len() >= e.req.max_tokens {
@@ -407,11 +491,17 @@ impl Engine {
         } else {
             None
         };
-        if let Some(r) = reason {
-            let e = self.running.remove(i);
-            self.release(&e)?;
-            events.push(Event::Finished(e.id, r));
+        match reason {
+            Some(r) => self.finish(i, r, events),
+            None => Ok(()),
         }
+    }
+
+    /// Retires running request `i`: its pages return to the pool.
+    fn finish(&mut self, i: usize, reason: StopReason, events: &mut Vec<Event>) -> Result<()> {
+        let e = self.running.remove(i);
+        self.release(&e)?;
+        events.push(Event::Finished(e.id, reason));
         Ok(())
     }
 

@@ -12,6 +12,7 @@ pub mod gguf_write;
 pub mod hf;
 pub mod kv_pages;
 pub mod layer_split;
+pub mod logprobs;
 pub mod runner;
 pub mod sampling;
 pub mod session;

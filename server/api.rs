@@ -102,6 +102,8 @@ pub struct StreamOptions {
 #[derive(Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u64>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -132,6 +134,10 @@ pub struct Part {
 #[derive(Deserialize)]
 pub struct CompletionRequest {
     pub prompt: PromptField,
+    /// Alternatives per token (0 to 20): each token's log-probability too.
+    pub logprobs: Option<u64>,
+    /// The prompt before the completion (scored when `logprobs` is set).
+    pub echo: Option<bool>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -211,12 +217,13 @@ pub fn completion_prompt(tok: &Tokenizer, prompt: &PromptField) -> Result<Vec<u3
 }
 
 /// Checks the prompt fits the model and `limits`, and turns the sampling
-/// fields into options.
+/// fields into options. `scoring` (an echoed prompt) allows `max_tokens` 0.
 pub fn options(
     c: &Common,
     prompt: &[u32],
     model: &Ready,
     limits: &Limits,
+    scoring: bool,
 ) -> Result<GenerateOptions, ApiError> {
     let (capacity, vocab) = (model.capacity, model.vocab);
     if prompt.is_empty() {
@@ -259,7 +266,7 @@ pub fn options(
     }
     let most = limits.max_completion_tokens;
     let max = match (c.max_completion_tokens, c.max_tokens) {
-        (Some(n), _) | (None, Some(n)) if n == 0 => {
+        (Some(n), _) | (None, Some(n)) if n == 0 && !scoring => {
             return Err(ApiError::invalid(
                 "max_tokens must be at least 1",
                 Some("max_tokens"),

@@ -10,8 +10,10 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::engine::{self, Engine, Request, RequestId};
 use crate::model::generate::StopReason;
+use crate::model::logprobs::TokenLogprobs;
 use crate::model::stop::StopMatcher;
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+use crate::server::logprobs::Scored;
 use crate::server::slots::Slots;
 use crate::server::worker::{Event, Job};
 use std::collections::HashMap;
@@ -25,6 +27,9 @@ const INTERNAL: &str = "internal error while generating";
 /// A job the engine holds, and its text so far.
 struct Active<'t> {
     events: UnboundedSender<Event>,
+    tok: &'t Tokenizer,
+    /// The prompt's first token, which its scores leave out.
+    first: u32,
     decoder: StreamDecoder<'t>,
     stops: StopMatcher,
     stop_ids: &'t [u32],
@@ -34,17 +39,27 @@ struct Active<'t> {
 }
 
 impl<'t> Active<'t> {
-    /// The text token `id` releases, and whether it reached a stop string
-    /// (the text then ends just before it).
-    fn token(&mut self, id: u32) -> (String, bool) {
+    /// The text token `id` releases, its scores (when asked), and whether
+    /// it reached a stop string (the text then ends just before it).
+    fn token(&mut self, id: u32, scores: Option<TokenLogprobs>) -> (String, Vec<Scored>, bool) {
         self.completion_tokens += 1;
-        // A stop token's own text is left out.
-        let piece = if !self.ignore_eos && self.stop_ids.contains(&id) {
-            String::new()
-        } else {
-            self.decoder.push(id)
-        };
-        self.stops.push(&piece)
+        // A stop token's own text, and so its scores, are left out.
+        if !self.ignore_eos && self.stop_ids.contains(&id) {
+            let (text, hit) = self.stops.push("");
+            return (text, Vec::new(), hit);
+        }
+        let piece = self.decoder.push(id);
+        let (text, hit) = self.stops.push(&piece);
+        let scored = scores.iter().map(|s| Scored::of(self.tok, s)).collect();
+        (text, scored, hit)
+    }
+
+    /// The prompt's tokens and scores, from the engine's (which start at
+    /// its second token).
+    fn prompt(&self, scores: &[TokenLogprobs]) -> Event {
+        let first = Scored::first(self.tok, self.first);
+        let rest = scores.iter().map(|s| Scored::of(self.tok, s));
+        Event::Prompt(std::iter::once(first).chain(rest).collect())
     }
 
     /// What was held back (a partial character, a possible stop string's
@@ -163,12 +178,15 @@ fn take<'t>(
         return;
     }
     let prompt_tokens = job.prompt.len();
+    let first = job.prompt.first().copied().unwrap_or_default();
     let req = Request {
         prompt: job.prompt,
         max_tokens: job.opts.max_tokens,
         sampler: job.opts.sampler,
         stop_ids: tok.stop_ids().to_vec(),
         ignore_eos: job.opts.ignore_eos,
+        logprobs: job.ask.logprobs,
+        echo_logprobs: job.ask.echo,
     };
     match engine.add(req) {
         Ok(id) => {
@@ -176,6 +194,8 @@ fn take<'t>(
                 id,
                 Active {
                     events: job.events,
+                    tok,
+                    first,
                     decoder: tok.stream_decoder(),
                     stops: StopMatcher::new(&job.opts.stop),
                     stop_ids: tok.stop_ids(),
@@ -222,13 +242,20 @@ fn route(
 ) -> Result<()> {
     for event in events {
         match event {
-            engine::Event::Token(id, token) => {
+            engine::Event::PromptLogprobs(id, scores) => {
+                if let Some(a) = active.get(&id) {
+                    // A client gone is noticed before the next step.
+                    let _ = a.events.send(a.prompt(&scores));
+                }
+            }
+            engine::Event::Token(id, token, scores) => {
                 // Absent: ended earlier in this step (a stop string).
                 let Some(a) = active.get_mut(&id) else {
                     continue;
                 };
-                let (text, hit) = a.token(token);
-                let sent = text.is_empty() || a.events.send(Event::Text(text)).is_ok();
+                let (text, scored, hit) = a.token(token, scores);
+                let quiet = text.is_empty() && scored.is_empty();
+                let sent = quiet || a.events.send(Event::Text(text, scored)).is_ok();
                 if hit || !sent {
                     engine.cancel(id)?;
                     if let Some(a) = active.remove(&id).filter(|_| hit) {
@@ -241,7 +268,7 @@ fn route(
                 if let Some(mut a) = active.remove(&id) {
                     let tail = a.tail();
                     if !tail.is_empty() {
-                        let _ = a.events.send(Event::Text(tail));
+                        let _ = a.events.send(Event::Text(tail, Vec::new()));
                     }
                     let done = a.done(stop);
                     finals.push((a.events, done));

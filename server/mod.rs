@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 mod engine_loop;
 pub mod limits;
+pub mod logprobs;
 pub mod sizing;
 pub mod slots;
 pub mod worker;
@@ -27,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use limits::{BoundedListener, Limits};
+use logprobs::{Ask, Scored};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,13 +179,19 @@ async fn chat(
     State(s): State<Arc<AppState>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
+    let run = || -> std::result::Result<Asked, ApiError> {
         let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
+        let ask = Ask::chat(&req)?;
         let prompt = api::chat_prompt(&s.ready.tokenizer, &req.messages)?;
-        Ok((req.common, prompt))
+        Ok(Asked {
+            common: req.common,
+            prompt,
+            ask,
+            prompt_text: String::new(),
+        })
     };
     match run() {
-        Ok((common, prompt)) => respond(s, Kind::Chat, common, prompt).await,
+        Ok(asked) => respond(s, Kind::Chat, asked).await,
         Err(e) => e.into_response(),
     }
 }
@@ -192,20 +200,51 @@ async fn completions(
     State(s): State<Arc<AppState>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    let run = || -> std::result::Result<(Common, Vec<u32>), ApiError> {
+    let run = || -> std::result::Result<Asked, ApiError> {
         let req: api::CompletionRequest = api::parse(&read_body(&s, body)?)?;
-        let prompt = api::completion_prompt(&s.ready.tokenizer, &req.prompt)?;
-        Ok((req.common, prompt))
+        let ask = Ask::completion(&req)?;
+        let tok = &s.ready.tokenizer;
+        let prompt = api::completion_prompt(tok, &req.prompt)?;
+        // Echoed, and where the completion's text offsets start.
+        let prompt_text = match (&req.prompt, ask.echo || ask.logprobs.is_some()) {
+            (_, false) => String::new(),
+            (api::PromptField::Text(t), true) => t.clone(),
+            (api::PromptField::Texts(v), true) if v.len() == 1 => v[0].clone(),
+            (_, true) => tok
+                .decode(&prompt)
+                .map_err(|e| ApiError::invalid(e.to_string(), Some("prompt")))?,
+        };
+        Ok(Asked {
+            common: req.common,
+            prompt,
+            ask,
+            prompt_text,
+        })
     };
     match run() {
-        Ok((common, prompt)) => respond(s, Kind::Text, common, prompt).await,
+        Ok(asked) => respond(s, Kind::Text, asked).await,
         Err(e) => e.into_response(),
     }
 }
 
+/// A request as read: its fields, prompt, and what it asks of log-probabilities.
+struct Asked {
+    common: Common,
+    prompt: Vec<u32>,
+    ask: Ask,
+    /// A completion's prompt as text, when it echoes or scores it.
+    prompt_text: String,
+}
+
 /// Queues the job and answers with one JSON object or an event stream.
-async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>) -> Response {
-    let opts = match api::options(&common, &prompt, &s.ready, &s.limits) {
+async fn respond(s: Arc<AppState>, kind: Kind, asked: Asked) -> Response {
+    let Asked {
+        common,
+        prompt,
+        ask,
+        prompt_text,
+    } = asked;
+    let opts = match api::options(&common, &prompt, &s.ready, &s.limits, ask.echo) {
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };
@@ -213,6 +252,7 @@ async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>)
     let job = Job {
         prompt,
         opts,
+        ask,
         events: tx,
     };
     // Counted before it is sent, so `/health` never misses it on its way.
@@ -235,6 +275,8 @@ async fn respond(s: Arc<AppState>, kind: Kind, common: Common, prompt: Vec<u32>)
         created: now(),
         model: s.model_name.clone(),
         kind,
+        ask,
+        prompt_text,
     };
     if common.stream.unwrap_or(false) {
         let usage = common.stream_options.is_some_and(|o| o.include_usage);
@@ -250,6 +292,8 @@ struct Meta {
     created: u64,
     model: String,
     kind: Kind,
+    ask: Ask,
+    prompt_text: String,
 }
 
 impl Meta {
@@ -277,8 +321,34 @@ impl Meta {
         v
     }
 
-    fn text_choice(&self, text: &str, finish: Option<&str>) -> Value {
-        json!({"text": text, "logprobs": null, "finish_reason": finish})
+    fn text_choice(&self, text: &str, logprobs: Value, finish: Option<&str>) -> Value {
+        json!({"text": text, "logprobs": logprobs, "finish_reason": finish})
+    }
+
+    /// Chat's `logprobs` over `scores`: null unless asked.
+    fn chat_logprobs(&self, scores: &[Scored]) -> Value {
+        match self.ask.logprobs {
+            Some(_) => logprobs::chat_json(scores),
+            None => Value::Null,
+        }
+    }
+
+    /// The legacy `logprobs` over `scores` from text offset `offset`
+    /// (null unless asked), and the offset past them.
+    fn text_logprobs(&self, scores: &[Scored], offset: usize) -> (Value, usize) {
+        match self.ask.logprobs {
+            Some(_) => logprobs::legacy_json(scores, offset),
+            None => (Value::Null, offset),
+        }
+    }
+
+    /// Where the completion's text offsets start: after the prompt, which
+    /// an echo sends first.
+    fn first_offset(&self) -> usize {
+        match self.ask.echo {
+            true => 0,
+            false => self.prompt_text.chars().count(),
+        }
     }
 }
 
@@ -314,9 +384,17 @@ fn failed(kind: ErrorKind, message: String) -> ApiError {
 
 async fn collect(meta: Meta, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Response {
     let mut text = String::new();
+    let mut scores = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Text(t) => text.push_str(&t),
+            Event::Prompt(p) => {
+                text.insert_str(0, &meta.prompt_text);
+                scores.splice(0..0, p);
+            }
+            Event::Text(t, s) => {
+                text.push_str(&t);
+                scores.extend(s);
+            }
             Event::Done {
                 stop,
                 prompt_tokens,
@@ -326,10 +404,13 @@ async fn collect(meta: Meta, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>
                 let choice = match meta.kind {
                     Kind::Chat => json!({
                         "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
+                        "logprobs": meta.chat_logprobs(&scores),
                         "finish_reason": finish,
                     }),
-                    Kind::Text => meta.text_choice(&text, Some(finish)),
+                    Kind::Text => {
+                        let (lp, _) = meta.text_logprobs(&scores, meta.first_offset());
+                        meta.text_choice(&text, lp, Some(finish))
+                    }
                 };
                 let u = usage(prompt_tokens, completion_tokens);
                 return Json(meta.wrap(false, choice, Some(u))).into_response();
@@ -357,15 +438,26 @@ fn stream(
         ))),
         Kind::Text => None,
     };
+    let mut offset = meta.first_offset();
     let chunk = move |ev: Event| -> std::result::Result<SseEvent, Infallible> {
         match ev {
-            Event::Text(t) => data(match meta.kind {
+            // Only completions echo.
+            Event::Prompt(p) => {
+                let (lp, next) = meta.text_logprobs(&p, offset);
+                offset = next;
+                data(meta.wrap(true, meta.text_choice(&meta.prompt_text, lp, None), None))
+            }
+            Event::Text(t, s) => data(match meta.kind {
                 Kind::Chat => meta.wrap(
                     true,
-                    json!({"delta": {"content": t}, "logprobs": null, "finish_reason": null}),
+                    json!({"delta": {"content": t}, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
                     None,
                 ),
-                Kind::Text => meta.wrap(true, meta.text_choice(&t, None), None),
+                Kind::Text => {
+                    let (lp, next) = meta.text_logprobs(&s, offset);
+                    offset = next;
+                    meta.wrap(true, meta.text_choice(&t, lp, None), None)
+                }
             }),
             Event::Done {
                 stop,
@@ -380,7 +472,9 @@ fn stream(
                         json!({"delta": {}, "logprobs": null, "finish_reason": finish}),
                         u,
                     ),
-                    Kind::Text => meta.wrap(true, meta.text_choice("", Some(finish)), u),
+                    Kind::Text => {
+                        meta.wrap(true, meta.text_choice("", Value::Null, Some(finish)), u)
+                    }
                 })
             }
             Event::Failed { kind, message } => data(failed(kind, message).body()),

@@ -9,16 +9,23 @@ use crate::model::source::ModelSource;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::LoadOptions;
 use crate::open::{open_backends, BackendChoice, CpuOptions};
+use crate::server::logprobs::{Ask, Scored};
 use crate::server::slots::Slots;
 use crate::server::{engine_loop, sizing};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// What a job sends back: text pieces, then one `Done` or `Failed`.
+/// What a job sends back: the echoed prompt's scores (when asked), text
+/// pieces, then one `Done` or `Failed`.
 #[derive(Debug)]
 pub enum Event {
-    Text(String),
+    /// The prompt's tokens and scores (the first token's none), when the
+    /// job echoes its prompt.
+    Prompt(Vec<Scored>),
+    /// A piece of text, and the scores of the tokens that released it
+    /// (when the job asks for them).
+    Text(String, Vec<Scored>),
     Done {
         stop: StopReason,
         prompt_tokens: usize,
@@ -33,6 +40,7 @@ pub enum Event {
 pub struct Job {
     pub prompt: Vec<u32>,
     pub opts: GenerateOptions,
+    pub ask: Ask,
     pub events: UnboundedSender<Event>,
 }
 

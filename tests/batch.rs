@@ -65,6 +65,8 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         sampler: SamplerConfig::greedy(),
         stop_ids: Vec::new(),
         ignore_eos: false,
+        logprobs: None,
+        echo_logprobs: false,
     }
 }
 
@@ -88,7 +90,7 @@ fn run(
         }
         for event in engine.step().unwrap() {
             match event {
-                Event::Token(id, t) => {
+                Event::Token(id, t, _) => {
                     let i = ids.iter().position(|&x| x == id).unwrap();
                     results[i].0.push(t);
                     if let Some(&(_, after)) = cancel.iter().find(|(c, _)| *c == i) {
@@ -103,6 +105,7 @@ fn run(
                     results[i].1 = Some(r);
                 }
                 Event::Failed(id, e) => panic!("request {id} failed: {e}"),
+                Event::PromptLogprobs(..) => {}
             }
         }
         step += 1;
@@ -357,6 +360,8 @@ fn smollm2_batch_equals_alone(dev: Device) {
                 sampler: SamplerConfig::greedy(),
                 stop_ids: tok.stop_ids().to_vec(),
                 ignore_eos: false,
+                logprobs: None,
+                echo_logprobs: false,
             }
         })
         .collect();
@@ -389,3 +394,87 @@ test_device!(
     smollm2_batch_equals_alone_cpu: cpu_devices,
     smollm2_batch_equals_alone_vulkan: vulkan_devices
 );
+
+fn log_softmax(l: &[f32]) -> Vec<f32> {
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + l.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    l.iter().map(|&x| (x as f64 - lse) as f32).collect()
+}
+
+/// A request asking for log-probabilities and scoring its prompt (in
+/// chunks of 16), batched with plain greedy ones: its tokens are those it
+/// gets alone, its scores the log-softmax of the single-sequence API's
+/// logits, and the others' tokens carry none.
+#[test]
+fn logprobs_batched_equal_log_softmax_alone_cpu() {
+    let dev = &cpu_devices()[0];
+    let arch = common::TINY_ARCHS[0];
+    let mut solo = load(dev, arch, LoadOptions::default()).unwrap();
+    let opts = LoadOptions {
+        context: Some(256),
+        sequences: Some(4),
+        ..LoadOptions::default()
+    };
+    let model = load(dev, arch, opts).unwrap();
+    let vocab = model.config().vocab;
+    let p = prompt(100, 1, vocab as u32);
+    let want = alone(&mut solo, &p, 6);
+    let scored = Request {
+        logprobs: Some(3),
+        echo_logprobs: true,
+        ..greedy(p.clone(), 6)
+    };
+    let mut engine = Engine::new(model, EngineOptions { prefill_chunk: 16 }).unwrap();
+    engine.add(greedy(p.clone(), 8)).unwrap();
+    let id = engine.add(scored).unwrap();
+    engine.add(greedy(prompt(20, 2, vocab as u32), 8)).unwrap();
+    let (mut tokens, mut scores, mut prompt_scores) = (Vec::new(), Vec::new(), None);
+    while !engine.is_idle() {
+        for event in engine.step().unwrap() {
+            match event {
+                Event::Token(i, t, s) if i == id => {
+                    tokens.push(t);
+                    scores.push(s.expect("scores asked for"));
+                }
+                Event::Token(_, _, s) => assert!(s.is_none()),
+                Event::PromptLogprobs(i, s) => {
+                    assert!(i == id && tokens.is_empty());
+                    prompt_scores = Some(s);
+                }
+                Event::Failed(i, e) => panic!("request {i} failed: {e}"),
+                Event::Finished(..) => {}
+            }
+        }
+    }
+    assert_eq!(tokens, want);
+    let close = |a: f32, b: f32| (a - b).abs() < dev.3;
+    solo.reset();
+    let Output::Logits(rows) = solo.forward(&p, Want::AllLogits).unwrap() else {
+        panic!("no logits")
+    };
+    let prompt_scores = prompt_scores.expect("the prompt's scores");
+    assert_eq!(prompt_scores.len(), p.len() - 1);
+    for (j, (s, row)) in prompt_scores
+        .iter()
+        .zip(rows.chunks_exact(vocab))
+        .enumerate()
+    {
+        let ls = log_softmax(row);
+        assert_eq!(s.token, p[j + 1]);
+        assert!(close(s.logprob, ls[s.token as usize]), "prompt row {j}");
+        assert_eq!(s.top.len(), 3);
+        assert!(s.top.windows(2).all(|w| w[0].1 >= w[1].1));
+    }
+    solo.reset();
+    let mut l = solo.logits(&p).unwrap();
+    for (i, s) in scores.iter().enumerate() {
+        if i > 0 {
+            l = solo.logits(&[want[i - 1]]).unwrap();
+        }
+        let ls = log_softmax(&l);
+        assert_eq!(s.token, want[i]);
+        assert!(close(s.logprob, ls[want[i] as usize]), "token {i}");
+        // Greedy: the chosen token is the most likely.
+        assert_eq!(s.top[0], (s.token, s.logprob));
+    }
+}
