@@ -405,11 +405,12 @@ fn log_softmax(l: &[f32]) -> Vec<f32> {
 /// chunks of 16), batched with plain greedy ones: its tokens are those it
 /// gets alone, its scores the log-softmax of the single-sequence API's
 /// logits, and the others' tokens carry none.
-#[test]
-fn logprobs_batched_equal_log_softmax_alone_cpu() {
-    let dev = &cpu_devices()[0];
+fn logprobs_batched_equal_log_softmax_alone(dev: Device) {
+    let dev = &dev;
     let arch = common::TINY_ARCHS[0];
-    let mut solo = load(dev, arch, LoadOptions::default()).unwrap();
+    let Some(mut solo) = load(dev, arch, LoadOptions::default()) else {
+        return;
+    };
     let opts = LoadOptions {
         context: Some(256),
         sequences: Some(4),
@@ -478,3 +479,8 @@ fn logprobs_batched_equal_log_softmax_alone_cpu() {
         assert_eq!(s.top[0], (s.token, s.logprob));
     }
 }
+test_device!(
+    logprobs_batched_equal_log_softmax_alone,
+    logprobs_batched_equal_log_softmax_alone_cpu: cpu_devices,
+    logprobs_batched_equal_log_softmax_alone_vulkan: vulkan_devices
+);
