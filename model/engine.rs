@@ -96,6 +96,9 @@ struct Entry {
     /// With `echo_logprobs`, the prompt's scores so far: entry `j` is
     /// prompt token `j + 1`'s, from the logits of row `j`.
     prompt_scores: Vec<TokenLogprobs>,
+    /// Steps its next device-chained decode runs when it is alone (see
+    /// `Engine::decode_alone`).
+    chunk: usize,
 }
 
 impl Entry {
@@ -266,6 +269,7 @@ impl Engine {
             seq: None,
             evaluated: 0,
             prompt_scores: Vec::new(),
+            chunk: 1,
         });
         Ok(id)
     }
@@ -424,6 +428,12 @@ impl Engine {
             if rows.is_empty() {
                 return Ok(());
             }
+            if let [i] = rows[..] {
+                let lone = self.running.len() == 1 && self.waiting.is_empty();
+                if lone && self.running[i].device_greedy() {
+                    return self.decode_alone(events);
+                }
+            }
             let feed: Vec<(SeqId, u32)> = rows
                 .iter()
                 .filter_map(|&i| {
@@ -465,6 +475,47 @@ impl Engine {
                 }
                 Err(err) => return Err(err),
             }
+        }
+    }
+
+    /// The one running request, greedy and alone: several steps chained on
+    /// the device (each step's argmax feeds the next) and read back once, as
+    /// `generate` decodes, the chunk growing from 1 to [`ALONE_MAX_STEPS`]
+    /// so the first tokens stream at once. Steps past a stop are dropped
+    /// with the sequence; a request that arrives meanwhile joins after the
+    /// chunk.
+    fn decode_alone(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        let capacity = self.model.capacity();
+        let e = &self.running[0];
+        let (Some(seq), Some(&last)) = (e.seq, e.out.last()) else {
+            return Err(lost());
+        };
+        let steps = e
+            .chunk
+            .min(e.req.max_tokens.saturating_sub(e.out.len()))
+            .min(capacity.saturating_sub(e.evaluated))
+            .max(1);
+        let id = e.id;
+        match self.model.decode_greedy_seq(seq, last, steps) {
+            Ok(tokens) => {
+                let e = &mut self.running[0];
+                e.chunk = (e.chunk * 2).min(ALONE_MAX_STEPS);
+                for token in tokens {
+                    match self.running.first_mut() {
+                        Some(e) if e.id == id => e.evaluated += 1,
+                        _ => break,
+                    }
+                    self.emit(0, token, None, events)?;
+                }
+                Ok(())
+            }
+            Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => {
+                let e = self.running.remove(0);
+                self.release(&e)?;
+                events.push(Event::Failed(e.id, err));
+                Ok(())
+            }
+            Err(err) => Err(err),
         }
     }
 
@@ -517,6 +568,9 @@ impl Engine {
         Ok(())
     }
 }
+
+/// Most steps [`Engine::decode_alone`] chains (`generate`'s default chunk).
+const ALONE_MAX_STEPS: usize = crate::model::generate::DEFAULT_DECODE_CHUNK;
 
 fn lost() -> Error {
     Error::Invalid("the engine lost track of a request".into())

@@ -474,6 +474,16 @@ impl Model {
     /// by the host: the next step embeds it on the first backend, another
     /// device (each backend still replays its share of the step).
     pub fn decode_greedy(&mut self, first: u32, steps: usize) -> Result<Vec<u32>> {
+        self.decode_greedy_seq(self.solo, first, steps)
+    }
+
+    /// [`Model::decode_greedy`] for sequence `seq`.
+    pub(crate) fn decode_greedy_seq(
+        &mut self,
+        seq: SeqId,
+        first: u32,
+        steps: usize,
+    ) -> Result<Vec<u32>> {
         if steps == 0 {
             return Ok(Vec::new());
         }
@@ -482,7 +492,7 @@ impl Model {
                 "{steps} decode steps at once; at most {MAX_DECODE_STEPS}"
             )));
         }
-        let n_past = self.n_past();
+        let n_past = self.positions(seq)?;
         if n_past + steps > self.kv.capacity {
             return Err(Error::Invalid(format!(
                 "{} cached + {steps} new tokens exceed the context of {} positions",
@@ -491,31 +501,36 @@ impl Model {
         }
         self.check_ids(&[first])?;
         if self.stages.len() > 1 {
-            return self.decode_split(first, steps);
+            return self.decode_split(seq, first, steps);
         }
         // The steps' pages are taken before their tokens are known.
-        self.pool.reserve(self.solo, n_past + steps)?;
-        let run = self.run_greedy(first, n_past, steps);
-        let solo = self.solo;
+        self.pool.reserve(seq, n_past + steps)?;
+        let run = self.run_greedy(seq, first, n_past, steps);
         match run {
             Ok(tokens) => {
                 let mut fed = vec![first];
                 fed.extend(&tokens[..steps - 1]);
                 // Reserved above: the append takes no page and copies none.
-                self.pool.append(solo, &fed)?;
+                self.pool.append(seq, &fed)?;
                 Ok(tokens)
             }
             Err(e) => {
-                self.pool.truncate(solo, n_past)?;
+                self.pool.truncate(seq, n_past)?;
                 Err(e)
             }
         }
     }
 
     /// The device side of [`Model::decode_greedy`] on one stage.
-    fn run_greedy(&mut self, first: u32, n_past: usize, steps: usize) -> Result<Vec<u32>> {
+    fn run_greedy(
+        &mut self,
+        seq: SeqId,
+        first: u32,
+        n_past: usize,
+        steps: usize,
+    ) -> Result<Vec<u32>> {
         let class = SpanClass::of(n_past + steps, self.kv.capacity);
-        let table = self.table_words(self.solo)?;
+        let table = self.table_words(seq)?;
         let paged = !self.in_order(&table, n_past + steps);
         let key = class.key(DECODE_GREEDY, 0, paged);
         let rec = PassPlan {
@@ -597,11 +612,11 @@ impl Model {
     }
 
     /// [`Model::decode_greedy`] on a split model: a pass per step.
-    fn decode_split(&mut self, first: u32, steps: usize) -> Result<Vec<u32>> {
+    fn decode_split(&mut self, seq: SeqId, first: u32, steps: usize) -> Result<Vec<u32>> {
         let mut tokens = Vec::with_capacity(steps);
         let mut t = first;
         for _ in 0..steps {
-            t = match self.pass(self.solo, &[t], Want::Argmax, true)? {
+            t = match self.pass(seq, &[t], Want::Argmax, true)? {
                 Some(Output::Token(t)) => t,
                 _ => return Err(Error::Invalid("expected a token".into())),
             };
