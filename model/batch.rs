@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::model::kv_pages::SeqId;
 use crate::model::runner::{
-    begin, hand_over, Model, Output, SpanClass, Want, BATCH_ARGMAX, BATCH_LOGITS,
+    run_stages, Model, Output, SpanClass, Want, BATCH_ARGMAX, BATCH_LOGITS,
 };
 use crate::model::stage::PassPlan;
 
@@ -159,15 +159,7 @@ impl Model {
         let vocab = self.cfg.vocab;
         let n = self.stages.len();
         self.stages[n - 1].reserve_logits(bucket, vocab)?;
-        let first = &mut self.stages[0];
-        first
-            .be
-            .upload(&first.s.ids, 0, bytemuck::cast_slice(&ids))?;
-        for st in &mut self.stages {
-            st.be.upload(&st.s.pos, 0, bytemuck::cast_slice(&pos))?;
-            st.be
-                .upload(&st.s.tables, 0, bytemuck::cast_slice(&tables))?;
-        }
+        self.upload_inputs(&ids, &pos, &tables)?;
         let rec = PassPlan {
             cfg: &self.cfg,
             kv: self.kv,
@@ -183,25 +175,8 @@ impl Model {
             each_row: true,
             paged: true,
         };
-        for i in 0..n {
-            let st = &mut self.stages[i];
-            let key = Some(key).filter(|_| self.replay);
-            let kept = match key {
-                Some(k) => st.be.replay(k, 1)?,
-                None => false,
-            };
-            if !kept {
-                begin(st, key)?;
-                st.record_closed(&rec)?;
-            }
-            if i + 1 < n {
-                hand_over(
-                    &mut self.stages[i..=i + 1],
-                    &mut self.boundary,
-                    bucket * self.cfg.n_embd,
-                )?;
-            }
-        }
+        let key = Some(key).filter(|_| self.replay);
+        run_stages(&mut self.stages, &mut self.boundary, key, &rec)?;
         let last = &mut self.stages[n - 1];
         let s = last.s;
         if greedy {

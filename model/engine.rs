@@ -289,6 +289,14 @@ impl Engine {
         Ok(true)
     }
 
+    /// Ends running request `i` with `err`; its pages return to the pool.
+    fn fail(&mut self, i: usize, err: Error, events: &mut Vec<Event>) -> Result<()> {
+        let e = self.running.remove(i);
+        self.release(&e)?;
+        events.push(Event::Failed(e.id, err));
+        Ok(())
+    }
+
     fn release(&mut self, e: &Entry) -> Result<()> {
         match e.seq {
             Some(seq) => self.model.free_sequence(seq),
@@ -407,12 +415,7 @@ impl Engine {
             Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory && self.running.len() > 1 => {
                 self.preempt_newest()
             }
-            Err(err) => {
-                let e = self.running.remove(i);
-                self.release(&e)?;
-                events.push(Event::Failed(e.id, err));
-                Ok(())
-            }
+            Err(err) => self.fail(i, err, events),
         }
     }
 
@@ -468,10 +471,7 @@ impl Engine {
                 }
                 Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => {
                     // Alone and still out of pages: it cannot go on.
-                    let e = self.running.remove(rows[0]);
-                    self.release(&e)?;
-                    events.push(Event::Failed(e.id, err));
-                    return Ok(());
+                    return self.fail(rows[0], err, events);
                 }
                 Err(err) => return Err(err),
             }
@@ -509,12 +509,7 @@ impl Engine {
                 }
                 Ok(())
             }
-            Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => {
-                let e = self.running.remove(0);
-                self.release(&e)?;
-                events.push(Event::Failed(e.id, err));
-                Ok(())
-            }
+            Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => self.fail(0, err, events),
             Err(err) => Err(err),
         }
     }

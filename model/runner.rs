@@ -8,7 +8,7 @@ use crate::backend::{ComputeBackend, DeviceMemoryUse, PassStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
-use crate::model::kv_pages::{PageCopy, PagePool, SeqId};
+use crate::model::kv_pages::{PageCopy, PagePool, SeqId, Sequence};
 use crate::model::layer_split;
 use crate::model::source::TensorSource;
 use crate::model::stage::{KvSpec, PassPlan, Stage};
@@ -458,7 +458,11 @@ impl Model {
 
     /// Positions sequence `seq` holds.
     pub(crate) fn positions(&self, seq: SeqId) -> Result<usize> {
-        self.pool.get(seq).map(|s| s.positions()).ok_or_else(|| {
+        self.sequence(seq).map(|s| s.positions())
+    }
+
+    fn sequence(&self, seq: SeqId) -> Result<&Sequence> {
+        self.pool.get(seq).ok_or_else(|| {
             Error::Invalid(format!(
                 "sequence {seq} is not in the model (never added, or freed)"
             ))
@@ -574,11 +578,7 @@ impl Model {
     /// Sequence `seq`'s page table as the device reads it: `table_len`
     /// entries, the unused ones naming the spare page.
     pub(crate) fn table_words(&self, seq: SeqId) -> Result<Vec<u32>> {
-        let s = self.pool.get(seq).ok_or_else(|| {
-            Error::Invalid(format!(
-                "sequence {seq} is not in the model (never added, or freed)"
-            ))
-        })?;
+        let s = self.sequence(seq)?;
         let mut t: Vec<u32> = s.table().take(self.kv.table_len()).collect();
         t.resize(self.kv.table_len(), self.kv.spare_page());
         Ok(t)
@@ -596,6 +596,21 @@ impl Model {
             .take(used)
             .enumerate()
             .all(|(i, &p)| p as usize == i)
+    }
+
+    /// A pass's per-row inputs: token ids into the first stage, positions
+    /// and page tables into every stage.
+    pub(crate) fn upload_inputs(&mut self, ids: &[u32], pos: &[u32], tables: &[u32]) -> Result<()> {
+        let first = &mut self.stages[0];
+        first
+            .be
+            .upload(&first.s.ids, 0, bytemuck::cast_slice(ids))?;
+        for st in &mut self.stages {
+            st.be.upload(&st.s.pos, 0, bytemuck::cast_slice(pos))?;
+            st.be
+                .upload(&st.s.tables, 0, bytemuck::cast_slice(tables))?;
+        }
+        Ok(())
     }
 
     /// Copies the first positions of a page into another in every layer
@@ -683,16 +698,7 @@ impl Model {
         let n = self.stages.len();
         self.stages[n - 1].reserve_logits(logit_rows, vocab)?;
         let table = self.table_words(seq)?;
-        let first = &mut self.stages[0];
-        first
-            .be
-            .upload(&first.s.ids, 0, bytemuck::cast_slice(ids))?;
-        for st in &mut self.stages {
-            st.be
-                .upload(&st.s.pos, 0, bytemuck::cast_slice(&positions))?;
-            st.be
-                .upload(&st.s.tables, 0, bytemuck::cast_slice(&table))?;
-        }
+        self.upload_inputs(ids, &positions, &table)?;
         let end = n_past + m;
         let paged = !self.in_order(&table, end);
         let kind = match want {
@@ -715,25 +721,8 @@ impl Model {
             each_row: false,
             paged,
         };
-        for i in 0..n {
-            let st = &mut self.stages[i];
-            let key = key.filter(|_| self.replay);
-            let kept = match key {
-                Some(k) => st.be.replay(k, 1)?,
-                None => false,
-            };
-            if !kept {
-                begin(st, key)?;
-                st.record_closed(&rec)?;
-            }
-            if i + 1 < n {
-                hand_over(
-                    &mut self.stages[i..=i + 1],
-                    &mut self.boundary,
-                    m * self.cfg.n_embd,
-                )?;
-            }
-        }
+        let key = key.filter(|_| self.replay);
+        run_stages(&mut self.stages, &mut self.boundary, key, &rec)?;
         if !read {
             return Ok(None);
         }
@@ -755,8 +744,35 @@ impl Model {
     }
 }
 
+/// One pass through every stage in order: each replays the pass kept
+/// under `key` or records it afresh (kept under `key` when given), then
+/// hands its residual stream of `rec.m` rows to the next.
+pub(crate) fn run_stages(
+    stages: &mut [Stage],
+    boundary: &mut Vec<u8>,
+    key: Option<u32>,
+    rec: &PassPlan,
+) -> Result<()> {
+    let n = stages.len();
+    for i in 0..n {
+        let st = &mut stages[i];
+        let kept = match key {
+            Some(k) => st.be.replay(k, 1)?,
+            None => false,
+        };
+        if !kept {
+            begin(st, key)?;
+            st.record_closed(rec)?;
+        }
+        if i + 1 < n {
+            hand_over(&mut stages[i..=i + 1], boundary, rec.m * rec.cfg.n_embd)?;
+        }
+    }
+    Ok(())
+}
+
 /// Begin a pass on `st`, kept under `key` for replay when given.
-pub(crate) fn begin(st: &mut Stage, key: Option<u32>) -> Result<()> {
+fn begin(st: &mut Stage, key: Option<u32>) -> Result<()> {
     match key {
         Some(k) => st.be.begin_replayable_pass(k),
         None => st.be.begin_pass(),
