@@ -171,6 +171,44 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// Mixture-of-experts routing of `rows` tokens over `experts` experts
+/// ([`ComputeBackend::route_experts`]): each token takes the experts of its
+/// `k` largest router logits (on equal logits the lower expert index
+/// first), in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteParams {
+    pub rows: usize,
+    pub experts: usize,
+    pub k: usize,
+    /// The chosen experts' weights: the softmax over the `k` chosen logits
+    /// (`true`: Mixtral, Qwen3-MoE with `norm_topk_prob`, gpt-oss; equal to
+    /// the softmax over all experts renormalised over the `k`), or the
+    /// softmax over all experts at the chosen ones (`false`).
+    pub renorm: bool,
+}
+
+/// A matmul of routed rows ([`ComputeBackend::matmul_experts`]): `rows`
+/// tokens, each routed to `k` experts, so `rows * k` output rows (slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertsParams {
+    pub rows: usize,
+    pub k: usize,
+    /// Matrices stacked in the weight: expert `e` holds its rows
+    /// `e * n .. (e + 1) * n`, `n = w.rows / experts`.
+    pub experts: usize,
+    /// x has a row per slot (`[rows * k, cols]`: the down projection of
+    /// each slot's activation); otherwise one per token, shared by its `k`
+    /// slots (`[rows, cols]`: the gate and up projections).
+    pub x_per_slot: bool,
+}
+
+impl ExpertsParams {
+    /// Output rows: one per (token, chosen expert).
+    pub fn slots(&self) -> usize {
+        self.rows.saturating_mul(self.k)
+    }
+}
+
 /// What one recorded pass holds, on backends that record passes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PassStats {
@@ -581,6 +619,46 @@ pub trait ComputeBackend: Send {
     /// embeds the token just chosen at the next position, with no host
     /// round trip. `history` holds `1 + steps` values.
     fn append_token(&mut self, ids: &Buffer, positions: &Buffer, history: &Buffer) -> Result<()>;
+
+    /// Mixture-of-experts routing (see [`RouteParams`]): `logits` is
+    /// `[rows, experts]`; writes `ids` `[rows, k]` (`u32` expert indices) and
+    /// `weights` `[rows, k]` (`f32`).
+    fn route_experts(
+        &mut self,
+        logits: &Buffer,
+        ids: &Buffer,
+        weights: &Buffer,
+        p: &RouteParams,
+    ) -> Result<()>;
+    /// `y[s] = x[s or s / k] · W_eᵀ + bias[e]` for every slot `s` of
+    /// `p.slots()`, `e = ids[s]` (see [`ExpertsParams`]): `y` is `[rows * k,
+    /// n]`, `bias` (optional) `[experts, n]`, `n = w.rows / experts`. Only the
+    /// chosen experts' rows are read. An id at or past `experts` is an error
+    /// where the backend can see ids (CPU); a device that cannot writes
+    /// zeros for that slot and never reads outside the weight.
+    fn matmul_experts(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        ids: &Buffer,
+        y: &Buffer,
+        p: &ExpertsParams,
+    ) -> Result<()>;
+    /// `out[r] (+)= Σ_j weights[r * k + j] · y[r * k + j]` over rows of `n`
+    /// values, for `rows` rows: the chosen experts' outputs mixed (added to
+    /// `out` with `add`, the residual stream).
+    #[allow(clippy::too_many_arguments)]
+    fn sum_experts(
+        &mut self,
+        y: &Buffer,
+        weights: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        k: usize,
+        n: usize,
+        add: bool,
+    ) -> Result<()>;
 }
 
 /// Checks shared by every backend's op entry points, so shape errors read the

@@ -4,7 +4,9 @@
 //! any f32 backend; weights are dequantized with ggml's exact formulas
 //! ([`crate::quants::dequantize_row`]).
 
-use crate::backend::{Activation, AttentionParams, RopeParams, RopeStyle};
+use crate::backend::{
+    Activation, AttentionParams, ExpertsParams, RopeParams, RopeStyle, RouteParams,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quants::dequantize_row;
@@ -289,4 +291,77 @@ pub fn argmax(x: &[f32], n: usize) -> Result<Vec<u32>> {
             best as u32
         })
         .collect())
+}
+
+/// Mixture-of-experts routing (see [`crate::backend::RouteParams`]): each
+/// row's experts (the `k` largest logits, the lower index first on ties)
+/// and their weights, in f64.
+pub fn route_experts(logits: &[f32], p: &RouteParams) -> Result<(Vec<u32>, Vec<f32>)> {
+    need("route_experts", "logits", logits.len(), p.rows * p.experts)?;
+    let (mut ids, mut ws) = (Vec::new(), Vec::new());
+    for row in logits.chunks_exact(p.experts) {
+        let mut order: Vec<usize> = (0..p.experts).collect();
+        // Stable: ties keep the lower index first.
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        let max = row[order[0]] as f64;
+        let e = |i: usize| (row[i] as f64 - max).exp();
+        let denom: f64 = if p.renorm {
+            order[..p.k].iter().map(|&i| e(i)).sum()
+        } else {
+            (0..p.experts).map(e).sum()
+        };
+        for &i in &order[..p.k] {
+            ids.push(i as u32);
+            ws.push((e(i) / denom) as f32);
+        }
+    }
+    Ok((ids, ws))
+}
+
+/// `y[s] = x[s or s / k] · W_eᵀ + bias[e]`, `e = ids[s]`, for the stacked
+/// `[experts * n, cols]` `dtype` matrix `w` (see [`crate::backend::ExpertsParams`]).
+pub fn matmul_experts(
+    dtype: DType,
+    w: &[u8],
+    cols: usize,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    ids: &[u32],
+    p: &ExpertsParams,
+) -> Result<Vec<f32>> {
+    let rb = dtype.row_bytes(cols)?;
+    let n = w.len() / rb / p.experts;
+    need("matmul_experts", "ids", ids.len(), p.slots())?;
+    let mut y = Vec::with_capacity(p.slots() * n);
+    for (s, &e) in ids.iter().enumerate() {
+        let e = e as usize;
+        let r = if p.x_per_slot { s } else { s / p.k };
+        let we = &w[e * n * rb..(e + 1) * n * rb];
+        let b = bias.map(|b| &b[e * n..(e + 1) * n]);
+        y.extend(matmul(
+            dtype,
+            we,
+            n,
+            cols,
+            b,
+            &x[r * cols..(r + 1) * cols],
+            1,
+        )?);
+    }
+    Ok(y)
+}
+
+/// `out[r] = Σ_j weights[r * k + j] · y[r * k + j]` over rows of `n`.
+pub fn sum_experts(y: &[f32], weights: &[f32], k: usize, n: usize) -> Vec<f32> {
+    y.chunks_exact(k * n)
+        .zip(weights.chunks_exact(k))
+        .flat_map(|(ys, ws)| {
+            (0..n).map(move |i| {
+                ys.chunks_exact(n)
+                    .zip(ws)
+                    .map(|(yj, &w)| w as f64 * yj[i] as f64)
+                    .sum::<f64>() as f32
+            })
+        })
+        .collect()
 }

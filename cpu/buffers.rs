@@ -84,12 +84,60 @@ impl CpuWeight {
     /// GGUF rows `r0..r1` (`r0 <= r1 <= rows`): borrowed from `data`, or
     /// rebuilt into `scratch` when the weight is repacked.
     pub fn rows_at<'a>(&'a self, r0: usize, r1: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        self.all().rows_at(r0, r1, scratch)
+    }
+
+    /// The whole weight, as the matmul kernels read it.
+    pub fn all(&self) -> WeightRows<'_> {
+        WeightRows {
+            data: &self.data,
+            dtype: self.dtype,
+            rows: self.rows,
+            cols: self.cols,
+            row_bytes: self.row_bytes,
+            packed: self.packed,
+        }
+    }
+
+    /// Rows `r0..r0 + n` as a weight of their own (one expert's matrix),
+    /// where the repacked groups allow it (`r0` and `n` whole groups, or no
+    /// repacking); `None` otherwise.
+    pub fn rows_view(&self, r0: usize, n: usize) -> Option<WeightRows<'_>> {
+        let r1 = r0.checked_add(n).filter(|&r1| r1 <= self.rows)?;
+        let group = super::repack::R;
+        if self.packed && (r0 % group != 0 || n % group != 0) {
+            return None;
+        }
+        Some(WeightRows {
+            data: &self.data[r0 * self.row_bytes..r1 * self.row_bytes],
+            rows: n,
+            ..self.all()
+        })
+    }
+}
+
+/// Consecutive rows of a [`CpuWeight`] (all of them, or one expert's).
+#[derive(Clone, Copy)]
+pub(crate) struct WeightRows<'a> {
+    pub data: &'a [u8],
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+    /// Whole groups of `repack::R` rows are interleaved (see [`CpuWeight`]).
+    pub packed: bool,
+}
+
+impl<'a> WeightRows<'a> {
+    /// GGUF rows `r0..r1` (`r0 <= r1 <= rows`): borrowed from `data`, or
+    /// rebuilt into `scratch` when the weight is repacked.
+    pub fn rows_at(&self, r0: usize, r1: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
         let rb = self.row_bytes;
         if !self.packed {
             return &self.data[r0 * rb..r1 * rb];
         }
         scratch.resize((r1 - r0) * rb, 0);
-        super::repack::unpack_rows(self.dtype, &self.data, self.rows, rb, r0, r1, scratch);
+        super::repack::unpack_rows(self.dtype, self.data, self.rows, rb, r0, r1, scratch);
         scratch
     }
 }

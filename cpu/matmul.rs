@@ -16,7 +16,7 @@
 //! `m` activation rows; the team splits the panels.
 
 use super::act::{self, ActDigits, ActInt, ActRows, ACT_BLOCK};
-use super::buffers::CpuWeight;
+use super::buffers::WeightRows;
 use super::par::{self, Ctx};
 use super::repack::R;
 use super::simd::{self, ActQuant};
@@ -41,7 +41,7 @@ impl OutPtr {
 /// `bias` has `w.rows` values.
 pub(crate) fn run(
     ctx: Ctx,
-    w: &CpuWeight,
+    w: WeightRows<'_>,
     bias: Option<&[f32]>,
     x: &[f32],
     y: &mut [f32],
@@ -70,7 +70,7 @@ pub(crate) fn run(
     }
 }
 
-fn gemv(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
     // Quantized once per call (in chunks of up to 4 rows), shared by every task.
@@ -181,7 +181,7 @@ const K_SPLIT_ABOVE: usize = 1536;
 /// Target chunk of the reduction when splitting.
 const KC: usize = 256;
 
-fn gemm(ctx: Ctx, mr: usize, nr: usize, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+fn gemm(ctx: Ctx, mr: usize, nr: usize, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     let (n, k) = (w.rows, w.cols);
     let (be, bb) = (w.dtype.block_elems(), w.dtype.block_bytes());
     // Chunks hold whole blocks (and whole 16-value float steps).
@@ -233,7 +233,7 @@ thread_local! {
 /// `mr` rows (`act::pack_rows`), then per panel of `nr` weight rows one
 /// decode into 16-bit integers (`simd::pack_int_panel`), reused by every
 /// group's tile.
-fn gemm_int(ctx: Ctx, w: &CpuWeight, x: &[f32], y: &mut [f32], m: usize) {
+fn gemm_int(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
     let (mr, nr) = simd::int_gemm_tile(isa);

@@ -17,23 +17,26 @@ mod embedding;
 mod glu;
 mod layer_norm;
 mod matmul;
+mod matmul_experts;
 mod options;
 mod par;
 mod repack;
 mod rms_norm;
 mod rope;
 mod rope_store;
+mod route_experts;
 mod scale;
 pub mod simd;
 mod store_rows;
+mod sum_experts;
 mod team;
 
 pub use options::CpuKernelOptions;
 pub use simd::Isa;
 
 use crate::backend::{
-    check, Activation, AttentionParams, Buffer, ComputeBackend, KvPages, LinearOpts, RopeParams,
-    Weight,
+    check, Activation, AttentionParams, Buffer, ComputeBackend, ExpertsParams, KvPages, LinearOpts,
+    RopeParams, RouteParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -479,7 +482,7 @@ impl ComputeBackend for CpuBackend {
             let b = bias
                 .map(|b| s.f32s("matmul", "bias", b, w.rows))
                 .transpose()?;
-            matmul::run(ctx, cw, b, xs, dst, m);
+            matmul::run(ctx, cw.all(), b, xs, dst, m);
             Ok(())
         })
     }
@@ -693,6 +696,103 @@ impl ComputeBackend for CpuBackend {
         let bytes = (src.bytes + dst.bytes) as u64;
         self.timed("store_rows", bytes, |b| {
             store_rows::run(&mut b.store, src, dst, positions, rows, row_len, pages)
+        })
+    }
+
+    fn route_experts(
+        &mut self,
+        logits: &Buffer,
+        ids: &Buffer,
+        weights: &Buffer,
+        p: &RouteParams,
+    ) -> Result<()> {
+        const OP: &str = "route_experts";
+        if p.k == 0 || p.k > p.experts {
+            return Err(Error::op(
+                OP,
+                format!("{} of {} experts cannot be chosen", p.k, p.experts),
+            ));
+        }
+        let n = p.rows.checked_mul(p.experts);
+        let nk = p.rows.checked_mul(p.k);
+        let (Some(n), Some(nk)) = (n, nk) else {
+            return Err(Error::op(OP, "rows * experts overflows"));
+        };
+        check::fits(OP, "ids", ids, nk)?;
+        let bytes = (logits.bytes + ids.bytes + weights.bytes) as u64;
+        self.timed(OP, bytes, |be| {
+            be.in_pass(OP)?;
+            let l = be.store.f32s(OP, "logits", logits, n)?;
+            let (mut chosen, mut ws) = (vec![0u32; nk], vec![0f32; nk]);
+            route_experts::run(l, p, &mut chosen, &mut ws);
+            be.store.words_mut(OP, "ids", ids)?[..nk].copy_from_slice(&chosen);
+            let out = be.store.words_mut(OP, "weights", weights)?;
+            let out = out
+                .get_mut(..nk)
+                .ok_or_else(|| Error::op(OP, format!("weights hold fewer than {nk} values")))?;
+            for (o, w) in out.iter_mut().zip(ws) {
+                *o = w.to_bits();
+            }
+            Ok(())
+        })
+    }
+
+    fn matmul_experts(
+        &mut self,
+        w: &Weight,
+        bias: Option<&Buffer>,
+        x: &Buffer,
+        ids: &Buffer,
+        y: &Buffer,
+        p: &ExpertsParams,
+    ) -> Result<()> {
+        const OP: &str = "matmul_experts";
+        if p.experts == 0 || !w.rows.is_multiple_of(p.experts) {
+            return Err(Error::op(
+                OP,
+                format!("{} rows do not split into {} experts", w.rows, p.experts),
+            ));
+        }
+        let n = w.rows / p.experts;
+        let slots = p.slots();
+        let x_rows = if p.x_per_slot { slots } else { p.rows };
+        let (Some(yn), Some(xn)) = (slots.checked_mul(n), x_rows.checked_mul(w.cols)) else {
+            return Err(Error::op(OP, "rows * columns overflows"));
+        };
+        let mut inputs = vec![&w.buf, x, ids];
+        inputs.extend(bias);
+        let work = yn.saturating_mul(w.cols);
+        self.with_out(OP, y, yn, work, &inputs, |s, dst, ctx| {
+            let cw = s.weight(OP, w)?;
+            let xs = s.f32s(OP, "x", x, xn)?;
+            let chosen = s.u32s(OP, "ids", ids, slots)?;
+            let b = bias.map(|b| s.f32s(OP, "bias", b, w.rows)).transpose()?;
+            matmul_experts::run(ctx, cw, b, xs, chosen, dst, p)
+        })
+    }
+
+    fn sum_experts(
+        &mut self,
+        y: &Buffer,
+        weights: &Buffer,
+        out: &Buffer,
+        rows: usize,
+        k: usize,
+        n: usize,
+        add: bool,
+    ) -> Result<()> {
+        const OP: &str = "sum_experts";
+        let (Some(on), Some(yn)) = (
+            rows.checked_mul(n),
+            rows.checked_mul(k).and_then(|v| v.checked_mul(n)),
+        ) else {
+            return Err(Error::op(OP, "rows * n overflows"));
+        };
+        self.with_out(OP, out, on, yn, &[y, weights], |s, dst, _| {
+            let ys = s.f32s(OP, "y", y, yn)?;
+            let ws = s.f32s(OP, "weights", weights, rows * k)?;
+            sum_experts::run(ys, ws, k, n, add, dst);
+            Ok(())
         })
     }
 

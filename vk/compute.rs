@@ -5,8 +5,8 @@ use super::memory::STAGING_CAP;
 use super::recorder::Slot;
 use super::{layout, VulkanBackend, STATUS_BYTES};
 use crate::backend::{
-    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, KvPages, LinearOpts,
-    PassStats, RopeParams, Weight,
+    Activation, AttentionParams, Buffer, ComputeBackend, DeviceMemoryUse, ExpertsParams, KvPages,
+    LinearOpts, PassStats, RopeParams, RouteParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -286,6 +286,41 @@ impl ComputeBackend for VulkanBackend {
         }
         self.last_pass = self.rec.stats;
         result
+    }
+
+    fn route_experts(
+        &mut self,
+        _logits: &Buffer,
+        _ids: &Buffer,
+        _weights: &Buffer,
+        _p: &RouteParams,
+    ) -> Result<()> {
+        Err(Error::Unsupported("route_experts on Vulkan".into()))
+    }
+
+    fn matmul_experts(
+        &mut self,
+        _w: &Weight,
+        _bias: Option<&Buffer>,
+        _x: &Buffer,
+        _ids: &Buffer,
+        _y: &Buffer,
+        _p: &ExpertsParams,
+    ) -> Result<()> {
+        Err(Error::Unsupported("matmul_experts on Vulkan".into()))
+    }
+
+    fn sum_experts(
+        &mut self,
+        _y: &Buffer,
+        _weights: &Buffer,
+        _out: &Buffer,
+        _rows: usize,
+        _k: usize,
+        _n: usize,
+        _add: bool,
+    ) -> Result<()> {
+        Err(Error::Unsupported("sum_experts on Vulkan".into()))
     }
 
     encoded_ops! {

@@ -12,6 +12,7 @@ mod common;
 
 mod attention;
 mod elementwise;
+mod experts;
 mod linear;
 mod matmul;
 mod norm_rope;
