@@ -45,6 +45,18 @@ pub struct Shape {
     pub tied: bool,
     pub context: usize,
     pub norm_eps: f32,
+    /// A mixture of experts in every layer instead of the dense FFN.
+    pub experts: Option<ShapeExperts>,
+}
+
+/// The experts of a [`Shape`] with a mixture of experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeExperts {
+    pub count: usize,
+    /// Experts each token uses.
+    pub used: usize,
+    /// Each expert's feed-forward width.
+    pub ffn: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -74,6 +86,7 @@ const fn llama(
         tied,
         context,
         norm_eps: 1e-5,
+        experts: None,
     }
 }
 
@@ -153,6 +166,46 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         context: 40960,
         norm_eps: 1e-6,
+        experts: None,
+    },
+    Shape {
+        name: "qwen3-30b-a3b",
+        arch: Arch::Qwen3Moe,
+        hidden: 2048,
+        layers: 48,
+        heads: 32,
+        kv_heads: 4,
+        head_dim: 128,
+        ffn: 6144,
+        vocab: 151_936,
+        rope_base: 1_000_000.0,
+        tied: false,
+        context: 40960,
+        norm_eps: 1e-6,
+        experts: Some(ShapeExperts {
+            count: 128,
+            used: 8,
+            ffn: 768,
+        }),
+    },
+    Shape {
+        experts: Some(ShapeExperts {
+            count: 8,
+            used: 2,
+            ffn: 14336,
+        }),
+        ..llama(
+            "mixtral-8x7b",
+            4096,
+            32,
+            32,
+            8,
+            14336,
+            32000,
+            1_000_000.0,
+            false,
+            32768,
+        )
     },
     llama("tiny", 256, 2, 4, 2, 512, 1024, 10_000.0, false, 512),
     Shape {
@@ -169,6 +222,27 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         context: 512,
         norm_eps: 1e-6,
+        experts: None,
+    },
+    Shape {
+        name: "tiny-qwen3moe",
+        arch: Arch::Qwen3Moe,
+        hidden: 256,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 512,
+        vocab: 1024,
+        rope_base: 1_000_000.0,
+        tied: false,
+        context: 512,
+        norm_eps: 1e-6,
+        experts: Some(ShapeExperts {
+            count: 16,
+            used: 4,
+            ffn: 128,
+        }),
     },
 ];
 
@@ -189,9 +263,12 @@ pub fn shape(name: &str) -> Result<&'static Shape> {
 pub struct TensorPlan {
     pub name: String,
     pub role: Role,
+    /// Rows in all: `experts` matrices of `rows / experts` rows for an
+    /// experts' tensor (ggml dims `[cols, rows / experts, experts]`).
     pub rows: usize,
     pub cols: usize,
     pub dtype: DType,
+    pub experts: usize,
 }
 
 impl TensorPlan {
@@ -199,6 +276,11 @@ impl TensorPlan {
     pub fn dims(&self) -> Vec<u64> {
         match self.role {
             Role::Norm => vec![self.cols as u64],
+            _ if self.experts > 1 => vec![
+                self.cols as u64,
+                (self.rows / self.experts) as u64,
+                self.experts as u64,
+            ],
             _ => vec![self.cols as u64, self.rows as u64],
         }
     }
@@ -212,14 +294,18 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
     let s = shape;
     let (q_dim, kv_dim) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let mut out = Vec::new();
+    let experts = s.experts.map_or(1, |e| e.count);
     let mut add = |name: String, role: Role, layer: usize, rows: usize, cols: usize| {
         let dtype = tensor_type(quant, role, layer, s, cols);
+        // The experts' tensors stack `experts` matrices.
+        let stacked = if name.contains("_exps.") { experts } else { 1 };
         out.push(TensorPlan {
             name,
             role,
-            rows,
+            rows: rows * stacked,
             cols,
             dtype,
+            experts: stacked,
         });
     };
     add(
@@ -235,15 +321,25 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
         add(n("attn_q"), Role::AttnQ, i, q_dim, s.hidden);
         add(n("attn_k"), Role::AttnK, i, kv_dim, s.hidden);
         add(n("attn_v"), Role::AttnV, i, kv_dim, s.hidden);
-        if s.arch == Arch::Qwen3 {
+        if matches!(s.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
             add(n("attn_q_norm"), Role::Norm, i, 1, s.head_dim);
             add(n("attn_k_norm"), Role::Norm, i, 1, s.head_dim);
         }
         add(n("attn_output"), Role::AttnOutput, i, s.hidden, q_dim);
         add(n("ffn_norm"), Role::Norm, i, 1, s.hidden);
-        add(n("ffn_gate"), Role::FfnGate, i, s.ffn, s.hidden);
-        add(n("ffn_up"), Role::FfnUp, i, s.ffn, s.hidden);
-        add(n("ffn_down"), Role::FfnDown, i, s.hidden, s.ffn);
+        match s.experts {
+            Some(e) => {
+                add(n("ffn_gate_inp"), Role::Router, i, e.count, s.hidden);
+                add(n("ffn_gate_exps"), Role::FfnGate, i, e.ffn, s.hidden);
+                add(n("ffn_up_exps"), Role::FfnUp, i, e.ffn, s.hidden);
+                add(n("ffn_down_exps"), Role::FfnDown, i, s.hidden, e.ffn);
+            }
+            None => {
+                add(n("ffn_gate"), Role::FfnGate, i, s.ffn, s.hidden);
+                add(n("ffn_up"), Role::FfnUp, i, s.ffn, s.hidden);
+                add(n("ffn_down"), Role::FfnDown, i, s.hidden, s.ffn);
+            }
+        }
     }
     add("output_norm.weight".into(), Role::Norm, 0, 1, s.hidden);
     if !s.tied {
@@ -425,6 +521,14 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
         ("vocab_size", u32v(s.vocab)),
     ];
     m.extend(arch_keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    if let Some(e) = s.experts {
+        let keys = [
+            ("expert_count", u32v(e.count)),
+            ("expert_used_count", u32v(e.used)),
+            ("expert_feed_forward_length", u32v(e.ffn)),
+        ];
+        m.extend(keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    }
     m
 }
 

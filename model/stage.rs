@@ -3,8 +3,8 @@
 //! (the embeddings too on the first stage, the head on the last).
 
 use crate::backend::{
-    check, AttentionParams, Buffer, ComputeBackend, KvPages, LinearOpts, NextWeight, RopeParams,
-    RopeStyle,
+    check, AttentionParams, Buffer, ComputeBackend, ExpertsParams, KvPages, LinearOpts, NextWeight,
+    RopeParams, RopeStyle, RouteParams,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -12,7 +12,7 @@ use crate::model::config::{ModelConfig, NormKind};
 use crate::model::kv_pages::PageCopy;
 use crate::model::runner::{Want, MAX_DECODE_STEPS};
 use crate::model::source::TensorSource;
-use crate::model::weights::{FfnIn, Linear, ModelWeights, Norm, WeightOptions};
+use crate::model::weights::{Experts, Ffn, FfnIn, Linear, ModelWeights, Norm, WeightOptions};
 use std::ops::Range;
 
 /// The KV cache every stage holds for its layers: one pool of pages per
@@ -66,6 +66,16 @@ pub(crate) struct Scratch {
     gate: Buffer,
     up: Buffer,
     act: Buffer,
+    /// Mixture of experts: router logits, each row's experts and their
+    /// weights, and the chosen experts' gate, up, activation and output
+    /// (a row per token and expert).
+    router: Buffer,
+    expert_ids: Buffer,
+    expert_weights: Buffer,
+    expert_gate: Buffer,
+    expert_up: Buffer,
+    expert_act: Buffer,
+    expert_out: Buffer,
     last: Buffer,
     pub logits: Buffer,
     pub token: Buffer,
@@ -88,6 +98,17 @@ impl Scratch {
             .checked_mul(kv.table_len())
             .and_then(|n| n.checked_mul(4))
             .ok_or_else(|| Error::Invalid("the page tables of a batch overflow".into()))?;
+        let moe = cfg.moe.map_or((0, 0, 0), |e| (e.experts, e.k, e.n_ff));
+        // A model with experts has no dense feed-forward block.
+        let dense_ff = if cfg.moe.is_some() { 0 } else { cfg.n_ff };
+        let slots = rows
+            .checked_mul(moe.1)
+            .ok_or_else(|| Error::Invalid("the experts of a batch overflow".into()))?;
+        let slot_values = |n: usize| {
+            slots
+                .checked_mul(n)
+                .ok_or_else(|| Error::Invalid("the experts of a batch overflow".into()))
+        };
         // Per-token values and the chosen token are written and read by the
         // host in place: a decode step is one submit with no copies.
         Ok(Scratch {
@@ -104,9 +125,16 @@ impl Scratch {
             qn: f32_buf(b, rows * cfg.q_dim())?,
             kn: f32_buf(b, rows * cfg.kv_dim())?,
             att: f32_buf(b, rows * cfg.q_dim())?,
-            gate: f32_buf(b, rows * cfg.n_ff)?,
-            up: f32_buf(b, rows * cfg.n_ff)?,
-            act: f32_buf(b, rows * cfg.n_ff)?,
+            gate: f32_buf(b, rows * dense_ff)?,
+            up: f32_buf(b, rows * dense_ff)?,
+            act: f32_buf(b, rows * dense_ff)?,
+            router: f32_buf(b, rows * moe.0)?,
+            expert_ids: f32_buf(b, slots)?,
+            expert_weights: f32_buf(b, slots)?,
+            expert_gate: f32_buf(b, slot_values(moe.2)?)?,
+            expert_up: f32_buf(b, slot_values(moe.2)?)?,
+            expert_act: f32_buf(b, slot_values(moe.2)?)?,
+            expert_out: f32_buf(b, slot_values(cfg.n_embd)?)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
             token: b.alloc_mapped(rows * 4)?,
@@ -303,6 +331,78 @@ impl Stage {
         }
     }
 
+    /// `x += Σ_k w_k · down_k(act(gate_k(h)) ⊙ up_k(h))` over each row's `k`
+    /// experts, `h` = `norm(x)`, the experts and weights `w_k` chosen by
+    /// the router from `h`.
+    fn experts(&mut self, c: &ModelConfig, ex: &Experts, norm: &Norm, m: usize) -> Result<()> {
+        let s = self.s;
+        let Some(moe) = c.moe else {
+            return Err(Error::Invalid("expert weights without experts".into()));
+        };
+        self.norm(c, norm, s.x, s.h, m)?;
+        self.linear(c, &ex.router, s.h, None, s.router, m, false)?;
+        let route = RouteParams {
+            rows: m,
+            experts: moe.experts,
+            k: moe.k,
+            renorm: moe.renorm,
+        };
+        self.be
+            .route_experts(&s.router, &s.expert_ids, &s.expert_weights, &route)?;
+        let shared_x = ExpertsParams {
+            rows: m,
+            k: moe.k,
+            experts: moe.experts,
+            x_per_slot: false,
+        };
+        let ids = s.expert_ids;
+        self.be.matmul_experts(
+            &ex.gate.w,
+            ex.gate.b.as_ref(),
+            &s.h,
+            &ids,
+            &s.expert_gate,
+            &shared_x,
+        )?;
+        self.be.matmul_experts(
+            &ex.up.w,
+            ex.up.b.as_ref(),
+            &s.h,
+            &ids,
+            &s.expert_up,
+            &shared_x,
+        )?;
+        let slots = shared_x.slots();
+        self.be.glu(
+            c.act,
+            &s.expert_gate,
+            Some(&s.expert_up),
+            &s.expert_act,
+            slots * moe.n_ff,
+        )?;
+        let per_slot = ExpertsParams {
+            x_per_slot: true,
+            ..shared_x
+        };
+        self.be.matmul_experts(
+            &ex.down.w,
+            ex.down.b.as_ref(),
+            &s.expert_act,
+            &ids,
+            &s.expert_out,
+            &per_slot,
+        )?;
+        self.be.sum_experts(
+            &s.expert_out,
+            &s.expert_weights,
+            &s.x,
+            m,
+            moe.k,
+            c.n_embd,
+            true,
+        )
+    }
+
     /// Record the ops of one pass over the `m` ids and positions already in
     /// the scratch buffers (or, after the first stage, the residual stream
     /// already in `s.x`): embeddings, this stage's layers, the head. With
@@ -379,24 +479,29 @@ impl Stage {
             )?;
             self.residual(c, &lw.o, lw.attn_post_norm, s.att, m)?;
             // Feed-forward block.
-            let (h, nw) = self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?;
-            match lw.ffn_in {
-                FfnIn::GateUp(w) => {
-                    let norm = nw.as_ref().map(|w| (w, c.norm_eps));
-                    self.be.linear_glu(c.act, &w, &h, &s.act, m, norm)?;
+            match lw.ffn {
+                Ffn::Dense { ffn_in, down } => {
+                    let (h, nw) = self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?;
+                    match ffn_in {
+                        FfnIn::GateUp(w) => {
+                            let norm = nw.as_ref().map(|w| (w, c.norm_eps));
+                            self.be.linear_glu(c.act, &w, &h, &s.act, m, norm)?;
+                        }
+                        FfnIn::Split { gate: Some(g), up } => {
+                            self.linear(c, &g, h, nw, s.gate, m, false)?;
+                            self.linear(c, &up, h, nw, s.up, m, false)?;
+                            self.be
+                                .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
+                        }
+                        FfnIn::Split { gate: None, up } => {
+                            self.linear(c, &up, h, nw, s.up, m, false)?;
+                            self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
+                        }
+                    }
+                    self.residual(c, &down, lw.ffn_post_norm, s.act, m)?;
                 }
-                FfnIn::Split { gate: Some(g), up } => {
-                    self.linear(c, &g, h, nw, s.gate, m, false)?;
-                    self.linear(c, &up, h, nw, s.up, m, false)?;
-                    self.be
-                        .glu(c.act, &s.gate, Some(&s.up), &s.act, m * c.n_ff)?;
-                }
-                FfnIn::Split { gate: None, up } => {
-                    self.linear(c, &up, h, nw, s.up, m, false)?;
-                    self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
-                }
+                Ffn::Experts(ex) => self.experts(c, &ex, &lw.ffn_norm, m)?,
             }
-            self.residual(c, &lw.down, lw.ffn_post_norm, s.act, m)?;
         }
         let Some(head) = self.w.head else {
             return Ok(());

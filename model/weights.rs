@@ -35,6 +35,24 @@ pub enum FfnIn {
     Split { gate: Option<Linear>, up: Linear },
 }
 
+/// A mixture of experts (see `MoeConfig`): the router, and every expert's
+/// gate, up and down projections stacked in one weight each (expert `e`'s
+/// rows from `e * rows`), with their optional biases (`[experts * rows]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Experts {
+    pub router: Linear,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// A layer's feed-forward block.
+#[derive(Clone, Copy, Debug)]
+pub enum Ffn {
+    Dense { ffn_in: FfnIn, down: Linear },
+    Experts(Experts),
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct LayerWeights {
     pub attn_norm: Norm,
@@ -46,8 +64,7 @@ pub struct LayerWeights {
     pub k_norm: Option<Norm>,
     pub attn_post_norm: Option<Norm>,
     pub ffn_norm: Norm,
-    pub ffn_in: FfnIn,
-    pub down: Linear,
+    pub ffn: Ffn,
     pub ffn_post_norm: Option<Norm>,
 }
 
@@ -349,15 +366,33 @@ impl<'a> Loader<'a> {
             None
         };
         let ffn_norm = self.need_norm(&p("ffn_norm"), e)?;
-        let ffn_in = if c.gated_ffn {
-            self.gate_up(&p("ffn_gate"), &p("ffn_up"), ff, e)?
-        } else {
-            FfnIn::Split {
-                gate: None,
-                up: self.need_linear(&p("ffn_up"), ff, e)?,
+        let ffn = match c.moe {
+            Some(moe) => {
+                let (n, ff) = (moe.experts, moe.n_ff);
+                let stacked = |rows: usize| {
+                    n.checked_mul(rows).ok_or_else(|| {
+                        Error::Config(format!("{n} experts of {rows} rows overflow"))
+                    })
+                };
+                Ffn::Experts(Experts {
+                    router: self.need_linear(&p("ffn_gate_inp"), n, e)?,
+                    gate: self.need_linear(&p("ffn_gate_exps"), stacked(ff)?, e)?,
+                    up: self.need_linear(&p("ffn_up_exps"), stacked(ff)?, e)?,
+                    down: self.need_linear(&p("ffn_down_exps"), stacked(e)?, ff)?,
+                })
             }
+            None => Ffn::Dense {
+                ffn_in: if c.gated_ffn {
+                    self.gate_up(&p("ffn_gate"), &p("ffn_up"), ff, e)?
+                } else {
+                    FfnIn::Split {
+                        gate: None,
+                        up: self.need_linear(&p("ffn_up"), ff, e)?,
+                    }
+                },
+                down: self.need_linear(&p("ffn_down"), e, ff)?,
+            },
         };
-        let down = self.need_linear(&p("ffn_down"), e, ff)?;
         let ffn_post_norm = if c.post_norms {
             Some(self.need_norm(&p("post_ffw_norm"), e)?)
         } else {
@@ -373,8 +408,7 @@ impl<'a> Loader<'a> {
             k_norm,
             attn_post_norm,
             ffn_norm,
-            ffn_in,
-            down,
+            ffn,
             ffn_post_norm,
         })
     }

@@ -116,6 +116,9 @@ pub enum Role {
     TokenEmbd,
     Output,
     Norm,
+    /// A mixture of experts' router (`ffn_gate_inp`): kept in F32, as
+    /// llama.cpp keeps it.
+    Router,
     AttnQ,
     AttnK,
     AttnV,
@@ -133,7 +136,7 @@ fn use_more_bits(layer: usize, n_layers: usize) -> bool {
 
 /// The storage type of a tensor of `shape` under `quant` (see the module docs).
 pub fn tensor_type(quant: Quant, role: Role, layer: usize, shape: &Shape, cols: usize) -> DType {
-    if role == Role::Norm {
+    if matches!(role, Role::Norm | Role::Router) {
         return DType::F32;
     }
     if quant == Quant::F16 {

@@ -1,6 +1,6 @@
 //! A model's configuration from GGUF metadata (`{arch}.*` keys, llama.cpp's names).
 
-use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig};
+use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig};
 use crate::backend::RopeStyle;
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
@@ -91,6 +91,20 @@ impl ModelConfig {
             Some(s) => s,
             None => 1.0 / (head_dim as f32).sqrt(),
         };
+        // llama.cpp renormalises the chosen experts' weights for every
+        // architecture here (Mixtral, Qwen3-MoE; gpt-oss's softmax over the
+        // chosen logits is the same).
+        let moe = match g.get_u64(&key("expert_count"))? {
+            Some(experts) if experts > 0 => Some(MoeConfig {
+                experts: experts as usize,
+                k: need("expert_used_count")?,
+                n_ff: g
+                    .get_u64(&key("expert_feed_forward_length"))?
+                    .map_or(n_ff, |v| v as usize),
+                renorm: true,
+            }),
+            _ => None,
+        };
         FileFacts {
             arch,
             n_layer,
@@ -114,6 +128,7 @@ impl ModelConfig {
             attn_scale,
             // GGUF files store Gemma's `1 + w` norms already.
             norm_weight_offset: 0.0,
+            moe,
         }
         .into_config()
     }

@@ -1,7 +1,7 @@
 //! A model's configuration from a Hugging Face `config.json` (transformers 4
 //! and 5 styles).
 
-use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig};
+use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig};
 use crate::backend::{Activation, RopeStyle};
 use crate::error::{Error, Result};
 use serde_json::Value;
@@ -129,7 +129,7 @@ impl ModelConfig {
             }
             _ => {
                 let window = match (arch, c.get("use_sliding_window").and_then(Value::as_bool)) {
-                    (Arch::Qwen2 | Arch::Qwen3, Some(false) | None) => 0,
+                    (Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe, Some(false) | None) => 0,
                     _ => uint("sliding_window").unwrap_or(0),
                 };
                 vec![
@@ -168,6 +168,34 @@ impl ModelConfig {
             }
             _ => 1.0 / (head_dim as f32).sqrt(),
         };
+        // Qwen3-MoE names its experts' width and renormalises on request;
+        // Mixtral's experts take intermediate_size and always renormalise.
+        let moe = match (uint("num_experts").or(uint("num_local_experts")), arch) {
+            (Some(experts), _) if experts > 0 => {
+                if uint("decoder_sparse_step").is_some_and(|s| s != 1)
+                    || c.get("mlp_only_layers")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty())
+                {
+                    return Err(Error::Unsupported(format!(
+                        "{origin}: dense layers between the expert layers"
+                    )));
+                }
+                Some(MoeConfig {
+                    experts,
+                    k: need("num_experts_per_tok")?,
+                    n_ff: uint("moe_intermediate_size").unwrap_or(n_ff),
+                    renorm: match arch {
+                        Arch::Qwen3Moe => c
+                            .get("norm_topk_prob")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
+                        _ => true,
+                    },
+                })
+            }
+            _ => None,
+        };
         FileFacts {
             arch,
             n_layer,
@@ -186,6 +214,7 @@ impl ModelConfig {
             attn_scale,
             // transformers' Gemma norms compute `x * (1 + w)`.
             norm_weight_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
+            moe,
         }
         .into_config()
     }

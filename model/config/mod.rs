@@ -14,6 +14,7 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
     Gemma3,
     Phi3,
     Gpt2,
@@ -26,6 +27,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
@@ -37,12 +39,13 @@ impl Arch {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2)"
+                    "architecture '{other}' (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt2)"
                 )))
             }
         })
@@ -50,15 +53,16 @@ impl Arch {
 
     pub(super) fn from_hf_model_type(t: &str) -> Result<Arch> {
         Ok(match t {
-            "llama" | "mistral" => Arch::Llama,
+            "llama" | "mistral" | "mixtral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "qwen3_moe" => Arch::Qwen3Moe,
             "gemma3_text" | "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "Hugging Face model_type '{other}' (supported: llama, mistral, qwen2, qwen3, gemma3_text, phi3, gpt2)"
+                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2)"
                 )))
             }
         })
@@ -95,7 +99,7 @@ impl Arch {
             },
             gated_ffn: self != Arch::Gpt2,
             scaled_embeddings: self == Arch::Gemma3,
-            qk_norm: matches!(self, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             post_norms: self == Arch::Gemma3,
             learned_pos: self == Arch::Gpt2,
         }
@@ -116,6 +120,27 @@ pub struct RopeConfig {
     /// Leading dimensions of each head that rotate (`head_dim` unless partial).
     pub rot_dim: usize,
 }
+
+/// A mixture of experts in place of every layer's feed-forward block: a
+/// router picks `k` of `experts` gated FFNs per token and mixes their
+/// outputs (backend `route_experts`, `matmul_experts`, `sum_experts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub experts: usize,
+    /// Experts each token uses.
+    pub k: usize,
+    /// Each expert's feed-forward width.
+    pub n_ff: usize,
+    /// The chosen experts' weights renormalised over the `k` (see
+    /// `RouteParams::renorm`).
+    pub renorm: bool,
+}
+
+/// Most experts a model may declare (Qwen3-235B has 128, the largest
+/// published routers about 384).
+const MAX_EXPERTS: usize = 1024;
+/// Most experts a token may use (published models use 2 to 10).
+const MAX_EXPERTS_USED: usize = 16;
 
 /// What differs between layers of one model (Gemma 3 interleaves local and global attention).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -157,6 +182,8 @@ pub struct ModelConfig {
     pub learned_pos: bool,
     /// HF Gemma norms compute `x * (1 + w)`; GGUF files store `1 + w` already.
     pub norm_weight_offset: f32,
+    /// Experts instead of a dense feed-forward block (`n_ff` is then unused).
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -203,6 +230,25 @@ impl ModelConfig {
                 self.vocab, self.n_ff, self.n_ctx
             ));
         }
+        if let Some(e) = self.moe {
+            if e.experts == 0 || e.experts > MAX_EXPERTS {
+                return bad(format!(
+                    "{} experts; 1 to {MAX_EXPERTS} are supported",
+                    e.experts
+                ));
+            }
+            if e.k == 0 || e.k > e.experts.min(MAX_EXPERTS_USED) {
+                return bad(format!(
+                    "{} experts used of {}; 1 to {} are supported",
+                    e.k,
+                    e.experts,
+                    e.experts.min(MAX_EXPERTS_USED)
+                ));
+            }
+            if e.n_ff == 0 {
+                return bad("an expert's feed-forward width is zero".into());
+            }
+        }
         if self.layers.len() != self.n_layer {
             return bad(format!(
                 "{} layer configs for {} layers",
@@ -235,6 +281,7 @@ struct FileFacts {
     layers: Vec<LayerConfig>,
     attn_scale: f32,
     norm_weight_offset: f32,
+    moe: Option<MoeConfig>,
 }
 
 impl FileFacts {
@@ -265,6 +312,7 @@ impl FileFacts {
             post_norms: r.post_norms,
             learned_pos: r.learned_pos,
             norm_weight_offset: self.norm_weight_offset,
+            moe: self.moe,
         }
         .validate()
     }
