@@ -288,7 +288,7 @@ pub struct Record {
     pub samples_ts: Vec<f64>,
     /// The device's measured copy bandwidth, bytes read + written, GB/s.
     pub copy_gbs: f64,
-    /// tg only: weight bytes read per token × tok/s, GB/s.
+    /// tg only: weight bytes read per token (the active ones) × tok/s, GB/s.
     pub weight_gbs: Option<f64>,
     /// tg only: `weight_gbs` as a percentage of `copy_gbs`.
     pub roofline_pct: Option<f64>,
@@ -306,6 +306,9 @@ pub struct Record {
 pub struct RunContext {
     pub model: ModelInfo,
     pub weight_bytes: u64,
+    /// Of those, what one decoded token reads (a mixture of experts reads
+    /// only its chosen experts').
+    pub active_bytes: u64,
     pub backend: String,
     pub device: String,
     pub n_threads: Option<usize>,
@@ -318,7 +321,7 @@ impl Record {
         let avg_ts = r.avg_ts();
         let (weight_gbs, roofline_pct) = match r.spec.kind {
             TestKind::Tg => {
-                let gbs = ctx.weight_bytes as f64 * avg_ts / 1e9;
+                let gbs = ctx.active_bytes as f64 * avg_ts / 1e9;
                 let pct = (ctx.copy_gbs > 0.0).then(|| 100.0 * gbs / ctx.copy_gbs);
                 (Some(gbs), pct)
             }
@@ -487,6 +490,7 @@ mod tests {
                 n_params: 1,
             },
             weight_bytes: 1,
+            active_bytes: 1,
             backend: "vulkan".into(),
             device: "d".into(),
             n_threads: None,

@@ -192,6 +192,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             let ctx = RunContext {
                 model: info.clone(),
                 weight_bytes: model.weight_bytes() as u64,
+                active_bytes: model.active_weight_bytes() as u64,
                 backend,
                 device,
                 n_threads,

@@ -144,5 +144,19 @@ fn config(out: &mut String, c: &ModelConfig) {
         "  layers: {}, hidden: {}, ffn: {}, heads: {} (kv {}), head dim: {}",
         c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim
     );
+    if let Some(e) = c.moe {
+        let _ = writeln!(
+            out,
+            "  experts: {}, {} per token, ffn {} each{}",
+            e.experts,
+            e.k,
+            e.n_ff,
+            if e.renorm {
+                ""
+            } else {
+                ", weights not renormalised"
+            }
+        );
+    }
     let _ = writeln!(out, "  context: {}, vocab: {}", c.n_ctx, c.vocab);
 }

@@ -365,6 +365,16 @@ impl Model {
     pub fn weight_bytes(&self) -> usize {
         self.stages.iter().map(|st| st.w.bytes).sum()
     }
+
+    /// Weight bytes one decoded token reads: all but the experts', and of
+    /// those only the chosen experts' share.
+    pub fn active_weight_bytes(&self) -> usize {
+        let experts: usize = self.stages.iter().map(|st| st.w.expert_bytes).sum();
+        let share = self.cfg.moe.map_or(experts, |m| {
+            (experts as u128 * m.k as u128 / m.experts as u128) as usize
+        });
+        self.weight_bytes() - experts + share
+    }
     /// Positions already in the KV cache.
     pub fn n_past(&self) -> usize {
         self.pool.get(self.solo).map_or(0, |s| s.positions())

@@ -93,6 +93,9 @@ pub struct ModelWeights {
     pub head: Option<Head>,
     /// Total bytes of every uploaded weight (for roofline figures).
     pub bytes: usize,
+    /// Of `bytes`, those of the experts' matrices: a token reads only its
+    /// chosen experts' share.
+    pub expert_bytes: usize,
 }
 
 /// Load options that change what ends up on the device.
@@ -108,6 +111,7 @@ struct Loader<'a> {
     cfg: &'a ModelConfig,
     opts: WeightOptions,
     bytes: usize,
+    expert_bytes: usize,
 }
 
 impl<'a> Loader<'a> {
@@ -374,12 +378,16 @@ impl<'a> Loader<'a> {
                         Error::Config(format!("{n} experts of {rows} rows overflow"))
                     })
                 };
-                Ffn::Experts(Experts {
-                    router: self.need_linear(&p("ffn_gate_inp"), n, e)?,
+                let router = self.need_linear(&p("ffn_gate_inp"), n, e)?;
+                let before = self.bytes;
+                let ex = Experts {
+                    router,
                     gate: self.need_linear(&p("ffn_gate_exps"), stacked(ff)?, e)?,
                     up: self.need_linear(&p("ffn_up_exps"), stacked(ff)?, e)?,
                     down: self.need_linear(&p("ffn_down_exps"), stacked(e)?, ff)?,
-                })
+                };
+                self.expert_bytes += self.bytes - before;
+                Ffn::Experts(ex)
             }
             None => Ffn::Dense {
                 ffn_in: if c.gated_ffn {
@@ -481,6 +489,7 @@ impl ModelWeights {
             cfg,
             opts,
             bytes: 0,
+            expert_bytes: 0,
         };
         let total = cfg.n_layer + 2;
         let embed = if layers.start == 0 {
@@ -512,6 +521,7 @@ impl ModelWeights {
             layers: held,
             head,
             bytes: l.bytes,
+            expert_bytes: l.expert_bytes,
         })
     }
 }
