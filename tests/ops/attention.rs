@@ -34,6 +34,7 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
                     kv_dtype: DType::F32,
                     pages: None,
                     next: None,
+                    sinks: None,
                 };
                 let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
                     .iter()
@@ -132,6 +133,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
                 kv_dtype: DType::F32,
                 pages: None,
                 next: None,
+                sinks: None,
             };
             let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
                 .iter()
@@ -180,6 +182,7 @@ fn attention_window_and_causality_change_the_result() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     let q = rand_f32(16, 1);
     let k = rand_f32(80, 2);
@@ -228,6 +231,7 @@ fn attention_f16_cache((name, mut b): Named) {
             kv_dtype: DType::F16,
             pages: None,
             next: None,
+            sinks: None,
         };
         let kv = capacity * n_kv_heads * head_dim;
         let k: Vec<f32> = rand_f32(kv, 81).iter().map(|v| v * 4.0).collect();
@@ -356,6 +360,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             rot_dim,
             base: 10000.0,
             style,
+            scaling: None,
         };
         let p = AttentionParams {
             rows: 1,
@@ -369,6 +374,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             kv_dtype: dtype,
             pages: None,
             next: None,
+            sinks: None,
         };
         let q: Vec<f32> = rand_f32(n_heads * head_dim, 91)
             .iter()

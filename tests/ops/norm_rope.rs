@@ -83,6 +83,7 @@ fn rope_both_styles_partial_and_positions((name, mut b): Named) {
                 rot_dim,
                 base: 10000.0,
                 style,
+                scaling: None,
             };
             let x = rand_f32(p.rows * p.n_heads * head_dim, 9);
             let mut want = x.clone();
@@ -136,6 +137,7 @@ fn store_rows_and_rope_store_write_the_cache_at_positions((name, mut b): Named) 
             rot_dim,
             base: 10000.0,
             style,
+            scaling: None,
         };
         let q = rand_f32(rows * n_heads * head_dim, 61);
         let k = rand_f32(rows * kvd, 62);
@@ -203,6 +205,7 @@ fn kv_cache_f16_rope_store_and_store_rows((name, mut b): Named) {
             rot_dim,
             base: 10000.0,
             style,
+            scaling: None,
         };
         let q = rand_f32(rows * n_heads * head_dim, 71);
         let k = rand_f32(rows * kvd, 72);

@@ -76,6 +76,7 @@ fn store_rows_and_rope_store_paged((name, mut b): Named) {
         rot_dim: 64,
         base: 10000.0,
         style: RopeStyle::Neox,
+        scaling: None,
     };
     let q = rand_f32(rows * n_heads * head_dim, 41);
     let k = rand_f32(rows * kvd, 42);
@@ -234,6 +235,7 @@ fn attention_paged_one_table((name, mut b): Named) {
                     kv_dtype: dtype,
                     pages: None,
                     next: None,
+                    sinks: None,
                 };
                 let (kb, _) = upload_cache(b.as_mut(), &k, dtype);
                 let (vb, _) = upload_cache(b.as_mut(), &v, dtype);
@@ -347,6 +349,7 @@ fn attention_paged_rows_own_tables((name, mut b): Named) {
                         pages,
                     }),
                     next: None,
+                    sinks: None,
                 };
                 b.begin_pass().unwrap();
                 let r = b.attention(&qb, &kp, &vp, &pb, &out, &p);
@@ -419,6 +422,7 @@ fn rope_store_attention_paged((name, mut b): Named) {
                 rot_dim,
                 base: 10000.0,
                 style,
+                scaling: None,
             };
             let (q, (kp, k_pool), (vp, v_pool)) = pools(
                 b.as_mut(),
@@ -450,6 +454,7 @@ fn rope_store_attention_paged((name, mut b): Named) {
                 kv_dtype: dtype,
                 pages: None,
                 next: None,
+                sinks: None,
             };
             let pp = AttentionParams {
                 pages: Some(KvPages {
@@ -549,6 +554,7 @@ fn paged_attention_bad_tables_are_errors((name, mut b): Named) {
                     pages,
                 }),
                 next: None,
+                sinks: None,
             };
             b.begin_pass().unwrap();
             let r = b.attention(&qb, &kp, &vp, &pb, &out, &p);

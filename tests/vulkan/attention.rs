@@ -191,6 +191,7 @@ fn attention_case(
         kv_dtype,
         pages: None,
         next: None,
+        sinks: None,
     };
     let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
     let doubled = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|x| x * 2.0).collect() };
@@ -434,6 +435,7 @@ fn attention_decode_paged_rows() {
                 pages,
             }),
             next: q8.then(|| NextWeight::of(&w)),
+            sinks: None,
         };
         pass(&mut b, |b| {
             b.attention(&qb, &kb, &vb, &pb, &att, &p).unwrap();
