@@ -881,3 +881,85 @@ pub mod check {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{RopeParams, RopeScaling, RopeStyle};
+
+    /// gpt-oss's rope (head_dim 64, base 150000) with its YaRN config
+    /// (factor 32 over 4096 positions, beta_fast 32, beta_slow 1).
+    fn gpt_oss(truncate: bool) -> RopeParams {
+        RopeParams {
+            rows: 1,
+            n_heads: 1,
+            head_dim: 64,
+            rot_dim: 64,
+            base: 150000.0,
+            style: RopeStyle::Neox,
+            scaling: Some(RopeScaling::yarn(
+                32.0, 4096, 32.0, 1.0, 64, 150000.0, truncate,
+            )),
+        }
+    }
+
+    fn close(got: f64, want: f64, what: &str) {
+        assert!(
+            (got - want).abs() <= 1e-6 * want.abs(),
+            "{what}: {got} vs {want}"
+        );
+    }
+
+    #[test]
+    fn yarn_matches_gpt_oss_numbers() {
+        // By hand (Python, f64): the correction dim of n rotations is
+        // 64 ln(4096 / (2πn)) / (2 ln 150000): 8.092779115512402 for n = 32,
+        // 17.39802450158856 for n = 1; mscale = 0.1 ln 32 + 1.
+        for (truncate, low, high) in [
+            (false, 8.092779115512402, 17.39802450158856),
+            (true, 8.0, 18.0),
+        ] {
+            let p = gpt_oss(truncate);
+            let s = p.scaling.unwrap();
+            let what = format!("truncate {truncate}");
+            close(s.low as f64, low, &format!("{what}: low"));
+            close(s.high as f64, high, &format!("{what}: high"));
+            close(
+                s.freq_scale as f64,
+                1.0 / 32.0,
+                &format!("{what}: freq_scale"),
+            );
+            close(
+                s.mscale as f64,
+                1.3465735902799727,
+                &format!("{what}: mscale"),
+            );
+            // Pair i's frequency: 150000^(-i/32) below low, that over 32
+            // from high on, mixed by the ramp 1 - (i - low) / (high - low)
+            // between (Python, f64 from the f32 low and high).
+            let want: [(usize, f64); 5] = if truncate {
+                [
+                    (0, 1.0),
+                    (9, 0.031620752066373825),
+                    (12, 0.007015713956207037),
+                    (17, 0.00022794779215473682),
+                    (18, 3.830881178146228e-05),
+                ]
+            } else {
+                [
+                    (0, 1.0),
+                    (9, 0.031705696135759354),
+                    (12, 0.006794958841055632),
+                    (17, 0.0001293185487156734),
+                    (18, 3.830881178146228e-05),
+                ]
+            };
+            for (i, f) in want {
+                close(p.inv_freq(i) as f64, f, &format!("{what}: inv_freq({i})"));
+            }
+        }
+        // A ramp past the last dim: high clamps to rot_dim - 1.
+        let s = RopeScaling::yarn(32.0, 1 << 20, 0.5, 0.001, 64, 10000.0, true);
+        assert_eq!(s.high, 63.0);
+        assert!(s.low <= s.high);
+    }
+}
