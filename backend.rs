@@ -58,7 +58,8 @@ pub enum RopeStyle {
 
 /// Rotary embedding of `rows * n_heads` vectors of `head_dim` values, in place.
 /// Row `r` uses position `positions[r]`; only the first `rot_dim` values of
-/// each head rotate (partial rotary); frequency `i` is `base^(-2i/rot_dim)`.
+/// each head rotate (partial rotary); frequency `i` is `base^(-2i/rot_dim)`,
+/// changed as `scaling` says where given.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RopeParams {
     pub rows: usize,
@@ -67,6 +68,101 @@ pub struct RopeParams {
     pub rot_dim: usize,
     pub base: f32,
     pub style: RopeStyle,
+    /// YaRN context extension (gpt-oss), or None for plain rotary.
+    pub scaling: Option<RopeScaling>,
+}
+
+impl RopeParams {
+    /// The inverse frequency of rotary pair `i` (`i < rot_dim / 2`) as every
+    /// backend rotates by it: `base^(-2i/rot_dim)`, with YaRN's mix of
+    /// interpolated and extrapolated frequency (see [`RopeScaling`]), in f64
+    /// rounded once to f32. The angle is then `pos as f32 * inv_freq` in
+    /// f32, as Hugging Face's float32 rotary embedding takes it (YaRN's
+    /// included: its mix is a per-frequency factor).
+    pub fn inv_freq(&self, i: usize) -> f32 {
+        let f = (self.base as f64).powf(-2.0 * i as f64 / self.rot_dim as f64);
+        match self.scaling {
+            Some(s) => s.mix(f, i) as f32,
+            None => f as f32,
+        }
+    }
+
+    /// What `cos θ` and `sin θ` are multiplied by: YaRN's `mscale`, else 1.
+    pub fn mscale(&self) -> f32 {
+        self.scaling.map_or(1.0, |s| s.mscale)
+    }
+}
+
+/// YaRN rotary scaling (llama.cpp's `rope_yarn` with ext_factor 1; Hugging
+/// Face's `rope_type: "yarn"`). For rotary pair `i`, with `θ_extrap = pos ·
+/// base^(-2i/rot_dim)` and `θ_interp = freq_scale · θ_extrap`:
+/// `ramp = 1 - clamp((i - low) / max(0.001, high - low), 0, 1)`,
+/// `θ = θ_interp · (1 - ramp) + θ_extrap · ramp`, and `cos θ`, `sin θ` are
+/// both multiplied by `mscale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// `1 / factor`: how much slower the interpolated frequencies turn.
+    pub freq_scale: f32,
+    /// Correction dims: pairs below `low` keep their frequency (ramp 1),
+    /// pairs from `high` on are interpolated (ramp 0).
+    pub low: f32,
+    pub high: f32,
+    /// Attention scaling folded into the rotation.
+    pub mscale: f32,
+}
+
+impl RopeScaling {
+    /// YaRN's parameters for a context extended `factor` times past
+    /// `original_ctx` positions, as llama.cpp computes them
+    /// (`ggml_rope_yarn_corr_dims`; Hugging Face's `find_correction_range`):
+    /// the correction dim of `n` rotations is `rot_dim · ln(original_ctx /
+    /// (2πn)) / (2 ln base)`; `low` is that of `beta_fast`, `high` that of
+    /// `beta_slow`, floored and ceiled with `truncate` (llama.cpp always;
+    /// Hugging Face unless the config says `truncate: false`, as gpt-oss's
+    /// does), then clamped to `[0, rot_dim - 1]`. `mscale = 0.1 ln(factor) +
+    /// 1`.
+    pub fn yarn(
+        factor: f32,
+        original_ctx: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        rot_dim: usize,
+        base: f32,
+        truncate: bool,
+    ) -> RopeScaling {
+        let dims = rot_dim as f64;
+        let corr_dim = |rotations: f32| {
+            let turns = original_ctx as f64 / (rotations as f64 * 2.0 * std::f64::consts::PI);
+            dims * turns.ln() / (2.0 * (base as f64).ln())
+        };
+        let (mut low, mut high) = (corr_dim(beta_fast), corr_dim(beta_slow));
+        if truncate {
+            low = low.floor();
+            high = high.ceil();
+        }
+        RopeScaling {
+            freq_scale: (1.0 / factor as f64) as f32,
+            low: low.max(0.0) as f32,
+            high: high.min(dims - 1.0) as f32,
+            mscale: (0.1 * (factor as f64).ln() + 1.0) as f32,
+        }
+    }
+
+    /// YaRN's ramp of pair `i`: 1 where the frequency is kept, 0 where it
+    /// is interpolated.
+    pub fn ramp(&self, i: usize) -> f64 {
+        let (low, high) = (self.low as f64, self.high as f64);
+        let y = (i as f64 - low) / (high - low).max(0.001);
+        1.0 - y.clamp(0.0, 1.0)
+    }
+
+    /// Pair `i`'s frequency from its unscaled one `extrap`: the
+    /// interpolated `freq_scale · extrap` and `extrap` mixed by the ramp.
+    pub fn mix(&self, extrap: f64, i: usize) -> f64 {
+        let ramp = self.ramp(i);
+        let interp = self.freq_scale as f64 * extrap;
+        interp * (1.0 - ramp) + extrap * ramp
+    }
 }
 
 /// A paged KV cache: the cache buffers hold `pages` pages of `1 <<
@@ -134,6 +230,12 @@ pub struct AttentionParams {
     /// known: a device may write the output in the form that weight's matmul
     /// reads (Vulkan: int8 digits for its integer-dot GEMV).
     pub next: Option<NextWeight>,
+    /// Attention sinks (gpt-oss): `[n_heads]` f32 logits, one per query
+    /// head, that join that head's softmax denominator and nothing else:
+    /// with scores `s_j` (already scaled) and `M = max(max_j s_j, sink)`,
+    /// `p_j = exp(s_j - M) / (Σ_j exp(s_j - M) + exp(sink - M))`, and the
+    /// output is `Σ_j p_j v_j` (no longer a convex combination of values).
+    pub sinks: Option<Buffer>,
 }
 
 /// A weight's type and size in bytes, as an op that feeds it may need them.
@@ -169,6 +271,17 @@ pub enum Activation {
     Silu,
     /// GELU, tanh approximation (`gelu_pytorch_tanh`).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU of gate `g` and up `u` (llama.cpp's
+    /// `ggml_swiglu_oai`, alpha 1.702, limit 7): `g' = min(g, 7)`, `u' =
+    /// clamp(u, -7, 7)`, `out = g' · sigmoid(1.702 g') · (u' + 1)`. Needs
+    /// `up`: a glu without it is an error.
+    SwigluOai,
+}
+
+impl Activation {
+    /// gpt-oss's SwiGLU constants: the sigmoid's slope and the clamp.
+    pub const OAI_ALPHA: f32 = 1.702;
+    pub const OAI_LIMIT: f32 = 7.0;
 }
 
 /// Mixture-of-experts routing of `rows` tokens over `experts` experts
@@ -475,8 +588,9 @@ pub trait ComputeBackend: Send {
         result
     }
     /// The gated feed-forward input in one op: `out[m, n] = act(x̂·Gᵀ) ⊙
-    /// (x̂·Uᵀ)`, x̂ = `x` RMS-normalized with `norm` when given, `gate_up`
-    /// holding G's `n` rows followed by U's.
+    /// (x̂·Uᵀ)` (as [`ComputeBackend::glu`] mixes gate and up), x̂ = `x`
+    /// RMS-normalized with `norm` when given, `gate_up` holding G's `n` rows
+    /// followed by U's.
     fn linear_glu(
         &mut self,
         act: Activation,
@@ -520,7 +634,8 @@ pub trait ComputeBackend: Send {
         out: &Buffer,
         p: &AttentionParams,
     ) -> Result<()>;
-    /// `out[i] = act(gate[i]) * up[i]`, or `act(gate[i])` without `up`; `n` values.
+    /// `out[i] = act(gate[i]) * up[i]`, or `act(gate[i])` without `up`; `n`
+    /// values ([`Activation::SwigluOai`]: its own mix of both, `up` required).
     fn glu(
         &mut self,
         act: Activation,
@@ -764,5 +879,87 @@ pub mod check {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RopeParams, RopeScaling, RopeStyle};
+
+    /// gpt-oss's rope (head_dim 64, base 150000) with its YaRN config
+    /// (factor 32 over 4096 positions, beta_fast 32, beta_slow 1).
+    fn gpt_oss(truncate: bool) -> RopeParams {
+        RopeParams {
+            rows: 1,
+            n_heads: 1,
+            head_dim: 64,
+            rot_dim: 64,
+            base: 150000.0,
+            style: RopeStyle::Neox,
+            scaling: Some(RopeScaling::yarn(
+                32.0, 4096, 32.0, 1.0, 64, 150000.0, truncate,
+            )),
+        }
+    }
+
+    fn close(got: f64, want: f64, what: &str) {
+        assert!(
+            (got - want).abs() <= 1e-6 * want.abs(),
+            "{what}: {got} vs {want}"
+        );
+    }
+
+    #[test]
+    fn yarn_matches_gpt_oss_numbers() {
+        // By hand (Python, f64): the correction dim of n rotations is
+        // 64 ln(4096 / (2πn)) / (2 ln 150000): 8.092779115512402 for n = 32,
+        // 17.39802450158856 for n = 1; mscale = 0.1 ln 32 + 1.
+        for (truncate, low, high) in [
+            (false, 8.092779115512402, 17.39802450158856),
+            (true, 8.0, 18.0),
+        ] {
+            let p = gpt_oss(truncate);
+            let s = p.scaling.unwrap();
+            let what = format!("truncate {truncate}");
+            close(s.low as f64, low, &format!("{what}: low"));
+            close(s.high as f64, high, &format!("{what}: high"));
+            close(
+                s.freq_scale as f64,
+                1.0 / 32.0,
+                &format!("{what}: freq_scale"),
+            );
+            close(
+                s.mscale as f64,
+                1.3465735902799727,
+                &format!("{what}: mscale"),
+            );
+            // Pair i's frequency: 150000^(-i/32) below low, that over 32
+            // from high on, mixed by the ramp 1 - (i - low) / (high - low)
+            // between (Python, f64 from the f32 low and high).
+            let want: [(usize, f64); 5] = if truncate {
+                [
+                    (0, 1.0),
+                    (9, 0.031620752066373825),
+                    (12, 0.007015713956207037),
+                    (17, 0.00022794779215473682),
+                    (18, 3.830881178146228e-05),
+                ]
+            } else {
+                [
+                    (0, 1.0),
+                    (9, 0.031705696135759354),
+                    (12, 0.006794958841055632),
+                    (17, 0.0001293185487156734),
+                    (18, 3.830881178146228e-05),
+                ]
+            };
+            for (i, f) in want {
+                close(p.inv_freq(i) as f64, f, &format!("{what}: inv_freq({i})"));
+            }
+        }
+        // A ramp past the last dim: high clamps to rot_dim - 1.
+        let s = RopeScaling::yarn(32.0, 1 << 20, 0.5, 0.001, 64, 10000.0, true);
+        assert_eq!(s.high, 63.0);
+        assert!(s.low <= s.high);
     }
 }

@@ -5,7 +5,7 @@
 //! ([`crate::quants::dequantize_row`]).
 
 use crate::backend::{
-    Activation, AttentionParams, ExpertsParams, RopeParams, RopeStyle, RouteParams,
+    Activation, AttentionParams, ExpertsParams, RopeParams, RopeScaling, RopeStyle, RouteParams,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -134,9 +134,27 @@ pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], dim: usize, eps: f32) -> Resu
 /// Rotation angle of pair `i` at `pos`: `pos * base^(-2i/rot_dim)`, with the
 /// frequency rounded to f32 and the product taken in f32, as Hugging Face's
 /// float32 rotary embedding does (so large positions round the same way).
-pub fn rope_angle(pos: u32, i: usize, rot_dim: usize, base: f32) -> f32 {
-    let inv_freq = (base as f64).powf(-2.0 * i as f64 / rot_dim as f64) as f32;
-    pos as f32 * inv_freq
+/// With YaRN `scaling` the frequency is first mixed (in f64) from the
+/// extrapolated one and the interpolated `freq_scale` times it:
+/// `θ_interp · (1 - ramp) + θ_extrap · ramp` is `pos` times that mix.
+pub fn rope_angle(
+    pos: u32,
+    i: usize,
+    rot_dim: usize,
+    base: f32,
+    scaling: Option<&RopeScaling>,
+) -> f32 {
+    let extrap = (base as f64).powf(-2.0 * i as f64 / rot_dim as f64);
+    let inv_freq = match scaling {
+        None => extrap,
+        Some(s) => {
+            let y = (i as f64 - s.low as f64) / (s.high as f64 - s.low as f64).max(0.001);
+            let ramp = 1.0 - y.clamp(0.0, 1.0);
+            let interp = s.freq_scale as f64 * extrap;
+            interp * (1.0 - ramp) + extrap * ramp
+        }
+    };
+    pos as f32 * inv_freq as f32
 }
 
 /// Rotary embedding in place (see [`RopeParams`]).
@@ -150,19 +168,22 @@ pub fn rope(x: &mut [f32], positions: &[u32], p: &RopeParams) -> Result<()> {
         ));
     }
     let half = p.rot_dim / 2;
+    // YaRN scales cos and sin alike.
+    let mscale = p.scaling.map_or(1.0, |s| s.mscale as f64);
     for (r, &pos) in positions.iter().enumerate() {
         for h in 0..p.n_heads {
             let base = (r * p.n_heads + h) * p.head_dim;
             let v = &mut x[base..base + p.head_dim];
             for i in 0..half {
-                let theta = rope_angle(pos, i, p.rot_dim, p.base) as f64;
+                let theta = rope_angle(pos, i, p.rot_dim, p.base, p.scaling.as_ref()) as f64;
+                let (cos, sin) = (theta.cos() * mscale, theta.sin() * mscale);
                 let (a, b) = match p.style {
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + half),
                 };
                 let (x0, x1) = (v[a] as f64, v[b] as f64);
-                v[a] = (x0 * theta.cos() - x1 * theta.sin()) as f32;
-                v[b] = (x0 * theta.sin() + x1 * theta.cos()) as f32;
+                v[a] = (x0 * cos - x1 * sin) as f32;
+                v[b] = (x0 * sin + x1 * cos) as f32;
             }
         }
     }
@@ -170,7 +191,8 @@ pub fn rope(x: &mut [f32], positions: &[u32], p: &RopeParams) -> Result<()> {
 }
 
 /// Causal (optionally sliding-window) GQA attention with a plain softmax
-/// (see [`AttentionParams`]); returns `[rows, n_heads * head_dim]`.
+/// (see [`AttentionParams`]); returns `[rows, n_heads * head_dim]`. `p`
+/// must name no sinks buffer: [`attention_with_sinks`] takes their values.
 pub fn attention(
     q: &[f32],
     k_cache: &[f32],
@@ -178,7 +200,30 @@ pub fn attention(
     positions: &[u32],
     p: &AttentionParams,
 ) -> Result<Vec<f32>> {
+    if p.sinks.is_some() {
+        return Err(Error::op(
+            "attention",
+            "the reference reads sinks as values: call attention_with_sinks",
+        ));
+    }
+    attention_with_sinks(q, k_cache, v_cache, positions, p, None)
+}
+
+/// [`attention`] with attention sinks: `sinks[h]` (one logit per query
+/// head) joins head `h`'s softmax denominator (see
+/// [`AttentionParams::sinks`]); `p.sinks` is not read.
+pub fn attention_with_sinks(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    positions: &[u32],
+    p: &AttentionParams,
+    sinks: Option<&[f32]>,
+) -> Result<Vec<f32>> {
     let (hd, nh, nkv) = (p.head_dim, p.n_heads, p.n_kv_heads);
+    if let Some(s) = sinks {
+        need("attention", "sinks", s.len(), nh)?;
+    }
     if nkv == 0 || nh % nkv != 0 {
         return Err(Error::op(
             "attention",
@@ -215,9 +260,14 @@ pub fn attention(
                     dot * p.scale as f64
                 })
                 .collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sink = sinks.map(|s| s[h] as f64);
+            let max = scores
+                .iter()
+                .chain(sink.as_ref())
+                .cloned()
+                .fold(f64::NEG_INFINITY, f64::max);
             let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let total: f64 = exps.iter().sum();
+            let total: f64 = exps.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
             let o = &mut out[(r * nh + h) * hd..(r * nh + h + 1) * hd];
             for (d, od) in o.iter_mut().enumerate() {
                 let acc: f64 = (first..=pos)
@@ -231,7 +281,6 @@ pub fn attention(
     Ok(out)
 }
 
-/// `act(x)` in f64.
 /// `dst` row `positions[r]` = `src` row `r` (rows of `row_len`); positions
 /// past `dst` store nothing.
 pub fn store_rows(src: &[f32], dst: &mut [f32], positions: &[u32], row_len: usize) {
@@ -243,6 +292,9 @@ pub fn store_rows(src: &[f32], dst: &mut [f32], positions: &[u32], row_len: usiz
     }
 }
 
+/// `act(x)` in f64; for [`Activation::SwigluOai`] the gate's factor `g' ·
+/// sigmoid(1.702 g')`, `g' = min(g, 7)`, which [`glu`] multiplies by
+/// `clamp(up, -7, 7) + 1`.
 pub fn activate(act: Activation, x: f64) -> f64 {
     match act {
         Activation::Silu => x / (1.0 + (-x).exp()),
@@ -250,20 +302,34 @@ pub fn activate(act: Activation, x: f64) -> f64 {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
+        Activation::SwigluOai => {
+            let g = x.min(Activation::OAI_LIMIT as f64);
+            g / (1.0 + (-(Activation::OAI_ALPHA as f64) * g).exp())
+        }
     }
 }
 
-/// `act(gate) * up`, or `act(gate)` without `up`.
+/// `act(gate) * up`, or `act(gate)` without `up`; gpt-oss's
+/// [`Activation::SwigluOai`] `act(gate) * (clamp(up, -7, 7) + 1)`, an error
+/// without `up`.
 pub fn glu(act: Activation, gate: &[f32], up: Option<&[f32]>) -> Result<Vec<f32>> {
     if let Some(u) = up {
         need("glu", "up", u.len(), gate.len())?;
+    }
+    let limit = Activation::OAI_LIMIT as f64;
+    let up_of = |u: f32| match act {
+        Activation::SwigluOai => (u as f64).clamp(-limit, limit) + 1.0,
+        _ => u as f64,
+    };
+    if act == Activation::SwigluOai && up.is_none() {
+        return Err(Error::op("glu", "the gpt-oss SwiGLU needs an up input"));
     }
     Ok(gate
         .iter()
         .enumerate()
         .map(|(i, g)| {
             let a = activate(act, *g as f64);
-            (a * up.map_or(1.0, |u| u[i] as f64)) as f32
+            (a * up.map_or(1.0, |u| up_of(u[i]))) as f32
         })
         .collect())
 }

@@ -123,6 +123,7 @@ fn main() {
             kv_dtype: DType::F16,
             pages: None,
             next: None,
+            sinks: None,
         };
         for depth in [512usize, 4608] {
             // The span a decode pass is planned for (short ones go

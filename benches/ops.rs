@@ -175,6 +175,7 @@ fn bench_small_ops(c: &mut Criterion) {
                 rot_dim: 64,
                 base: 1e5,
                 style: RopeStyle::Neox,
+                scaling: None,
             };
             let pos: Vec<u32> = (0..rows as u32).collect();
             let pb = b.alloc(rows * 4).unwrap();
@@ -204,6 +205,7 @@ fn bench_small_ops(c: &mut Criterion) {
                     kv_dtype: DType::F32,
                     pages: None,
                     next: None,
+                    sinks: None,
                 };
                 let pairs: usize = pos.iter().map(|p| *p as usize + 1).sum();
                 g.throughput(Throughput::Elements((pairs * 9 * 64 * 4) as u64));

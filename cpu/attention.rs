@@ -1,5 +1,6 @@
 //! Causal GQA attention against the KV cache, one task per (row, head):
-//! scores in f32, max-subtracted softmax, then the weighted sum of values.
+//! scores in f32, max-subtracted softmax (with the head's sink logit in its
+//! max and denominator, where given), then the weighted sum of values.
 
 use super::par::{self, Ctx};
 use super::simd;
@@ -100,6 +101,7 @@ pub(crate) fn run(
     v: &[f32],
     positions: &[u32],
     cache: CacheRows,
+    sinks: Option<&[f32]>,
     out: &mut [f32],
     p: &AttentionParams,
 ) -> Result<()> {
@@ -128,6 +130,8 @@ pub(crate) fn run(
         };
         let kvo = (h / group) * hd;
         let qv = &q[t * hd..(t + 1) * hd];
+        // The caller checked `sinks` holds n_heads values.
+        let sink = sinks.and_then(|s| s.get(h).copied());
         let mut scores = Vec::with_capacity(pos + 1 - first);
         if let Some(start) = cache.contiguous(r, first, pos) {
             // The span's keys are the cache rows from `start` on.
@@ -142,6 +146,7 @@ pub(crate) fn run(
                 f,
                 l,
                 p.scale,
+                sink,
                 &mut scores,
                 o,
             ) {
@@ -151,8 +156,12 @@ pub(crate) fn run(
         // Checked above: every position's page is in the pool.
         let at = |j: usize| cache.row(r, j).unwrap_or(0) * stride + kvo;
         scores.extend((first..=pos).map(|j| simd::dot_f32(ctx.isa, qv, &k[at(j)..]) * p.scale));
-        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0f32;
+        let max = scores
+            .iter()
+            .chain(sink.as_ref())
+            .cloned()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut total = sink.map_or(0.0, |s| (s - max).exp());
         for s in scores.iter_mut() {
             *s = (*s - max).exp();
             total += *s;

@@ -557,6 +557,7 @@ impl ComputeBackend for CpuBackend {
         let table = p.pages.map(|pg| pg.table);
         let mut inputs = vec![q, k_cache, v_cache, positions];
         inputs.extend(table.as_ref());
+        inputs.extend(p.sinks.as_ref());
         self.with_out("attention", out, nq, work, &inputs, |s, dst, ctx| {
             let qs = s.f32s("attention", "q", q, nq)?;
             let ks = s.f32s("attention", "k_cache", k_cache, nkv)?;
@@ -566,8 +567,12 @@ impl ComputeBackend for CpuBackend {
                 Some(t) => Some(s.u32s("attention", "page table", t, t.bytes / 4)?),
                 None => None,
             };
+            let sinks = match &p.sinks {
+                Some(b) => Some(s.f32s("attention", "sinks", b, p.n_heads)?),
+                None => None,
+            };
             let cache = attention::CacheRows::new(words, p.pages.as_ref());
-            attention::run(ctx, qs, ks, vs, pos, cache, dst, &p)
+            attention::run(ctx, qs, ks, vs, pos, cache, sinks, dst, &p)
         })
     }
 
@@ -579,6 +584,9 @@ impl ComputeBackend for CpuBackend {
         out: &Buffer,
         n: usize,
     ) -> Result<()> {
+        if act == Activation::SwigluOai && up.is_none() {
+            return Err(Error::op("glu", "the gpt-oss SwiGLU needs an up input"));
+        }
         let mut inputs = vec![gate];
         inputs.extend(up);
         self.with_out("glu", out, n, n * 16, &inputs, |s, dst, ctx| {

@@ -1,6 +1,8 @@
 //! Rotary embedding in place. Angles follow Hugging Face's float32 rotary
-//! embedding: `inv_freq_i = base^(-2i/rot_dim)` rounded to f32, `theta =
-//! pos * inv_freq_i` in f32, so large positions round as the reference does.
+//! embedding: `inv_freq_i = base^(-2i/rot_dim)` (YaRN-mixed where scaled,
+//! [`RopeParams::inv_freq`]) rounded to f32, `theta = pos * inv_freq_i` in
+//! f32, so large positions round as the reference does; YaRN's mscale
+//! multiplies cos and sin.
 
 use super::par;
 use crate::backend::{RopeParams, RopeStyle};
@@ -29,16 +31,19 @@ pub(crate) fn run(par: bool, x: &mut [f32], positions: &[u32], p: &RopeParams) {
     if row_len == 0 || half == 0 {
         return;
     }
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| (p.base as f64).powf(-2.0 * i as f64 / p.rot_dim as f64) as f32)
-        .collect();
+    let inv_freq: Vec<f32> = (0..half).map(|i| p.inv_freq(i)).collect();
+    let mscale = p.scaling.map(|s| s.mscale);
     par::chunks(par, x, row_len, |r, row| {
         let pos = positions[r];
         let (cos, sin): (Vec<f32>, Vec<f32>) = inv_freq
             .iter()
             .map(|f| {
                 let theta = (pos as f32 * f) as f64;
-                (theta.cos() as f32, theta.sin() as f32)
+                let (c, s) = (theta.cos() as f32, theta.sin() as f32);
+                match mscale {
+                    Some(m) => (c * m, s * m),
+                    None => (c, s),
+                }
             })
             .unzip();
         for head in row.chunks_exact_mut(p.head_dim) {

@@ -22,10 +22,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
-// Specialization constant 0: bit 0 when the KV cache holds f16; bit 1 PAGED.
+// Specialization constant 0: bit 0 when the KV cache holds f16; bit 1 PAGED;
+// bit 2 SINKS: sinks[h] joins head h's softmax denominator (with one split;
+// split partials leave it to attention_combine.comp).
 layout(constant_id = 0) const uint SPEC = 0u;
 const bool KV_F16 = (SPEC & 1u) != 0u;
 const bool PAGED = (SPEC & 2u) != 0u;
+const bool SINKS = (SPEC & 4u) != 0u;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float kc[]; };
@@ -59,6 +62,9 @@ layout(push_constant) uniform Push {
     uint n_pages;
     uint table_len;
 } pc;
+
+// SINKS: a logit per query head.
+layout(binding = 8) readonly buffer Sinks { float sinks[]; };
 
 #include "reduce.glsl"
 #define KV_PAGES_BINDING 7
@@ -154,6 +160,9 @@ void main() {
             }
         }
         return;
+    }
+    if (SINKS && run_max != -1.0 / 0.0) {
+        run_sum += exp(sinks[h] - run_max);
     }
     float inv = run_sum > 0.0 ? 1.0 / run_sum : 0.0;
     [[unroll]] for (uint i = 0u; i < MAX_DIMS; i++) {

@@ -15,6 +15,9 @@
 // (attention_split.glsl), those the row's range meets; a row within one
 // chunk was written by the prefill kernel itself.
 //
+// SINKS (specialization constant 1): sinks[h] joins head h's denominator
+// here, once, not in any split: l = sum_s w_s l_s + e^(sink - M).
+//
 // With q8_stride > 0 (decode, head_dim a multiple of 32, DS = 32: a
 // workgroup's dims are one block) the output also goes into binding 3 as
 // quantize_q8.comp would write it, rows q8_stride words apart (no Σx² words:
@@ -31,6 +34,8 @@ const uint WG = 128u;
 // q8 block) with q8_stride > 0. 32 for every merge was slower: half the
 // workgroups, half the reads in flight (benches/README.md, decode attention).
 layout(constant_id = 0) const uint DS = 16u;
+layout(constant_id = 1) const uint SINKS_SPEC = 0u;
+const bool SINKS = SINKS_SPEC != 0u;
 const uint SG = WG / DS; // split groups
 const uint IN_FLIGHT = 8u;
 const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
@@ -38,6 +43,8 @@ const uint MAX_SPLITS = 256u; // vk/ops/attention.rs MAX_SPLITS
 layout(binding = 0) readonly buffer Part { float part[]; };
 layout(binding = 1) writeonly buffer Out { float o[]; };
 layout(binding = 2) readonly buffer Pos { uint pos[]; };
+// SINKS: a logit per query head.
+layout(binding = 4) readonly buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -113,6 +120,9 @@ void main() {
         ls += w * part[base + s * stride + 1u];
     }
     float l = wg_sum(ls);
+    if (SINKS && big != -1.0 / 0.0) {
+        l += exp(sinks[h] - big);
+    }
     barrier(); // ws visible (wg_sum's barriers precede its read only)
     float a = 0.0;
     if (d < hd) {

@@ -54,10 +54,15 @@
 // decode) is one chunk, staged beside the query; longer ones pay two
 // barriers per chunk (of 768 keys or more at pages of 16).
 //
+// SINKS (binding 13, a logit per query head): sink[h] joins head h's
+// softmax denominator where a head's output is final: with one split, or in
+// MERGE's merge; split partials leave it to the merge (attention_combine.comp
+// or MERGE), which adds it once.
+//
 // Specialization constant 0: head_dim | heads per tile << 10 |
 // log2(C) << 14 | (f16 KV cache) << 24 | ROPE << 25 | Q8 << 26 |
-// PAGED << 27. head_dim is a multiple of 8 C, C a power of two no larger
-// than the subgroup, R = head_dim / 8C at most 8.
+// PAGED << 27 | SINKS << 28. head_dim is a multiple of 8 C, C a power of
+// two no larger than the subgroup, R = head_dim / 8C at most 8.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -77,6 +82,7 @@ const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool ROPE = ((SPEC >> 25) & 1u) != 0u;
 const bool Q8 = ((SPEC >> 26) & 1u) != 0u;
 const bool PAGED = ((SPEC >> 27) & 1u) != 0u;
+const bool SINKS = ((SPEC >> 28) & 1u) != 0u;
 const uint WG = gl_WorkGroupSize.x;
 const uint HD4 = HD / 4u;
 const uint R = HD / (8u * C); // 8-value units per lane
@@ -117,6 +123,8 @@ layout(binding = 1) writeonly buffer KOut { vec4 kout4[]; };
 layout(binding = 2) writeonly buffer VOut { vec4 vout4[]; };
 layout(binding = 1) writeonly buffer KOut16 { uvec2 kout16[]; };
 layout(binding = 2) writeonly buffer VOut16 { uvec2 vout16[]; };
+// SINKS: a logit per query head.
+layout(binding = 13) readonly buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -321,6 +329,9 @@ void merge_last(uint r, uint kvh, uint h0, uint group, uint n_active) {
         float w = t < n_active ? exp(m0 - big) : 0.0;
         mw[t] = w;
         float l = wg_sum(w * l0);
+        if (SINKS && big != -1.0 / 0.0) {
+            l += exp(sinks[hg] - big);
+        }
         barrier(); // mw visible
         float a = 0.0;
         [[unroll]] for (uint j = 0u; j < MERGE_LOADS; j++) {
@@ -557,6 +568,8 @@ void main() {
         for (uint c = 0u; c < ns; c++) {
             mx = max(mx, red_m[c]);
         }
+        // One split: the head's output is final here, its sink joins it.
+        float sink_w = SINKS && pc.n_split == 1u && mx != -1.0 / 0.0 ? exp(sinks[hg] - mx) : 0.0;
         for (uint d = t; d < HD; d += WG) {
             float a = 0.0;
             float ls = 0.0;
@@ -566,6 +579,7 @@ void main() {
                 ls += w * red_l[c];
             }
             if (pc.n_split == 1u) {
+                ls += sink_w;
                 float val = ls > 0.0 ? a / ls : 0.0;
                 o[(r * pc.n_heads + hg) * HD + d] = val;
                 if (Q8) {

@@ -17,7 +17,8 @@
 // Bit 25: PAGED, a paged cache of one table (glsl/kv_pages.glsl; the rows
 // share K tiles, so never per-row tables): the tile's cache rows are found
 // once per tile, into shared memory, and its keys loaded one by one as
-// unpaged, so a tile may straddle pages of any length.
+// unpaged, so a tile may straddle pages of any length. Bit 26: SINKS,
+// sinks[h] joins head h's softmax denominator.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -31,6 +32,7 @@ const uint BR = (SPEC >> 16) & 0xFFu;
 // Bit 24: the KV cache holds f16 (read as 4 halves per 8-byte word).
 const bool KV_F16 = ((SPEC >> 24) & 1u) != 0u;
 const bool PAGED = ((SPEC >> 25) & 1u) != 0u;
+const bool SINKS = ((SPEC >> 26) & 1u) != 0u;
 // Keys per tile.
 const uint BC = 32u;
 // vec4 columns of a head, and the padded row stride (in vec4s) in shared memory.
@@ -73,6 +75,9 @@ layout(push_constant) uniform Push {
     uint n_pages;
     uint table_len;
 } pc;
+
+// SINKS: a logit per query head.
+layout(binding = 8) readonly buffer Sinks { float sinks[]; };
 
 #define KV_PAGES_BINDING 7
 #define KV_PAGES_STATUS
@@ -245,6 +250,9 @@ void main() {
             uint r = qi / group;
             uint h = kvh * group + qi % group;
             float l = l_run[q];
+            if (SINKS && m_run[q] != NEG_INF) {
+                l += exp(sinks[h] - m_run[q]);
+            }
             o4[(r * pc.n_heads + h) * DC + dc] = l > 0.0 ? acc[i] / l : vec4(0.0);
         }
     }

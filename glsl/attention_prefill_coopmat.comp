@@ -27,7 +27,9 @@
 // K tiles, so never per-row tables). Tiles go through registers and shared
 // memory a key row at a time, each row looked up in the table as it is
 // fetched (a tile ahead, so the lookup's latency hides with the load's):
-// a tile may straddle pages of any length.
+// a tile may straddle pages of any length. SINKS << 17: sinks[h] joins head
+// h's softmax denominator where a row is written whole (split partials
+// leave it to attention_combine.comp).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -42,6 +44,7 @@ layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SPEC = 64u;
 const uint D = SPEC & 0xFFFFu;
 const bool PAGED = ((SPEC >> 16) & 1u) != 0u;
+const bool SINKS = ((SPEC >> 17) & 1u) != 0u;
 // 16 x 16 fragments across a head (at most 8), and 4-half words per row.
 const uint DF = D / 16u;
 const uint DW = D / 4u;
@@ -79,6 +82,9 @@ layout(push_constant) uniform Push {
     uint n_pages;
     uint table_len;
 } pc;
+
+// SINKS: a logit per query head.
+layout(binding = 8) readonly buffer Sinks { float sinks[]; };
 
 #define KV_PAGES_BINDING 7
 #define KV_PAGES_STATUS
@@ -312,6 +318,9 @@ void main() {
     if (parts && write && lane % 2u == 0u) {
         part[pbase] = mx;
         part[pbase + 1u] = l;
+    }
+    if (SINKS && !parts && mx != NEG_INF) {
+        l += exp(sinks[h] - mx);
     }
     [[unroll]] for (uint f = 0u; f < 8u; f++) {
         if (f < DF) {

@@ -70,9 +70,13 @@ const uint NORM = 4u;
 const uint SUBGROUP_ROWS = 8u;
 // GLU: the weight holds n gate rows then n up rows; output j is
 // act(gate_j · x) * (up_j · x), each group of NR weight rows yielding NR/2
-// outputs. GELU picks the tanh GELU over SiLU.
+// outputs. GELU picks the tanh GELU over SiLU; SWIGLU_OAI gpt-oss's clamped
+// SwiGLU, act(g) * (clamp(u, -7, 7) + 1) (as glu.comp).
 const uint GLU = 16u;
 const uint GELU = 32u;
+const uint SWIGLU_OAI = 128u;
+const float OAI_ALPHA = 1.702;
+const float OAI_LIMIT = 7.0;
 // Q8OUT (Q8X, SUBGROUP_ROWS, one x row, rows_per_wg a multiple of 32 up to
 // Q8OUT_ROWS): the workgroup also writes its outputs into binding 5 as
 // quantize_q8.comp would without a norm.
@@ -538,6 +542,10 @@ float act(float v) {
         float t = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
         return 0.5 * v * (1.0 + tanh(t));
     }
+    if ((pc.flags & SWIGLU_OAI) != 0u) {
+        float g = min(v, OAI_LIMIT);
+        return g / (1.0 + exp(-OAI_ALPHA * g));
+    }
     return v / (1.0 + exp(-v));
 }
 
@@ -657,6 +665,9 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
         up *= inv;
     }
     if ((pc.flags & GLU) != 0u) {
+        if ((pc.flags & SWIGLU_OAI) != 0u) {
+            up = clamp(up, -OAI_LIMIT, OAI_LIMIT) + 1.0;
+        }
         total = act(total) * up;
     }
     if ((pc.flags & HAS_BIAS) != 0u) {

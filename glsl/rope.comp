@@ -1,10 +1,14 @@
 // Rotary embedding in place: one invocation per rotated pair of one head of
 // one row; the angle uses that row's position from the positions buffer.
+// The inverse frequencies (YaRN-mixed where scaled) come from the host.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+// Specialization constant 0: SCALED (YaRN), cos and sin times mscale.
+layout(constant_id = 0) const uint SPEC = 0u;
+const bool SCALED = (SPEC & 1u) != 0u;
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer Pos { uint pos[]; };
@@ -16,6 +20,7 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint rot_dim;
     uint neox;
+    float mscale;
 } pc;
 
 #include "rope.glsl"
@@ -30,6 +35,9 @@ void main() {
         uint row = head / pc.n_heads;
         uint base = head * pc.head_dim;
         vec2 cs = rope_rotation(pos[row], inv_freq[i]);
+        if (SCALED) {
+            cs *= pc.mscale;
+        }
         float c = cs.x;
         float s = cs.y;
         uint a = pc.neox != 0u ? base + i : base + 2u * i;

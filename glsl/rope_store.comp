@@ -12,10 +12,13 @@
 layout(local_size_x = 256) in;
 // Specialization constant 0: bit 0 when the caches hold f16, then each k/v
 // unit of the index space is a pair of adjacent values stored as one word
-// (head_dim is even, so a pair never straddles a head or row); bit 1 PAGED.
+// (head_dim is even, so a pair never straddles a head or row); bit 1 PAGED;
+// bit 2 SCALED (YaRN: cos and sin times mscale; the host's inverse
+// frequencies are mixed already).
 layout(constant_id = 0) const uint SPEC = 0u;
 const bool KV_F16 = (SPEC & 1u) != 0u;
 const bool PAGED = (SPEC & 2u) != 0u;
+const bool SCALED = (SPEC & 4u) != 0u;
 
 layout(binding = 0) buffer Q { float q[]; };
 layout(binding = 1) readonly buffer K { float k[]; };
@@ -35,6 +38,7 @@ layout(push_constant) uniform Push {
     uint rot_dim;
     uint neox;
     uint capacity; // rows the caches hold
+    float mscale;
     uint page_log2;
     uint page_stride;
     uint n_pages;
@@ -46,6 +50,12 @@ layout(push_constant) uniform Push {
 #define KV_PAGES_STORE
 #include "kv_pages.glsl"
 
+// The rotation of frequency i at position p.
+vec2 rotation(uint p, uint i) {
+    vec2 cs = rope_rotation(p, inv_freq[i]);
+    return SCALED ? cs * pc.mscale : cs;
+}
+
 // k element e (of row position p) rotated.
 float k_rot(uint e, uint p) {
     uint d = e % pc.head_dim;
@@ -53,7 +63,7 @@ float k_rot(uint e, uint p) {
         return k[e];
     }
     bool neox = pc.neox != 0u;
-    vec2 cs = rope_rotation(p, inv_freq[rope_freq(d, pc.rot_dim, neox)]);
+    vec2 cs = rotation(p, rope_freq(d, pc.rot_dim, neox));
     return rope_apply(d, k[e], k[e - d + rope_mate(d, pc.rot_dim, neox)], cs, pc.rot_dim, neox);
 }
 
@@ -72,7 +82,7 @@ void main() {
             uint i = g % half_rot;
             uint head = g / half_rot;
             uint base = head * pc.head_dim;
-            vec2 cs = rope_rotation(pos[head / pc.n_heads], inv_freq[i]);
+            vec2 cs = rotation(pos[head / pc.n_heads], i);
             uint a = pc.neox != 0u ? base + i : base + 2u * i;
             uint b = pc.neox != 0u ? base + i + half_rot : base + 2u * i + 1u;
             float x0 = q[a];

@@ -452,6 +452,7 @@ impl Stage {
                 rot_dim: c.rope.map_or(0, |r| r.rot_dim),
                 base: lc.rope_base,
                 style: c.rope.map_or(RopeStyle::Neox, |r| r.style),
+                scaling: None,
             };
             let ap = AttentionParams {
                 rows: m,
@@ -465,6 +466,7 @@ impl Stage {
                 kv_dtype: kv.dtype,
                 pages: r.paged.then_some(pages),
                 next: Some(NextWeight::of(&lw.o.w)),
+                sinks: None,
             };
             self.be.rope_store_attention(
                 &q,

@@ -523,8 +523,9 @@ pub(crate) fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
 }
 
 /// Attention for one (query row, head) whose `o.len()` dims fit registers
-/// (see the x86 `attention_head`): `false` when no such kernel applies, and
-/// the caller uses the general path.
+/// (see the x86 `attention_head`), with the head's `sink` logit in its
+/// softmax: `false` when no such kernel applies, and the caller uses the
+/// general path.
 // `scores` is a Vec because the kernel fills it by pushing.
 #[allow(clippy::too_many_arguments, clippy::ptr_arg)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
@@ -538,6 +539,7 @@ pub(crate) fn attention_head(
     first: usize,
     last: usize,
     scale: f32,
+    sink: Option<f32>,
     scores: &mut Vec<f32>,
     o: &mut [f32],
 ) -> bool {
@@ -551,11 +553,11 @@ pub(crate) fn attention_head(
         // value row read (first..=last) lies inside `k`/`v`, checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe {
-            x86::avx512::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+            x86::avx512::attention_head(q, k, v, stride, kvo, first, last, scale, sink, scores, o)
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe {
-            x86::avx2::attention_head(q, k, v, stride, kvo, first, last, scale, scores, o)
+            x86::avx2::attention_head(q, k, v, stride, kvo, first, last, scale, sink, scores, o)
         },
         _ => false,
     }

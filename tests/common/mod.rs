@@ -213,6 +213,25 @@ pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
     vkllm::random::uniform_f32(n, seed)
 }
 
+/// Attention sink logits for `n_heads` heads (`AttentionParams::sinks`), for
+/// queries and keys in [-4, 4] (or [-2, 2]): most in [-5, 25], where the
+/// largest scores lie, so they take a visible share of each softmax; head 0
+/// far above every score (200: its exp(sink - max) overflows f32, and its
+/// output is ~0) and head 1 far below (-100: no effect at all).
+pub fn attention_sinks(n_heads: usize, seed: u64) -> Vec<f32> {
+    let mut s: Vec<f32> = rand_f32(n_heads, seed)
+        .iter()
+        .map(|v| v * 15.0 + 10.0)
+        .collect();
+    if let Some(first) = s.first_mut() {
+        *first = 200.0;
+    }
+    if let Some(second) = s.get_mut(1) {
+        *second = -100.0;
+    }
+    s
+}
+
 /// A `[rows, cols]` weight of `dtype` from deterministic random values:
 /// quantized by ggml's reference quantizer where vkllm has one; otherwise
 /// (the 2- and 3-bit i-quants, whose one f16 scale leads each block) random

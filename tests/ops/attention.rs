@@ -1,12 +1,12 @@
 //! Attention over f32 and f16 caches (prefill rows, decode spans and
 //! splits, windows, GQA), and the fused rope, cache append and attention.
 
-use crate::common::{download_f32, max_abs_diff, pass, rand_f32, upload_f32, upload_u32};
+use crate::common::{self, download_f32, max_abs_diff, pass, rand_f32, upload_f32, upload_u32};
 use crate::{
     assert_f16_close, cpu_backends, decode_vulkan_backends, download_f16, f16_of, f16_unsupported,
     test_device, upload_f16, Named,
 };
-use vkllm::backend::{AttentionParams, ComputeBackend, RopeParams, RopeStyle};
+use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, RopeParams, RopeScaling, RopeStyle};
 use vkllm::{reference, DType};
 
 fn attention_gqa_positions_and_window((name, mut b): Named) {
@@ -34,6 +34,7 @@ fn attention_gqa_positions_and_window((name, mut b): Named) {
                     kv_dtype: DType::F32,
                     pages: None,
                     next: None,
+                    sinks: None,
                 };
                 let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 21)
                     .iter()
@@ -132,6 +133,7 @@ fn attention_decode_long_caches_gqa_and_windows((name, mut b): Named) {
                 kv_dtype: DType::F32,
                 pages: None,
                 next: None,
+                sinks: None,
             };
             let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 33)
                 .iter()
@@ -180,6 +182,7 @@ fn attention_window_and_causality_change_the_result() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     let q = rand_f32(16, 1);
     let k = rand_f32(80, 2);
@@ -228,6 +231,7 @@ fn attention_f16_cache((name, mut b): Named) {
             kv_dtype: DType::F16,
             pages: None,
             next: None,
+            sinks: None,
         };
         let kv = capacity * n_kv_heads * head_dim;
         let k: Vec<f32> = rand_f32(kv, 81).iter().map(|v| v * 4.0).collect();
@@ -289,8 +293,12 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
     // Cases: GQA groups of 3, 4 and 16 (several head tiles), head_dim 64, 80,
     // 128, 256 and 6 (the fallback kernels), partial and no rotation, both
     // pair layouts, a window, positions at split boundaries and deep in an
-    // 8192-key cache, f32 and f16 caches (which the CPU refuses).
-    // (n_heads, n_kv_heads, head_dim, rot_dim, style, capacity, position, window, cache)
+    // 8192-key cache, f32 and f16 caches (which the CPU refuses); and
+    // gpt-oss's YaRN rope with attention sinks (the rotation tolerances
+    // times its mscale; the attention against the reference with sinks,
+    // which must differ from the one without).
+    // (n_heads, n_kv_heads, head_dim, rot_dim, style, capacity, position,
+    // window, cache, YaRN and sinks)
     type Case = (
         usize,
         usize,
@@ -301,52 +309,32 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
         u32,
         usize,
         DType,
+        bool,
     );
-    let cases: [Case; 10] = [
-        (9, 3, 64, 64, RopeStyle::Neox, 8192, 8191, 0, DType::F16),
-        (9, 3, 64, 64, RopeStyle::Neox, 8192, 600, 0, DType::F16),
-        (9, 3, 64, 64, RopeStyle::Neox, 8192, 0, 0, DType::F16),
-        (
-            9,
-            3,
-            64,
-            64,
-            RopeStyle::Interleaved,
-            8192,
-            32,
-            0,
-            DType::F32,
-        ),
-        (
-            32,
-            8,
-            128,
-            128,
-            RopeStyle::Interleaved,
-            8192,
-            4000,
-            0,
-            DType::F32,
-        ),
-        (32, 8, 128, 128, RopeStyle::Neox, 8192, 2047, 0, DType::F16),
-        (
-            16,
-            1,
-            64,
-            32,
-            RopeStyle::Interleaved,
-            8192,
-            100,
-            0,
-            DType::F32,
-        ),
-        (4, 4, 80, 0, RopeStyle::Neox, 8192, 31, 0, DType::F32),
-        (8, 2, 256, 256, RopeStyle::Neox, 8192, 5000, 512, DType::F16),
-        (2, 1, 6, 6, RopeStyle::Neox, 40, 39, 0, DType::F32),
+    use DType::{F16, F32};
+    use RopeStyle::{Interleaved, Neox};
+    let cases: [Case; 15] = [
+        (9, 3, 64, 64, Neox, 8192, 8191, 0, F16, false),
+        (9, 3, 64, 64, Neox, 8192, 600, 0, F16, false),
+        (9, 3, 64, 64, Neox, 8192, 0, 0, F16, false),
+        (9, 3, 64, 64, Interleaved, 8192, 32, 0, F32, false),
+        (32, 8, 128, 128, Interleaved, 8192, 4000, 0, F32, false),
+        (32, 8, 128, 128, Neox, 8192, 2047, 0, F16, false),
+        (16, 1, 64, 32, Interleaved, 8192, 100, 0, F32, false),
+        (4, 4, 80, 0, Neox, 8192, 31, 0, F32, false),
+        (8, 2, 256, 256, Neox, 8192, 5000, 512, F16, false),
+        (2, 1, 6, 6, Neox, 40, 39, 0, F32, false),
+        // gpt-oss: YaRN and attention sinks, its heads and sliding window.
+        (64, 8, 64, 64, Neox, 8192, 8191, 128, F16, true),
+        (64, 8, 64, 64, Neox, 8192, 600, 0, F32, true),
+        (9, 3, 64, 64, Neox, 8192, 0, 0, F32, true),
+        (32, 8, 128, 128, Interleaved, 8192, 4000, 0, F16, true),
+        (2, 1, 6, 6, Neox, 40, 39, 0, F32, true),
     ];
-    for (n_heads, n_kv, head_dim, rot_dim, style, capacity, pos, window, dtype) in cases {
+    for (n_heads, n_kv, head_dim, rot_dim, style, capacity, pos, window, dtype, oss) in cases {
         let what = format!(
-            "{name} {n_heads}/{n_kv} hd={head_dim} rot={rot_dim} {style:?} pos={pos} {dtype:?}"
+            "{name} {n_heads}/{n_kv} hd={head_dim} rot={rot_dim} {style:?} pos={pos} {dtype:?} \
+             yarn and sinks {oss}"
         );
         let kvd = n_kv * head_dim;
         let rope = RopeParams {
@@ -356,7 +344,11 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             rot_dim,
             base: 10000.0,
             style,
+            scaling: oss.then(|| RopeScaling::yarn(32.0, 4096, 32.0, 1.0, rot_dim, 10000.0, false)),
         };
+        let mscale = rope.scaling.map_or(1.0, |s| s.mscale);
+        let sinks = oss.then(|| common::attention_sinks(n_heads, 96));
+        let sb = sinks.as_ref().map(|s| upload_f32(b.as_mut(), s));
         let p = AttentionParams {
             rows: 1,
             n_heads,
@@ -369,6 +361,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             kv_dtype: dtype,
             pages: None,
             next: None,
+            sinks: sb,
         };
         let q: Vec<f32> = rand_f32(n_heads * head_dim, 91)
             .iter()
@@ -407,7 +400,8 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
         b.begin_pass().unwrap();
         let r = b.rope_store_attention(&qb, &kb, &vb, &pb, &kcb, &vcb, &rope, &p, &out);
         b.end_pass().unwrap();
-        let bufs = [kcb, vcb, kcb2, vcb2, qb, qb2, kb, vb, pb, out];
+        let mut bufs = vec![kcb, vcb, kcb2, vcb2, qb, qb2, kb, vb, pb, out];
+        bufs.extend(sb);
         if f16_unsupported(r, &name) {
             bufs.into_iter().for_each(|buf| b.free(buf));
             continue;
@@ -448,7 +442,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             }
         };
         for (i, (g, w)) in kc[row.clone()].iter().zip(&k_roped).enumerate() {
-            let tol = 1e-5 + angle + f16_ulp(*w);
+            let tol = (1e-5 + angle) * mscale + f16_ulp(*w);
             assert!(
                 (g - w).abs() <= tol,
                 "{what}: k row[{i}] {g} vs {w} (tolerance {tol})"
@@ -466,7 +460,7 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
         let mut q_roped = q.clone();
         reference::rope(&mut q_roped, &[pos], &rope).unwrap();
         for (i, (g, w)) in q_dev.iter().zip(&q_roped).enumerate() {
-            let tol = 1e-5 + angle;
+            let tol = (1e-5 + angle) * mscale;
             assert!(
                 (g - w).abs() <= tol,
                 "{what}: q[{i}] {g} vs {w} (tolerance {tol})"
@@ -476,7 +470,15 @@ fn rope_store_attention_appends_and_attends((name, mut b): Named) {
             kv_dtype: DType::F32,
             ..p
         };
-        let want = reference::attention(&q_dev, &kc, &vc, &[pos], &p32).unwrap();
+        let want =
+            reference::attention_with_sinks(&q_dev, &kc, &vc, &[pos], &p32, sinks.as_deref())
+                .unwrap();
+        if sinks.is_some() {
+            let plain = AttentionParams { sinks: None, ..p32 };
+            let without = reference::attention(&q_dev, &kc, &vc, &[pos], &plain).unwrap();
+            let moved = max_abs_diff(&want, &without);
+            assert!(moved > 0.05, "{what}: the sinks move it by {moved} only");
+        }
         let err = max_abs_diff(&got, &want);
         let tol = 4e-5;
         assert!(
@@ -489,4 +491,217 @@ test_device!(
     rope_store_attention_appends_and_attends,
     rope_store_attention_appends_and_attends_cpu: cpu_backends,
     rope_store_attention_appends_and_attends_vulkan: decode_vulkan_backends
+);
+
+/// A KV cache of `dtype` (F32, or F16 on backends that hold it) with the
+/// values it holds (f16: rounded).
+fn upload_cache(b: &mut dyn ComputeBackend, data: &[f32], dtype: DType) -> (Buffer, Vec<f32>) {
+    match dtype {
+        DType::F16 => upload_f16(b, data),
+        _ => (upload_f32(b, data), data.to_vec()),
+    }
+}
+
+/// Attention of `p` with attention sinks on `b` (the caches `kb`, `vb`
+/// hold `k`, `v` as `p.kv_dtype`) against the reference with sinks, within
+/// 4e-5 absolute (values in [-1, 1]: outputs are weighted sums with
+/// weights summing to at most 1; as attention's tests, on the f16-rounded
+/// caches for f16). The reference with sinks must differ from the one
+/// without by more than 0.05, so a backend ignoring them fails. False where
+/// `b` refuses the cache's dtype.
+#[allow(clippy::too_many_arguments)]
+fn check_sinks(
+    b: &mut dyn ComputeBackend,
+    name: &str,
+    what: &str,
+    p: &AttentionParams,
+    positions: &[u32],
+    q: &[f32],
+    (kb, k): (&Buffer, &[f32]),
+    (vb, v): (&Buffer, &[f32]),
+) -> bool {
+    let sinks = common::attention_sinks(p.n_heads, 41 + p.head_dim as u64);
+    let sb = upload_f32(b, &sinks);
+    let qb = upload_f32(b, q);
+    let pb = upload_u32(b, positions);
+    let out = b.alloc(q.len() * 4).unwrap();
+    let ps = AttentionParams {
+        sinks: Some(sb),
+        ..*p
+    };
+    b.begin_pass().unwrap();
+    let r = b.attention(&qb, kb, vb, &pb, &out, &ps);
+    b.end_pass().unwrap();
+    let refused = f16_unsupported(r, name);
+    let got = download_f32(b, &out, q.len());
+    for buf in [sb, qb, pb, out] {
+        b.free(buf);
+    }
+    if refused {
+        return false;
+    }
+    let p32 = AttentionParams {
+        kv_dtype: DType::F32,
+        ..*p
+    };
+    let want = reference::attention_with_sinks(q, k, v, positions, &p32, Some(&sinks)).unwrap();
+    let plain = reference::attention(q, k, v, positions, &p32).unwrap();
+    let moved = max_abs_diff(&want, &plain);
+    assert!(
+        moved > 0.05,
+        "{what}: the sinks move the result by {moved} only"
+    );
+    let err = max_abs_diff(&got, &want);
+    assert!(err <= 4e-5, "{name} {what}: error {err} with sinks");
+    true
+}
+
+fn attention_sinks_decode_splits_and_windows((name, mut b): Named) {
+    // Attention sinks on decode rows (Vulkan: attention_decode.comp, with a
+    // GPU's plans its key splits merged by attention_combine.comp or by
+    // the last split, MERGE, or unsplit spans; a CPU device's whole spans)
+    // and the fallback (head_dim 6 and 320: attention.comp): caches of
+    // 8192 at short and long spans, windows, up to 4 rows, GQA groups of 1
+    // to 8 (gpt-oss's 64 heads over 8), f32 and f16 caches (which the CPU
+    // refuses). Each case planned for the whole cache and for its own span.
+    // Tolerance and sinks: check_sinks.
+    let capacity = 8192;
+    for (n_heads, n_kv_heads, head_dim) in [
+        (9, 3, 64),
+        (64, 8, 64),
+        (32, 8, 128),
+        (4, 4, 80),
+        (2, 1, 6),
+        (4, 2, 320),
+    ] {
+        let kv = capacity * n_kv_heads * head_dim;
+        let k: Vec<f32> = rand_f32(kv, 131).iter().map(|v| v * 4.0).collect();
+        let v = rand_f32(kv, 132);
+        for dtype in [DType::F32, DType::F16] {
+            let (kb, k) = upload_cache(b.as_mut(), &k, dtype);
+            let (vb, v) = upload_cache(b.as_mut(), &v, dtype);
+            let cases: [(&[u32], usize); 6] = [
+                (&[0], 0),
+                (&[100], 0),
+                (&[8191], 0),
+                (&[8191], 128),
+                (&[7, 2000, 8191], 1000),
+                (&[0, 1, 33, 64], 16),
+            ];
+            for (positions, window) in cases {
+                let end = *positions.iter().max().unwrap() as usize + 1;
+                for span in [capacity, end] {
+                    let p = AttentionParams {
+                        rows: positions.len(),
+                        n_heads,
+                        n_kv_heads,
+                        head_dim,
+                        capacity,
+                        span,
+                        scale: 1.0 / (head_dim as f32).sqrt(),
+                        window,
+                        kv_dtype: dtype,
+                        pages: None,
+                        next: None,
+                        sinks: None,
+                    };
+                    let q: Vec<f32> = rand_f32(p.rows * n_heads * head_dim, 133)
+                        .iter()
+                        .map(|v| v * 4.0)
+                        .collect();
+                    let what = format!(
+                        "{n_heads}/{n_kv_heads} hd={head_dim} {dtype:?} window={window} \
+                         pos={positions:?} span {span}"
+                    );
+                    let caches = ((&kb, &k[..]), (&vb, &v[..]));
+                    if !check_sinks(
+                        b.as_mut(),
+                        &name,
+                        &what,
+                        &p,
+                        positions,
+                        &q,
+                        caches.0,
+                        caches.1,
+                    ) {
+                        break;
+                    }
+                }
+            }
+            b.free(kb);
+            b.free(vb);
+        }
+    }
+}
+test_device!(
+    attention_sinks_decode_splits_and_windows,
+    attention_sinks_decode_splits_and_windows_cpu: cpu_backends,
+    attention_sinks_decode_splits_and_windows_vulkan: decode_vulkan_backends
+);
+
+fn attention_sinks_prefill_rows((name, mut b): Named) {
+    // Attention sinks on prompt rows (Vulkan: the flash tiles,
+    // attention_prefill.comp, with a GPU's plans; the decode kernel for
+    // every row on a CPU device; attention.comp for head_dim 6): 7, 40 and
+    // 130 consecutive rows at depths 0 to 60, GQA, windows shorter than the
+    // rows, f32 and f16 caches (which the CPU refuses). Tolerance and
+    // sinks: check_sinks.
+    // (rows, first position, n_heads, n_kv_heads, head_dim, window)
+    let cases = [
+        (7, 10, 6, 2, 64, 0),
+        (40, 60, 8, 2, 128, 37),
+        (130, 0, 9, 3, 64, 0),
+        (130, 20, 4, 1, 128, 40),
+        (40, 5, 2, 1, 6, 0),
+    ];
+    let capacity = 200;
+    for (rows, first, n_heads, n_kv_heads, head_dim, window) in cases {
+        let kv = capacity * n_kv_heads * head_dim;
+        let k: Vec<f32> = rand_f32(kv, 141).iter().map(|v| v * 4.0).collect();
+        let v = rand_f32(kv, 142);
+        let q: Vec<f32> = rand_f32(rows * n_heads * head_dim, 143)
+            .iter()
+            .map(|v| v * 4.0)
+            .collect();
+        let positions: Vec<u32> = (first..first + rows as u32).collect();
+        for dtype in [DType::F32, DType::F16] {
+            let p = AttentionParams {
+                rows,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                capacity,
+                span: capacity,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window,
+                kv_dtype: dtype,
+                pages: None,
+                next: None,
+                sinks: None,
+            };
+            let (kb, k) = upload_cache(b.as_mut(), &k, dtype);
+            let (vb, v) = upload_cache(b.as_mut(), &v, dtype);
+            let what = format!(
+                "rows {rows} from {first} {n_heads}/{n_kv_heads} hd={head_dim} {dtype:?} \
+                 window={window}"
+            );
+            check_sinks(
+                b.as_mut(),
+                &name,
+                &what,
+                &p,
+                &positions,
+                &q,
+                (&kb, &k),
+                (&vb, &v),
+            );
+            b.free(kb);
+            b.free(vb);
+        }
+    }
+}
+test_device!(
+    attention_sinks_prefill_rows,
+    attention_sinks_prefill_rows_cpu: cpu_backends,
+    attention_sinks_prefill_rows_vulkan: decode_vulkan_backends
 );

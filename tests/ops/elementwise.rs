@@ -2,7 +2,8 @@
 //! copy, argmax.
 
 use crate::common::{
-    assert_ulps, download_f32, download_u32, pass, rand_f32, upload_f32, upload_u32, weight_bytes,
+    assert_ulps, download_f32, download_u32, max_abs_diff, pass, rand_f32, upload_f32, upload_u32,
+    weight_bytes,
 };
 use crate::{cols_for, cpu_backends, test_device, vulkan_backends, Named};
 use vkllm::backend::Activation;
@@ -80,6 +81,61 @@ test_device!(
     glu_silu_and_gelu,
     glu_silu_and_gelu_cpu,
     glu_silu_and_gelu_vulkan
+);
+
+fn glu_swiglu_oai_clamps((name, mut b): Named) {
+    // gpt-oss's SwiGLU: gates in [-10, 10] and ups in [-10, 10], so both
+    // clamps (gate above 7, up beyond ±7) are reached, which the test
+    // checks of its data; the result must differ from the unclamped SwiGLU
+    // there. Tolerance: 1e-5 relative plus 1e-6 absolute (f32 exp vs f64;
+    // outputs reach 7·8 = 56, so no absolute cap as for SiLU). Without up
+    // the op is an error.
+    for n in [1001, 5000] {
+        let gate: Vec<f32> = rand_f32(n, 33).iter().map(|v| v * 10.0).collect();
+        let up: Vec<f32> = rand_f32(n, 34).iter().map(|v| v * 10.0).collect();
+        assert!(gate.iter().any(|g| *g > 7.5), "no gate past the clamp");
+        assert!(up.iter().any(|u| *u > 7.5), "no up past the clamp");
+        assert!(up.iter().any(|u| *u < -7.5), "no up below the clamp");
+        let want = reference::glu(Activation::SwigluOai, &gate, Some(&up)).unwrap();
+        // Unclamped: g·sigmoid(1.702 g)·(u + 1).
+        let loose: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| g / (1.0 + (-1.702 * g).exp()) * (u + 1.0))
+            .collect();
+        assert!(
+            max_abs_diff(&want, &loose) > 1.0,
+            "the clamps change nothing"
+        );
+        let (gb, ub) = (upload_f32(b.as_mut(), &gate), upload_f32(b.as_mut(), &up));
+        let out = b.alloc(n * 4).unwrap();
+        pass(b.as_mut(), |b| {
+            b.glu(Activation::SwigluOai, &gb, Some(&ub), &out, n)
+                .unwrap()
+        });
+        let got = download_f32(b.as_mut(), &out, n);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tol = 1e-5 * w.abs() + 1e-6;
+            assert!(
+                (g - w).abs() <= tol,
+                "{name} SwigluOai n={n} [{i}] gate {} up {}: {g} vs {w}",
+                gate[i],
+                up[i]
+            );
+        }
+        b.begin_pass().unwrap();
+        let r = b.glu(Activation::SwigluOai, &gb, None, &out, n);
+        b.end_pass().unwrap();
+        assert!(r.is_err(), "{name}: SwigluOai without up accepted");
+        for buf in [gb, ub, out] {
+            b.free(buf);
+        }
+    }
+}
+test_device!(
+    glu_swiglu_oai_clamps,
+    glu_swiglu_oai_clamps_cpu,
+    glu_swiglu_oai_clamps_vulkan
 );
 
 fn add_scale_copy_and_aliasing((name, mut b): Named) {

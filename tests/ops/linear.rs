@@ -180,8 +180,13 @@ test_device!(
 fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
     // out = act(x̂·Gᵀ) ⊙ (x̂·Uᵀ). Each product may be off by its matmul bound
     // e = 1e-5·Σ|w·x̂| (+ the activation rounding of CPU modes); the result
-    // then by |act'|·e_g·|u| + |act(g)|·e_u with |act'| < 1.2 for SiLU and
-    // tanh-GELU, plus one rounding.
+    // then by |act'|·e_g·|u| + |act(g)|·e_u with |act'| < 1.2 for SiLU,
+    // tanh-GELU and gpt-oss's g·sigmoid(1.702 g) (SiLU's derivative of
+    // 1.702 g), plus one rounding; gpt-oss's SwiGLU multiplies by
+    // clamp(u, -7, 7) + 1 instead of u (its clamps only shrink errors). Its
+    // cases take inputs 4 times larger, so gates and ups pass ±7 (checked):
+    // one row through the GLU GEMV, 3 and 36 rows through the GEMM and
+    // glu.comp's rows on Vulkan.
     let eps = 1e-5;
     for dtype in [
         DType::F32,
@@ -202,17 +207,40 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
             (19, 3, Activation::GeluTanh, false),
             (19, 6, Activation::Silu, true),
             (19, 36, Activation::Silu, true),
+            (32, 1, Activation::SwigluOai, true),
+            (19, 3, Activation::SwigluOai, false),
+            (19, 36, Activation::SwigluOai, true),
         ] {
+            let oai = act == Activation::SwigluOai;
+            let big = if oai { 4.0 } else { 1.0 };
             let wb = weight_bytes(dtype, 2 * n, cols, (n * 5 + cols) as u64);
             let wf = reference::dequantize(dtype, &wb, 2 * n, cols).unwrap();
-            let x: Vec<f32> = rand_f32(m * cols, 81).iter().map(|v| v * 2.0).collect();
-            let nw: Vec<f32> = rand_f32(cols, 82).iter().map(|v| 1.0 + v).collect();
+            let x: Vec<f32> = rand_f32(m * cols, 81)
+                .iter()
+                .map(|v| v * 2.0 * big)
+                .collect();
+            let nw: Vec<f32> = rand_f32(cols, 82).iter().map(|v| (1.0 + v) * big).collect();
             let xn = if with_norm {
                 reference::rms_norm(&x, &nw, cols, eps).unwrap()
             } else {
                 x.clone()
             };
             let gu = reference::matmul(dtype, &wb, 2 * n, cols, None, &xn, m).unwrap();
+            if oai {
+                let (gates, ups): (Vec<f32>, Vec<f32>) = gu
+                    .chunks_exact(2 * n)
+                    .flat_map(|row| (0..n).map(move |i| (row[i], row[n + i])))
+                    .unzip();
+                assert!(
+                    gates.iter().any(|g| *g > 7.5),
+                    "{dtype} m={m}: no gate past 7"
+                );
+                assert!(ups.iter().any(|u| *u > 7.5), "{dtype} m={m}: no up past 7");
+                assert!(
+                    ups.iter().any(|u| *u < -7.5),
+                    "{dtype} m={m}: no up below -7"
+                );
+            }
             let w = b.upload_weight(dtype, 2 * n, cols, &wb).unwrap();
             let (xb, nwb, out) = (
                 upload_f32(b.as_mut(), &x),
@@ -236,6 +264,7 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
                     };
                     let (g, u) = (row[i], row[n + i]);
                     let act_g = reference::activate(act, g as f64) as f32;
+                    let u = if oai { u.clamp(-7.0, 7.0) + 1.0 } else { u };
                     let bound = 1.2 * err(i) * u.abs()
                         + act_g.abs() * err(n + i)
                         + 1e-6 * want[i].abs()

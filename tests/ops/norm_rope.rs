@@ -8,7 +8,7 @@ use crate::{
     assert_f16_close, cpu_backends, download_f16, f16_of, f16_unsupported, test_device, upload_f16,
     vulkan_backends, Named,
 };
-use vkllm::backend::{RopeParams, RopeStyle};
+use vkllm::backend::{RopeParams, RopeScaling, RopeStyle};
 use vkllm::{reference, DType};
 
 /// Largest |value|, for tolerances relative to a tensor's scale.
@@ -83,6 +83,7 @@ fn rope_both_styles_partial_and_positions((name, mut b): Named) {
                 rot_dim,
                 base: 10000.0,
                 style,
+                scaling: None,
             };
             let x = rand_f32(p.rows * p.n_heads * head_dim, 9);
             let mut want = x.clone();
@@ -136,6 +137,7 @@ fn store_rows_and_rope_store_write_the_cache_at_positions((name, mut b): Named) 
             rot_dim,
             base: 10000.0,
             style,
+            scaling: None,
         };
         let q = rand_f32(rows * n_heads * head_dim, 61);
         let k = rand_f32(rows * kvd, 62);
@@ -203,6 +205,7 @@ fn kv_cache_f16_rope_store_and_store_rows((name, mut b): Named) {
             rot_dim,
             base: 10000.0,
             style,
+            scaling: None,
         };
         let q = rand_f32(rows * n_heads * head_dim, 71);
         let k = rand_f32(rows * kvd, 72);
@@ -258,4 +261,185 @@ test_device!(
     kv_cache_f16_rope_store_and_store_rows,
     kv_cache_f16_rope_store_and_store_rows_cpu,
     kv_cache_f16_rope_store_and_store_rows_vulkan
+);
+
+/// YaRN cases: (head_dim, rot_dim, style, base, scaling). gpt-oss's config
+/// (as its Hugging Face config says, `truncate: false`), one truncated as
+/// llama.cpp does with partial rotary, and hand-made ramps with mscale 1
+/// (so the frequency mix alone is seen), one of them a step (low == high).
+fn yarn_cases() -> [(usize, usize, RopeStyle, f32, RopeScaling); 4] {
+    let ramp = |low, high| RopeScaling {
+        freq_scale: 0.25,
+        low,
+        high,
+        mscale: 1.0,
+    };
+    [
+        (
+            64,
+            64,
+            RopeStyle::Neox,
+            150000.0,
+            RopeScaling::yarn(32.0, 4096, 32.0, 1.0, 64, 150000.0, false),
+        ),
+        (
+            80,
+            32,
+            RopeStyle::Interleaved,
+            10000.0,
+            RopeScaling::yarn(8.0, 2048, 32.0, 1.0, 32, 10000.0, true),
+        ),
+        (64, 64, RopeStyle::Interleaved, 10000.0, ramp(3.0, 9.0)),
+        (64, 48, RopeStyle::Neox, 10000.0, ramp(5.0, 5.0)),
+    ]
+}
+
+/// Positions up to gpt-oss's context (131072).
+const YARN_POSITIONS: [u32; 7] = [0, 5, 1000, 4095, 4096, 70000, 131071];
+
+/// How far a rotated value (|x| <= 1 before) may be from the reference at
+/// `pos`: 1e-5 as unscaled rope, plus the device's reduction of angles up
+/// to `pos` radians to [-pi, pi] (glsl/rope.glsl: ~4e-11 of the angle), all
+/// times mscale.
+fn yarn_tolerance(pos: u32, mscale: f32) -> f32 {
+    (1e-5 + 6e-11 * pos as f32) * mscale.max(1.0)
+}
+
+/// `got` within [`yarn_tolerance`] of `want`, rows of `row_len` at `positions`.
+fn assert_rope_close(what: &str, got: &[f32], want: &[f32], row_len: usize, mscale: f32) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let tol = yarn_tolerance(YARN_POSITIONS[i / row_len], mscale);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}[{i}]: {g} vs {w} (tolerance {tol})"
+        );
+    }
+}
+
+fn rope_yarn_scaling((name, mut b): Named) {
+    // YaRN through rope and rope_store (f32 and f16 caches, which the CPU
+    // refuses), in one pass with the same shapes unscaled, so a table of
+    // one is never taken for the other's. Tolerances: yarn_tolerance; the
+    // f16 cache within one f16 ulp of the reference rounded to f16 beyond
+    // that. Each case's result is checked to differ from the unscaled
+    // rotation, so a backend ignoring the scaling fails.
+    let positions = YARN_POSITIONS;
+    let (rows, n_heads, n_kv) = (positions.len(), 3, 1);
+    for (head_dim, rot_dim, style, base, scaling) in yarn_cases() {
+        let p = RopeParams {
+            rows,
+            n_heads,
+            head_dim,
+            rot_dim,
+            base,
+            style,
+            scaling: Some(scaling),
+        };
+        let plain = RopeParams { scaling: None, ..p };
+        let kp = RopeParams { n_heads: n_kv, ..p };
+        let what = format!("{name} {style:?} hd={head_dim} rot={rot_dim} {scaling:?}");
+        let row_len = n_heads * head_dim;
+        let kvd = n_kv * head_dim;
+        let x = rand_f32(rows * row_len, 101);
+        let k = rand_f32(rows * kvd, 102);
+        let v = rand_f32(rows * kvd, 103);
+        let (mut want, mut want_plain, mut k_want) = (x.clone(), x.clone(), k.clone());
+        reference::rope(&mut want, &positions, &p).unwrap();
+        reference::rope(&mut want_plain, &positions, &plain).unwrap();
+        reference::rope(&mut k_want, &positions, &kp).unwrap();
+        let moved = max_abs_diff(&want, &want_plain);
+        assert!(
+            moved > 0.1,
+            "{what}: scaling changes the reference by {moved} only"
+        );
+        let cap = 131072;
+        let [xb, xb_plain, qb, kb, vb] = [&x, &x, &x, &k, &v].map(|d| upload_f32(b.as_mut(), d));
+        let pb = upload_u32(b.as_mut(), &positions);
+        let [kc, vc] = [0, 1].map(|_| b.alloc(cap * kvd * 4).unwrap());
+        pass(b.as_mut(), |b| {
+            b.rope(&xb, &pb, &p).unwrap();
+            b.rope(&xb_plain, &pb, &plain).unwrap();
+            b.rope_store(&qb, &kb, &vb, &pb, &kc, &vc, &p, n_kv, DType::F32, None)
+                .unwrap();
+        });
+        let got = download_f32(b.as_mut(), &xb, x.len());
+        assert_rope_close(
+            &format!("{what}: rope"),
+            &got,
+            &want,
+            row_len,
+            scaling.mscale,
+        );
+        let got = download_f32(b.as_mut(), &xb_plain, x.len());
+        assert_rope_close(
+            &format!("{what}: unscaled"),
+            &got,
+            &want_plain,
+            row_len,
+            1.0,
+        );
+        let got = download_f32(b.as_mut(), &qb, x.len());
+        assert_rope_close(
+            &format!("{what}: rope_store q"),
+            &got,
+            &want,
+            row_len,
+            scaling.mscale,
+        );
+        let mut kc_got = vec![0f32; rows * kvd];
+        for (r, &pos) in positions.iter().enumerate() {
+            let mut bytes = vec![0u8; kvd * 4];
+            b.download(&kc, pos as usize * kvd * 4, &mut bytes).unwrap();
+            kc_got[r * kvd..(r + 1) * kvd].copy_from_slice(bytemuck::cast_slice(&bytes));
+        }
+        assert_rope_close(
+            &format!("{what}: k cache"),
+            &kc_got,
+            &k_want,
+            kvd,
+            scaling.mscale,
+        );
+        // Partial rotary: the tail of every head passes untouched.
+        let got = download_f32(b.as_mut(), &xb, x.len());
+        for (h, head) in got.chunks_exact(head_dim).enumerate() {
+            assert_eq!(
+                &head[rot_dim..],
+                &x[h * head_dim + rot_dim..(h + 1) * head_dim],
+                "{what}: tail"
+            );
+        }
+        for buf in [xb, xb_plain, qb, kc, vc] {
+            b.free(buf);
+        }
+        // An f16 cache: the rows as the reference's, rounded.
+        let (kc16, _) = upload_f16(b.as_mut(), &vec![0f32; cap * kvd]);
+        let (vc16, _) = upload_f16(b.as_mut(), &vec![0f32; cap * kvd]);
+        let qb = upload_f32(b.as_mut(), &x);
+        b.begin_pass().unwrap();
+        let r = b.rope_store(&qb, &kb, &vb, &pb, &kc16, &vc16, &p, n_kv, DType::F16, None);
+        b.end_pass().unwrap();
+        if !f16_unsupported(r, &name) {
+            let all = download_f16(b.as_mut(), &kc16, cap * kvd);
+            for (r, &pos) in positions.iter().enumerate() {
+                let got = &all[pos as usize * kvd..(pos as usize + 1) * kvd];
+                let want = f16_of(&k_want[r * kvd..(r + 1) * kvd]).1;
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let tol =
+                        yarn_tolerance(pos, scaling.mscale) + w.abs().max(1.0 / 16384.0) / 1024.0;
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "{what}: f16 k row {r}[{i}] {g} vs {w} (tolerance {tol})"
+                    );
+                }
+            }
+        }
+        for buf in [kc16, vc16, qb, kb, vb, pb] {
+            b.free(buf);
+        }
+    }
+}
+test_device!(
+    rope_yarn_scaling,
+    rope_yarn_scaling_cpu,
+    rope_yarn_scaling_vulkan
 );

@@ -7,17 +7,21 @@
 //! within 1e-5 on the CPU, whose contiguous fast path a scattered table
 //! leaves); rows with tables of their own (a decode step of several
 //! sequences) equal the reference over each row's own cache; a page past
-//! the pool is never followed; short tables are errors.
+//! the pool is never followed; short tables are errors. Attention sinks
+//! and YaRN rope run through the paged kernels too (pages of 64, and of 4
+//! for rows with tables of their own).
 
 use crate::common::{
-    download_f32, gather_pages, max_abs_diff, paged_row, pass, rand_f32, scrambled_pages,
-    upload_f32, upload_u32,
+    attention_sinks, download_f32, gather_pages, max_abs_diff, paged_row, pass, rand_f32,
+    scrambled_pages, upload_f32, upload_u32,
 };
 use crate::{
     cpu_backends, decode_vulkan_backends, download_f16, f16_unsupported, test_device, upload_f16,
     Named,
 };
-use vkllm::backend::{AttentionParams, Buffer, ComputeBackend, KvPages, RopeParams, RopeStyle};
+use vkllm::backend::{
+    AttentionParams, Buffer, ComputeBackend, KvPages, RopeParams, RopeScaling, RopeStyle,
+};
 use vkllm::{reference, DType};
 
 /// log2 of the page lengths tested: 16 and 64 positions.
@@ -76,6 +80,7 @@ fn store_rows_and_rope_store_paged((name, mut b): Named) {
         rot_dim: 64,
         base: 10000.0,
         style: RopeStyle::Neox,
+        scaling: None,
     };
     let q = rand_f32(rows * n_heads * head_dim, 41);
     let k = rand_f32(rows * kvd, 42);
@@ -192,8 +197,9 @@ fn attention_paged_one_table((name, mut b): Named) {
     // Rows of one sequence (stride 0) through a scrambled table of 192
     // positions, against the unpaged op over the cache it maps: Vulkan's
     // decode kernel (1 and 4 rows; every row on a CPU device), prefill tiles
-    // (7 and 40 rows), the fallback (head_dim 6); GQA, a window. Also
-    // within 4e-5 of the reference, as attention's tests.
+    // (7 and 40 rows), the fallback (head_dim 6); GQA, a window; attention
+    // sinks in pages of 64. Also within 4e-5 of the reference, as
+    // attention's tests.
     // (n_heads, n_kv_heads, head_dim, window, positions)
     let cases: [(usize, usize, usize, usize, Vec<u32>); 5] = [
         (4, 4, 64, 0, vec![130]),
@@ -222,6 +228,8 @@ fn attention_paged_one_table((name, mut b): Named) {
                 );
                 let k = gather_pages(&k_pool, &table, log2, kvd, len);
                 let v = gather_pages(&v_pool, &table, log2, kvd, len);
+                let sinks = (log2 == PAGE_LOG2S[1]).then(|| attention_sinks(n_heads, 52));
+                let sb = sinks.as_ref().map(|s| upload_f32(b.as_mut(), s));
                 let p = AttentionParams {
                     rows,
                     n_heads,
@@ -234,6 +242,7 @@ fn attention_paged_one_table((name, mut b): Named) {
                     kv_dtype: dtype,
                     pages: None,
                     next: None,
+                    sinks: sb,
                 };
                 let (kb, _) = upload_cache(b.as_mut(), &k, dtype);
                 let (vb, _) = upload_cache(b.as_mut(), &v, dtype);
@@ -255,10 +264,13 @@ fn attention_paged_one_table((name, mut b): Named) {
                 let r2 = b.attention(&qb, &kp, &vp, &pb, &paged, &pp);
                 b.end_pass().unwrap();
                 let what = format!(
-                    "{name} {dtype:?} pages of {} {n_heads}/{n_kv_heads} hd {head_dim} rows {rows}",
-                    1 << log2
+                    "{name} {dtype:?} pages of {} {n_heads}/{n_kv_heads} hd {head_dim} rows {rows} \
+                     sinks {}",
+                    1 << log2,
+                    sinks.is_some()
                 );
-                let bufs = [kb, vb, kp, vp, qb, pb, tb];
+                let mut bufs = vec![kb, vb, kp, vp, qb, pb, tb];
+                bufs.extend(sb);
                 if f16_unsupported(r.and(r2), &name) {
                     bufs.into_iter()
                         .chain([flat, paged])
@@ -276,9 +288,17 @@ fn attention_paged_one_table((name, mut b): Named) {
                     kv_dtype: DType::F32,
                     ..p
                 };
-                let exact = reference::attention(&q, &k, &v, positions, &p32).unwrap();
+                let exact =
+                    reference::attention_with_sinks(&q, &k, &v, positions, &p32, sinks.as_deref())
+                        .unwrap();
                 let err = max_abs_diff(&got, &exact);
                 assert!(err <= 4e-5, "{what}: error {err} vs the reference");
+                if sinks.is_some() {
+                    let plain = AttentionParams { sinks: None, ..p32 };
+                    let without = reference::attention(&q, &k, &v, positions, &plain).unwrap();
+                    let moved = max_abs_diff(&exact, &without);
+                    assert!(moved > 0.05, "{what}: the sinks move it by {moved} only");
+                }
             }
         }
     }
@@ -296,8 +316,9 @@ fn attention_paged_rows_own_tables((name, mut b): Named) {
     // of theirs (a forked prefix), ids scrambled, rows at depths from 0 to
     // 2000 (a CPU device's unsplit workgroups stage several chunks of page
     // ids); GQA, a window; pages of 16, 64 and 4 (Vulkan: too short for the
-    // decode kernel, the fallback's). Each row within 4e-5 of the reference
-    // over its own cache, as attention's tests.
+    // decode kernel, the fallback's); attention sinks in pages of 64 and 4.
+    // Each row within 4e-5 of the reference over its own cache, as
+    // attention's tests.
     // (n_heads, n_kv_heads, head_dim, window)
     let shapes = [
         (9, 3, 64, 0),
@@ -330,6 +351,8 @@ fn attention_paged_rows_own_tables((name, mut b): Named) {
                 let pb = upload_u32(b.as_mut(), positions);
                 let tb = upload_u32(b.as_mut(), &table);
                 let out = b.alloc(q.len() * 4).unwrap();
+                let sinks = (log2 != 4).then(|| attention_sinks(n_heads, 62));
+                let sb = sinks.as_ref().map(|s| upload_f32(b.as_mut(), s));
                 let p = AttentionParams {
                     rows,
                     n_heads,
@@ -347,11 +370,13 @@ fn attention_paged_rows_own_tables((name, mut b): Named) {
                         pages,
                     }),
                     next: None,
+                    sinks: sb,
                 };
                 b.begin_pass().unwrap();
                 let r = b.attention(&qb, &kp, &vp, &pb, &out, &p);
                 b.end_pass().unwrap();
-                let bufs = [kp, vp, qb, pb, tb];
+                let mut bufs = vec![kp, vp, qb, pb, tb];
+                bufs.extend(sb);
                 if f16_unsupported(r, &name) {
                     bufs.into_iter().chain([out]).for_each(|buf| b.free(buf));
                     continue;
@@ -370,7 +395,15 @@ fn attention_paged_rows_own_tables((name, mut b): Named) {
                     let k = gather_pages(&k_pool, t, log2, kvd, len);
                     let v = gather_pages(&v_pool, t, log2, kvd, len);
                     let q_r = &q[r * qd..(r + 1) * qd];
-                    let want = reference::attention(q_r, &k, &v, &[pos], &one).unwrap();
+                    let want = reference::attention_with_sinks(
+                        q_r,
+                        &k,
+                        &v,
+                        &[pos],
+                        &one,
+                        sinks.as_deref(),
+                    )
+                    .unwrap();
                     let err = max_abs_diff(&got[r * qd..(r + 1) * qd], &want);
                     assert!(
                         err <= 4e-5,
@@ -395,7 +428,11 @@ fn rope_store_attention_paged((name, mut b): Named) {
     // op unpaged over the cache the table maps: the output as unpaged (see
     // assert_as_unpaged), the new row's k and v exactly where the table
     // puts them, every other pool row untouched. A table of its own (stride
-    // > 0) for pages of 64.
+    // > 0) for pages of 64, and there gpt-oss's YaRN rope and attention
+    // sinks, with the output also within 2e-4 of the reference over the
+    // caches the op left and q roped by the reference (its rotation differs
+    // from the device's by ~1e-6, which the scores carry) and away from the
+    // reference without them.
     // (n_heads, n_kv_heads, head_dim, rot_dim, style, position, window, cache)
     type Case = (usize, usize, usize, usize, RopeStyle, u32, usize, DType);
     let cases: [Case; 5] = [
@@ -412,6 +449,8 @@ fn rope_store_attention_paged((name, mut b): Named) {
             let per = len >> log2;
             let pages = per + 6;
             let table = scrambled_pages(per, pages, 5);
+            let oss = log2 == PAGE_LOG2S[1];
+            let yarn = RopeScaling::yarn(32.0, 4096, 32.0, 1.0, rot_dim, 10000.0, false);
             let rope = RopeParams {
                 rows: 1,
                 n_heads,
@@ -419,7 +458,10 @@ fn rope_store_attention_paged((name, mut b): Named) {
                 rot_dim,
                 base: 10000.0,
                 style,
+                scaling: oss.then_some(yarn),
             };
+            let sinks = oss.then(|| attention_sinks(n_heads, 74));
+            let sb = sinks.as_ref().map(|s| upload_f32(b.as_mut(), s));
             let (q, (kp, k_pool), (vp, v_pool)) = pools(
                 b.as_mut(),
                 n_heads * head_dim,
@@ -450,6 +492,7 @@ fn rope_store_attention_paged((name, mut b): Named) {
                 kv_dtype: dtype,
                 pages: None,
                 next: None,
+                sinks: sb,
             };
             let pp = AttentionParams {
                 pages: Some(KvPages {
@@ -465,10 +508,12 @@ fn rope_store_attention_paged((name, mut b): Named) {
             let r2 = b.rope_store_attention(&q_paged, &kn, &vn, &pb, &kp, &vp, &rope, &pp, &paged);
             b.end_pass().unwrap();
             let what = format!(
-                "{name} {dtype:?} pages of {} {n_heads}/{n_kv} hd {head_dim} pos {pos}",
+                "{name} {dtype:?} pages of {} {n_heads}/{n_kv} hd {head_dim} pos {pos} \
+                 yarn and sinks {oss}",
                 1 << log2
             );
-            let bufs = [q_flat, q_paged, kn, vn, pb, tb];
+            let mut bufs = vec![q_flat, q_paged, kn, vn, pb, tb];
+            bufs.extend(sb);
             let caches = [kb, vb, kp, vp];
             if f16_unsupported(r.and(r2), &name) {
                 bufs.into_iter()
@@ -485,6 +530,41 @@ fn rope_store_attention_paged((name, mut b): Named) {
             assert_as_unpaged(&name, &what, &got, &want, 1e-5);
             let [k_after, v_after] =
                 [kb, vb].map(|buf| download_cache(b.as_mut(), &buf, len * kvd, dtype));
+            if oss {
+                let p32 = AttentionParams {
+                    kv_dtype: DType::F32,
+                    sinks: None,
+                    ..p
+                };
+                let attend = |rope: &RopeParams, sinks: Option<&[f32]>| {
+                    let mut q_roped = q.clone();
+                    reference::rope(&mut q_roped, &[pos], rope).unwrap();
+                    reference::attention_with_sinks(
+                        &q_roped,
+                        &k_after,
+                        &v_after,
+                        &[pos],
+                        &p32,
+                        sinks,
+                    )
+                    .unwrap()
+                };
+                let exact = attend(&rope, sinks.as_deref());
+                let err = max_abs_diff(&got, &exact);
+                assert!(err <= 2e-4, "{what}: error {err} vs the reference");
+                let plain = attend(
+                    &RopeParams {
+                        scaling: None,
+                        ..rope
+                    },
+                    None,
+                );
+                let moved = max_abs_diff(&exact, &plain);
+                assert!(
+                    moved > 0.05,
+                    "{what}: YaRN and sinks move it by {moved} only"
+                );
+            }
             let n = k_pool.len();
             let [kp_after, vp_after] =
                 [kp, vp].map(|buf| download_cache(b.as_mut(), &buf, n, dtype));
@@ -549,6 +629,7 @@ fn paged_attention_bad_tables_are_errors((name, mut b): Named) {
                     pages,
                 }),
                 next: None,
+                sinks: None,
             };
             b.begin_pass().unwrap();
             let r = b.attention(&qb, &kp, &vp, &pb, &out, &p);

@@ -42,6 +42,7 @@ fn bad_shapes_and_handles_are_errors((name, mut b): Named) {
         rot_dim: 10,
         base: 1e4,
         style: RopeStyle::Neox,
+        scaling: None,
     };
     assert!(
         b.rope(&small, &ids, &bad_rope).is_err(),
@@ -59,6 +60,7 @@ fn bad_shapes_and_handles_are_errors((name, mut b): Named) {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     assert!(
         b.attention(&small, &small, &small, &ids, &y, &bad_attn)

@@ -22,7 +22,8 @@ use vkllm::{reference, DType};
 /// and each whole in tiles of several heads (a CPU device's plan);
 /// Q4_0, Q4_K
 /// (their block sums enter the dot) and Q8_0 weights (the integer-dot kernel
-/// on for every size). Told no next weight, the attention writes only f32
+/// on for every size); every other case with attention sinks, which the
+/// digits must include. Told no next weight, the attention writes only f32
 /// and the projection quantizes for itself.
 #[test]
 fn attention_merge_quantizes_like_quantize_q8() {
@@ -49,19 +50,25 @@ fn attention_merge_quantizes_like_quantize_q8() {
         (3, 100, 8, 2, 128, DType::Q8_0, 0),
         (3, 100, 8, 2, 128, DType::Q4K, 0),
     ];
-    for ((rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges), splits) in
-        cases.into_iter().flat_map(|c| [(c, true), (c, false)])
+    for (ci, ((rows, depth, n_heads, n_kv_heads, head_dim, dtype, merges), splits)) in cases
+        .into_iter()
+        .flat_map(|c| [(c, true), (c, false)])
+        .enumerate()
     {
         b.set_decode_splits(splits);
         let merges = if splits { merges } else { 0 };
+        let with_sinks = ci % 4 >= 2;
         let what = format!(
-            "rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim} splits {splits}"
+            "rows {rows} depth {depth} {n_heads}/{n_kv_heads} hd {head_dim} splits {splits} \
+             sinks {with_sinks}"
         );
         let (mut p, positions, q, k, v) = attention_case(
             (rows, depth, n_heads, n_kv_heads, head_dim, 0),
             DType::F32,
             71,
         );
+        let sinks = with_sinks.then(|| upload_f32(&mut b, &common::attention_sinks(n_heads, 75)));
+        p.sinks = sinks;
         let dim = n_heads * head_dim;
         let n_out = 96;
         let wb = weight_bytes(dtype, n_out, dim, 72);
@@ -116,7 +123,10 @@ fn attention_merge_quantizes_like_quantize_q8() {
         let allowed = gemv_allowed(&b, (dtype, &wb), n_out, dim, &a, rows);
         let got = download_f32(&mut b, &y_copy, rows * n_out);
         assert_within(&format!("{what}, no next weight"), &got, &want, &allowed);
-        for buf in [qb, kb, vb, pb, att, copy, y_fused, y_copy] {
+        for buf in [qb, kb, vb, pb, att, copy, y_fused, y_copy]
+            .into_iter()
+            .chain(sinks)
+        {
             b.free(buf);
         }
     }
@@ -143,25 +153,35 @@ fn decode_attention_last_split_merges_in_replayed_passes() {
     );
     let pb = upload_u32(&mut b, &[0]);
     let ob = b.alloc(q.len() * 4).unwrap();
-    let key = 3;
-    let mut kept = Vec::new();
-    for pos in [700u32, 1000, 40, 1023, 333] {
-        b.upload(&pb, 0, bytemuck::bytes_of(&pos)).unwrap();
-        let replayed = b.replay(key, 1).unwrap();
-        if !replayed {
-            b.begin_replayable_pass(key).unwrap();
-            b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
-            b.end_pass().unwrap();
-            assert_eq!(b.stats().dispatches, 1, "no merge dispatch");
+    // Again with attention sinks, which the merging split adds once.
+    let sinks = common::attention_sinks(p.n_heads, 92);
+    let sb = upload_f32(&mut b, &sinks);
+    for (key, with_sinks) in [(3, false), (4, true)] {
+        let p = AttentionParams {
+            sinks: with_sinks.then_some(sb),
+            ..p
+        };
+        let mut kept = Vec::new();
+        for pos in [700u32, 1000, 40, 1023, 333] {
+            b.upload(&pb, 0, bytemuck::bytes_of(&pos)).unwrap();
+            let replayed = b.replay(key, 1).unwrap();
+            if !replayed {
+                b.begin_replayable_pass(key).unwrap();
+                b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap();
+                b.end_pass().unwrap();
+                assert_eq!(b.stats().dispatches, 1, "no merge dispatch");
+            }
+            kept.push(replayed);
+            let got = download_f32(&mut b, &ob, q.len());
+            let s = with_sinks.then_some(&sinks[..]);
+            let want = reference::attention_with_sinks(&q, &k, &v, &[pos], &p, s).unwrap();
+            let ones = vec![1.0f32; q.len()];
+            let what = format!("position {pos} sinks {with_sinks}");
+            assert_close(&what, &got, &want, &ones, TOL);
         }
-        kept.push(replayed);
-        let got = download_f32(&mut b, &ob, q.len());
-        let want = reference::attention(&q, &k, &v, &[pos], &p).unwrap();
-        let ones = vec![1.0f32; q.len()];
-        assert_close(&format!("position {pos}"), &got, &want, &ones, TOL);
+        assert!(kept.ends_with(&[true, true, true]), "replays: {kept:?}");
     }
-    assert!(kept.ends_with(&[true, true, true]), "replays: {kept:?}");
-    for buf in [qb, kb, vb, pb, ob] {
+    for buf in [qb, kb, vb, pb, ob, sb] {
         b.free(buf);
     }
 }
@@ -191,6 +211,7 @@ fn attention_case(
         kv_dtype,
         pages: None,
         next: None,
+        sinks: None,
     };
     let positions: Vec<u32> = (depth as u32..(depth + rows) as u32).collect();
     let doubled = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|x| x * 2.0).collect() };
@@ -205,10 +226,10 @@ fn attention_case(
 /// decode kernel for every row, `VKLLM_ATTENTION=decode`, with the device's
 /// own decode plans, for more than 4 rows; the decode kernel for 1): many rows of consecutive
 /// positions at depth 0 and after a long prior cache, GQA ratios 1/3/4,
-/// head_dim 64 and 128, with and without a sliding window. Outputs are
-/// convex combinations of values in [-1, 1], so the bound is absolute: TOL
-/// (1e-4; f32 online softmax against the f64 reference differs by ~1e-6
-/// here).
+/// head_dim 64 and 128, with and without a sliding window, every other case
+/// with attention sinks. Outputs are (with sinks, sub-)convex combinations
+/// of values in [-1, 1], so the bound is absolute: TOL (1e-4; f32 online
+/// softmax against the f64 reference differs by ~1e-6 here).
 #[test]
 fn attention_prefill_many_rows_long_cache() {
     let Some(mut b) = common::vulkan_backend() else {
@@ -248,26 +269,31 @@ fn prefill_many_rows_long_cache(b: &mut VulkanBackend) {
         (33, 700, 3, 3, 80, 0),
     ];
     for (ci, case) in cases.into_iter().enumerate() {
-        let (p, positions, q, k, v) = attention_case(case, DType::F32, 1000 + 10 * ci as u64);
+        let (mut p, positions, q, k, v) = attention_case(case, DType::F32, 1000 + 10 * ci as u64);
         let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
         let (qb, kb, vb) = (upload_f32(b, &q), upload_f32(b, &k), upload_f32(b, &v));
         let pb = upload_u32(b, &positions);
         let ob = b.alloc(q.len() * 4).unwrap();
+        let sinks = (ci % 2 == 1).then(|| common::attention_sinks(n_heads, 1001 + ci as u64));
+        let sb = sinks.as_ref().map(|s| upload_f32(b, s));
+        p.sinks = sb;
         pass(b, |b| b.attention(&qb, &kb, &vb, &pb, &ob, &p).unwrap());
         let got = download_f32(b, &ob, q.len());
-        let want = reference::attention(&q, &k, &v, &positions, &p).unwrap();
+        let want =
+            reference::attention_with_sinks(&q, &k, &v, &positions, &p, sinks.as_deref()).unwrap();
         let scale = vec![1.0f32; q.len()];
         assert_close(
             &format!(
                 "attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
-                 hd {head_dim} window {window}"
+                 hd {head_dim} window {window} sinks {}",
+                sb.is_some()
             ),
             &got,
             &want,
             &scale,
             TOL,
         );
-        for buf in [qb, kb, vb, pb, ob] {
+        for buf in [qb, kb, vb, pb, ob].into_iter().chain(sb) {
             b.free(buf);
         }
     }
@@ -282,7 +308,8 @@ fn prefill_many_rows_long_cache(b: &mut VulkanBackend) {
 /// absolute. Cases cross the 64-vector query tile and the 32-key tile, with
 /// GQA groups of 1-4, head_dim 64 and 128, windows, rows deep into the
 /// cache, and more query vectors than rows (keys past each row masked per
-/// row).
+/// row); every other case with attention sinks (split ones too, which
+/// attention_combine.comp adds).
 #[test]
 fn attention_prefill_coopmat_f16_cache() {
     let Some(mut b) = common::vulkan_backend() else {
@@ -313,8 +340,11 @@ fn attention_prefill_coopmat_f16_cache() {
     ];
     let f16 = |v: &[f32]| -> Vec<half::f16> { v.iter().map(|&x| half::f16::from_f32(x)).collect() };
     for (ci, case) in cases.into_iter().enumerate() {
-        let (p, positions, q, k, v) = attention_case(case, DType::F16, 2000 + 10 * ci as u64);
+        let (mut p, positions, q, k, v) = attention_case(case, DType::F16, 2000 + 10 * ci as u64);
         let (rows, depth, n_heads, n_kv_heads, head_dim, window) = case;
+        let sinks = (ci % 2 == 1).then(|| common::attention_sinks(n_heads, 2001 + ci as u64));
+        let sb = sinks.as_ref().map(|s| upload_f32(&mut b, s));
+        p.sinks = sb;
         let (k, v) = (f16(&k), f16(&v));
         let (kb, vb) = (b.alloc(k.len() * 2).unwrap(), b.alloc(v.len() * 2).unwrap());
         b.upload(&kb, 0, bytemuck::cast_slice(&k)).unwrap();
@@ -336,19 +366,28 @@ fn attention_prefill_coopmat_f16_cache() {
             kv_dtype: DType::F32,
             ..p
         };
-        let want = reference::attention(&q16, &widen(&k), &widen(&v), &positions, &p32).unwrap();
+        let want = reference::attention_with_sinks(
+            &q16,
+            &widen(&k),
+            &widen(&v),
+            &positions,
+            &p32,
+            sinks.as_deref(),
+        )
+        .unwrap();
         let scale = vec![1.0f32; q.len()];
         assert_close(
             &format!(
                 "coopmat attention rows {rows} depth {depth} heads {n_heads}/{n_kv_heads} \
-                 hd {head_dim} window {window}"
+                 hd {head_dim} window {window} sinks {}",
+                sb.is_some()
             ),
             &got,
             &want,
             &scale,
             2e-3,
         );
-        for buf in [qb, kb, vb, pb, ob] {
+        for buf in [qb, kb, vb, pb, ob].into_iter().chain(sb) {
             b.free(buf);
         }
     }
@@ -362,7 +401,8 @@ fn attention_prefill_coopmat_f16_cache() {
 /// splits, merged by attention_combine.comp or by the last split); with
 /// the o projection's int8 digits out where the device has the
 /// integer-dot GEMV (the projection of them within `gemv_allowed` of the
-/// reference). Each row within TOL of the reference over its own cache.
+/// reference); attention sinks in pages of 64. Each row within TOL of the
+/// reference over its own cache.
 #[test]
 fn attention_decode_paged_rows() {
     let Some(mut b) = q8_everywhere().or_else(common::vulkan_backend) else {
@@ -417,6 +457,8 @@ fn attention_decode_paged_rows() {
         let wb = weight_bytes(wdtype, n_out, dim, 104);
         let w = b.upload_weight(wdtype, n_out, dim, &wb).unwrap();
         let y = b.alloc(rows * n_out * 4).unwrap();
+        let sinks = (log2 == 6).then(|| common::attention_sinks(n_heads, 105));
+        let sb = sinks.as_ref().map(|s| upload_f32(&mut b, s));
         let p = AttentionParams {
             rows,
             n_heads,
@@ -434,6 +476,7 @@ fn attention_decode_paged_rows() {
                 pages,
             }),
             next: q8.then(|| NextWeight::of(&w)),
+            sinks: sb,
         };
         pass(&mut b, |b| {
             b.attention(&qb, &kb, &vb, &pb, &att, &p).unwrap();
@@ -450,8 +493,10 @@ fn attention_decode_paged_rows() {
             let t = &table[r * per..(r + 1) * per];
             let kr = common::gather_pages(&k, t, log2, kvd, len);
             let vr = common::gather_pages(&v, t, log2, kvd, len);
+            let qr = &q[r * dim..(r + 1) * dim];
             let want =
-                reference::attention(&q[r * dim..(r + 1) * dim], &kr, &vr, &[pos], &one).unwrap();
+                reference::attention_with_sinks(qr, &kr, &vr, &[pos], &one, sinks.as_deref())
+                    .unwrap();
             let ones = vec![1.0f32; dim];
             let row = &got[r * dim..(r + 1) * dim];
             assert_close(&format!("{what}: row {r} at {pos}"), row, &want, &ones, TOL);
@@ -460,7 +505,7 @@ fn attention_decode_paged_rows() {
         let want = reference::matmul(wdtype, &wb, n_out, dim, None, &got, rows).unwrap();
         let allowed = gemv_allowed(&b, (wdtype, &wb), n_out, dim, &got, rows);
         assert_within(&format!("{what}: projection"), &projected, &want, &allowed);
-        for buf in [qb, kb, vb, pb, tb, att, y] {
+        for buf in [qb, kb, vb, pb, tb, att, y].into_iter().chain(sb) {
             b.free(buf);
         }
         b.free_weight(w);

@@ -68,6 +68,7 @@ fn out_of_range_shapes_are_errors() {
         rot_dim: 3,
         base: 1e4,
         style: RopeStyle::Neox,
+        scaling: None,
     };
     assert!(b.rope(&small, &big, &rope).is_err(), "odd rot_dim");
     let att = AttentionParams {
@@ -82,6 +83,7 @@ fn out_of_range_shapes_are_errors() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     assert!(
         b.attention(&small, &small, &small, &small, &big, &att)
@@ -145,6 +147,7 @@ fn out_of_range_shapes_are_errors() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     b.begin_pass().unwrap();
     b.attention(&small, &cache, &cache, &pos, &big, &one_head)

@@ -162,6 +162,7 @@ fn barriers_only_between_dependent_ops() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     b.begin_pass().unwrap();
     b.copy(&outs[1], 0, &cache, n * 4, n * 4).unwrap();
@@ -227,6 +228,7 @@ fn replayed_pass_reads_new_token_and_position() {
         kv_dtype: DType::F32,
         pages: None,
         next: None,
+        sinks: None,
     };
     // One decode step: embed, attend over positions 0..=pos, project, argmax.
     let record = |b: &mut VulkanBackend| {

@@ -18,6 +18,11 @@
 //! decode kernel stages the page ids of whole rounds of keys a chunk at a
 //! time, which needs pages of at least 16 (DECODE_MIN_PAGE_LOG2; shorter
 //! pages take attention.comp instead, as do the fused rope and append).
+//!
+//! Attention sinks (`AttentionParams::sinks`) are every kernel's SINKS bit
+//! and one more binding (absent: q stands in, never read): a head's sink
+//! joins its denominator where its output is made final, in the kernel
+//! with one split, else once in the merge of the splits.
 
 use super::kv_pages::{paged, table_binding, PagePush};
 use super::Encoder;
@@ -364,9 +369,13 @@ impl Encoder<'_> {
         check::fits_kv(OP, "v_cache", v_cache, kv_elems, p.kv_dtype)?;
         let f16 = u32::from(p.kv_dtype == DType::F16);
         check::fits(OP, "positions", positions, p.rows)?;
+        if let Some(s) = &p.sinks {
+            check::fits(OP, "sinks", s, p.n_heads)?;
+        }
         if p.rows == 0 {
             return Ok(());
         }
+        let sinks = u32::from(p.sinks.is_some());
         let push = Push {
             rows: u32_of(OP, "rows", p.rows)?,
             n_heads: u32_of(OP, "n_heads", p.n_heads)?,
@@ -399,7 +408,7 @@ impl Encoder<'_> {
             );
         }
         if p.rows > SPLIT_MAX_ROWS && !per_row_tables {
-            if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16) {
+            if let Some((shader, spec, br)) = self.prefill_kernel(p, push.head_dim, f16, sinks) {
                 let q_tiles = p.rows.checked_mul(group).ok_or_else(overflow)?.div_ceil(br);
                 let n_split = if br == COOPMAT_BR {
                     prefill_splits(q_tiles.saturating_mul(p.n_kv_heads), p.capacity)
@@ -437,6 +446,7 @@ impl Encoder<'_> {
                         atomic(&status),
                         write(&part),
                         table_binding(pages, &status),
+                        read(p.sinks.as_ref().unwrap_or(q)),
                     ],
                     bytemuck::bytes_of(&push),
                     [q_tiles, push.n_kv_heads, push.n_split],
@@ -456,6 +466,7 @@ impl Encoder<'_> {
                         q8_stride: 0,
                     },
                     None,
+                    p.sinks.as_ref(),
                 );
             }
         }
@@ -464,7 +475,7 @@ impl Encoder<'_> {
         let part = self.scratch(|b| &mut b.attn_scratch, 4)?;
         self.dispatch(
             OP,
-            plain("attention").spec(f16 | paged(pages) << 1),
+            plain("attention").spec(f16 | paged(pages) << 1 | sinks << 2),
             &[
                 read(q),
                 read(k_cache),
@@ -474,6 +485,7 @@ impl Encoder<'_> {
                 atomic(&status),
                 write(&part),
                 table_binding(pages, &status),
+                read(p.sinks.as_ref().unwrap_or(q)),
             ],
             bytemuck::bytes_of(&push),
             [push.n_heads, push.rows, 1],
@@ -489,6 +501,7 @@ impl Encoder<'_> {
         p: &AttentionParams,
         head_dim: u32,
         f16: u32,
+        sinks: u32,
     ) -> Option<(&'static str, u32, usize)> {
         let coopmat = match (self.kernels.attention, self.kernels.matmul) {
             (PrefillAttention::Coopmat, MatmulKernel::CoopmatKhr) => {
@@ -503,18 +516,18 @@ impl Encoder<'_> {
             f16 == 1 && p.head_dim.is_multiple_of(16) && p.head_dim <= COOPMAT_MAX_HEAD_DIM;
         let paged = paged(p.pages.as_ref());
         if let Some(shader) = coopmat.filter(|_| coopmat_fits) {
-            // Specialization constant 0: head_dim | PAGED << 16.
-            return Some((shader, head_dim | (paged << 16), COOPMAT_BR));
+            // Specialization constant 0: head_dim | PAGED << 16 | SINKS << 17.
+            return Some((shader, head_dim | (paged << 16) | (sinks << 17), COOPMAT_BR));
         }
         if self.kernels.attention == PrefillAttention::Rows {
             return None;
         }
         let br = flash_tile(p.head_dim, self.caps().max_shared_memory, paged == 1)?;
         // Specialization constant 0: head_dim | BR << 16 | f16 << 24 |
-        // PAGED << 25 (see the shader).
+        // PAGED << 25 | SINKS << 26 (see the shader).
         Some((
             "attention_prefill",
-            head_dim | ((br as u32) << 16) | (f16 << 24) | (paged << 25),
+            head_dim | ((br as u32) << 16) | (f16 << 24) | (paged << 25) | (sinks << 26),
             br,
         ))
     }
@@ -584,14 +597,15 @@ impl Encoder<'_> {
         };
         // Specialization constant 0: head_dim | heads per tile << 10 |
         // log2(lanes per key) << 14 | (f16 cache) << 24 | ROPE << 25 |
-        // Q8 << 26 | PAGED << 27.
+        // Q8 << 26 | PAGED << 27 | SINKS << 28.
         let spec = p.head_dim as u32
             | ((t.heads as u32) << 10)
             | (t.lanes.trailing_zeros() << 14)
             | (u32::from(p.kv_dtype == DType::F16) << 24)
             | (u32::from(append.is_some()) << 25)
             | (u32::from(digits_here.is_some()) << 26)
-            | (paged(p.pages.as_ref()) << 27);
+            | (paged(p.pages.as_ref()) << 27)
+            | (u32::from(p.sinks.is_some()) << 28);
         // Bindings a mode leaves unused get the status words, which no
         // barrier tracking sees.
         let status = self.status;
@@ -625,6 +639,7 @@ impl Encoder<'_> {
                 write(digits_here.as_ref().unwrap_or(out)),
                 arrivals.as_ref().map_or_else(unused, write),
                 table_binding(p.pages.as_ref(), &status),
+                read(p.sinks.as_ref().unwrap_or(q)),
             ],
             bytemuck::bytes_of(&push),
             [x, push.rows, push.n_split],
@@ -645,6 +660,7 @@ impl Encoder<'_> {
                     q8_stride,
                 },
                 q8.as_ref().map(|(xq, _)| xq),
+                p.sinks.as_ref(),
             )?;
         }
         if let Some((xq, _)) = q8 {
@@ -760,8 +776,9 @@ impl Encoder<'_> {
     }
 
     /// attention_combine.comp: merges the `c.n_split` partial results of
-    /// each (row, head) in `part` into `out` (nothing to merge for one), and
-    /// with `xq` quantizes `out` into it (`c.q8_stride`).
+    /// each (row, head) in `part` into `out` (nothing to merge for one),
+    /// with each head's sink in its denominator where given, and with `xq`
+    /// quantizes `out` into it (`c.q8_stride`).
     fn encode_combine(
         &mut self,
         part: &Buffer,
@@ -769,6 +786,7 @@ impl Encoder<'_> {
         positions: &Buffer,
         c: CombinePush,
         xq: Option<&Buffer>,
+        sinks: Option<&Buffer>,
     ) -> Result<()> {
         if c.n_split == 1 {
             return Ok(());
@@ -786,16 +804,18 @@ impl Encoder<'_> {
             ));
         }
         // Unused, binding 3 gets the status words (no barrier tracking sees
-        // them); `out` is bound before xq (see `mark_quantized`).
+        // them); `out` is bound before xq (see `mark_quantized`). Without
+        // sinks, positions stand in at binding 4 (never read).
         let status = self.status;
         self.dispatch(
             "attention",
-            plain("attention_combine").spec(dims),
+            plain("attention_combine").specs([dims, u32::from(sinks.is_some()), 0]),
             &[
                 read(part),
                 write(out),
                 read(positions),
                 xq.map_or_else(|| atomic(&status), write),
+                read(sinks.unwrap_or(positions)),
             ],
             bytemuck::bytes_of(&c),
             [x, c.rows, 1],

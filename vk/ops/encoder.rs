@@ -10,6 +10,7 @@ use super::super::pipeline::{Pipelines, PUSH_BYTES};
 use super::super::recorder::Recorder;
 use super::super::weight_parts::Splits;
 use super::matmul::{PreparedX, QuantizedX};
+use super::rope::RopeKey;
 use super::{Bind, KernelRef, MAX_BINDINGS};
 use crate::backend::Buffer;
 use crate::error::{Error, Result};
@@ -20,12 +21,13 @@ use std::collections::HashMap;
 /// rope tables, and what the matmul scratch buffers hold.
 #[derive(Default)]
 pub(in crate::vk) struct OpState {
-    /// Rope inverse-frequency tables by (rot_dim, base bits), made on first use.
-    pub rope_tables: HashMap<(u32, u32), Buffer>,
-    /// A decode step's rotations by (rot_dim, base bits): the buffer, the
+    /// Rope inverse-frequency tables by (rot_dim, base bits, YaRN scaling
+    /// bits), made on first use.
+    pub rope_tables: HashMap<RopeKey, Buffer>,
+    /// A decode step's rotations by the key of their table: the buffer, the
     /// positions buffer they were made from and the recorder's number of
     /// their write (valid while neither has been written since).
-    pub step_rotations: HashMap<(u32, u32), (Buffer, u32, u64)>,
+    pub step_rotations: HashMap<RopeKey, (Buffer, u32, u64)>,
     /// Attention's per-split partials (decode), grown on demand.
     pub attn_scratch: Option<Buffer>,
     /// `linear`'s normed input and product for many rows, grown on demand.

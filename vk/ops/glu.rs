@@ -1,5 +1,6 @@
-//! `glu` (glsl/glu.comp): `act(gate) * up` over a grid-stride loop of
-//! 256-wide workgroups, also over rows of a gate_up product (`linear_glu`).
+//! `glu` (glsl/glu.comp): `act(gate) * up` (gpt-oss's SwiGLU: its clamped
+//! mix) over a grid-stride loop of 256-wide workgroups, also over rows of a
+//! gate_up product (`linear_glu`).
 
 use super::Encoder;
 use super::{plain, read, u32_of, write};
@@ -14,10 +15,19 @@ const WG: u32 = 256;
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct Push {
     n: u32,
-    gelu: u32,
+    act: u32,
     has_up: u32,
     /// Nonzero: gate and up are halves of rows of `2 * row` values in `gate`.
     row: u32,
+}
+
+/// glu.comp's (and mul_mat_vec.comp's GLU) code of an activation.
+pub(super) fn act_code(act: Activation) -> u32 {
+    match act {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+        Activation::SwigluOai => 2,
+    }
 }
 
 impl Encoder<'_> {
@@ -35,12 +45,15 @@ impl Encoder<'_> {
         if let Some(u) = up {
             check::fits(OP, "up", u, n)?;
         }
+        if act == Activation::SwigluOai && up.is_none() {
+            return Err(Error::op(OP, "the gpt-oss SwiGLU needs an up input"));
+        }
         if n == 0 {
             return Ok(());
         }
         let push = Push {
             n: u32_of(OP, "n", n)?,
-            gelu: (act == Activation::GeluTanh) as u32,
+            act: act_code(act),
             has_up: up.is_some() as u32,
             row: 0,
         };
@@ -70,7 +83,7 @@ impl Encoder<'_> {
         }
         let push = Push {
             n: u32_of(OP, "n", total)?,
-            gelu: (act == Activation::GeluTanh) as u32,
+            act: act_code(act),
             has_up: 1,
             row: u32_of(OP, "row", n)?,
         };

@@ -117,7 +117,7 @@ struct GemvPush {
     m: u32,
     /// 1: bias, 2: add to y, 4: RMS norm of x folded in, 8: subgroup rows,
     /// 16: GLU of gate_up rows, 32: GELU (else SiLU) for it, 64: y's int8
-    /// digits too (Q8OUT).
+    /// digits too (Q8OUT), 128: gpt-oss's SwiGLU for the GLU.
     flags: u32,
     eps: f32,
     /// With the subgroup-rows flag: output rows of one workgroup.
@@ -411,7 +411,8 @@ impl Encoder<'_> {
                 | (own_rows as u32) << 3
                 | (glu.is_some() as u32) << 4
                 | ((glu == Some(Activation::GeluTanh)) as u32) << 5
-                | (yq.is_some() as u32) << 6,
+                | (yq.is_some() as u32) << 6
+                | ((glu == Some(Activation::SwigluOai)) as u32) << 7,
             eps: o.norm.map_or(0.0, |(_, eps)| eps),
             rows_per_wg,
             row0: u32_of(OP, "row0", row0)?,

@@ -28,8 +28,8 @@ use crate::error::{Error, Result};
 
 pub(super) use encoder::{Encoder, OpState};
 
-/// Most storage buffers any kernel binds (attention_decode: 13).
-const MAX_BINDINGS: usize = 13;
+/// Most storage buffers any kernel binds (attention_decode: 14).
+const MAX_BINDINGS: usize = 14;
 
 /// One storage-buffer binding of a dispatch.
 pub(super) struct Bind<'a> {

@@ -19,6 +19,8 @@ struct Push {
     rot_dim: u32,
     neox: u32,
     capacity: u32,
+    /// SCALED: what cos and sin are multiplied by.
+    mscale: f32,
     pages: PagePush,
 }
 
@@ -83,19 +85,21 @@ impl Encoder<'_> {
             rot_dim: u32_of(OP, "rot_dim", p.rot_dim)?,
             neox: (p.style == RopeStyle::Neox) as u32,
             capacity: u32_of(OP, "capacity", capacity)?,
+            mscale: p.mscale(),
             pages: PagePush::new(OP, pages, p.rows, capacity)?,
         };
-        // Without rotation no table is read; q stands in at its binding.
+        // Without rotation no table is read; positions stand in at its binding.
         let table = if p.rot_dim > 0 {
-            self.rope_table(push.rot_dim, p.base)?
+            self.rope_table(push.rot_dim, p)?
         } else {
             *positions
         };
+        let scaled = u32::from(p.scaling.is_some());
         let groups = self.stride_groups(units, 256);
         let status = self.status;
         self.dispatch(
             OP,
-            plain("rope_store").spec(u32::from(f16) | paged(pages) << 1),
+            plain("rope_store").spec(u32::from(f16) | paged(pages) << 1 | scaled << 2),
             &[
                 write(q),
                 read(k),

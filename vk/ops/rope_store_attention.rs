@@ -61,12 +61,15 @@ impl Encoder<'_> {
         check::fits(OP, "k", k, kvd)?;
         check::fits(OP, "v", v, kvd)?;
         check::fits(OP, "positions", positions, 1)?;
+        if let Some(s) = &p.sinks {
+            check::fits(OP, "sinks", s, p.n_heads)?;
+        }
         check::fits_kv(OP, "k_cache", k_cache, cache, p.kv_dtype)?;
         check::fits_kv(OP, "v_cache", v_cache, cache, p.kv_dtype)?;
         let rot_dim = rope.rot_dim as u32;
         // Without rotation none are read; positions stand in for them.
         let rotations = if rot_dim > 0 {
-            self.step_rotations(positions, rot_dim, rope.base)?
+            self.step_rotations(positions, rot_dim, rope)?
         } else {
             *positions
         };

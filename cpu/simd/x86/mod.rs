@@ -417,8 +417,9 @@ macro_rules! shared_kernels {
 
         /// One (query row, head) of attention with `C * 16` dims kept in
         /// registers: scores against keys `first..=last` (row `j` of `k`/`v`
-        /// at `j * stride + kvo`), max-subtracted softmax, weighted value sum
-        /// into `o`. `scores` is scratch.
+        /// at `j * stride + kvo`), max-subtracted softmax (a `sink` logit
+        /// joins its max and denominator), weighted value sum into `o`.
+        /// `scores` is scratch.
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
         unsafe fn attn_head<const C: usize>(
@@ -430,6 +431,7 @@ macro_rules! shared_kernels {
             first: usize,
             last: usize,
             scale: f32,
+            sink: Option<f32>,
             scores: &mut Vec<f32>,
             o: &mut [f32],
         ) {
@@ -438,7 +440,7 @@ macro_rules! shared_kernels {
                 *r = loadu(q.as_ptr().add(16 * c));
             }
             scores.clear();
-            let mut max = f32::NEG_INFINITY;
+            let mut max = sink.unwrap_or(f32::NEG_INFINITY);
             for j in first..=last {
                 let kp = k.as_ptr().add(j * stride + kvo);
                 let mut acc = mul(qv[0], loadu(kp));
@@ -449,7 +451,7 @@ macro_rules! shared_kernels {
                 max = max.max(s);
                 scores.push(s);
             }
-            let mut total = 0f32;
+            let mut total = sink.map_or(0.0, |s| (s - max).exp());
             for s in scores.iter_mut() {
                 *s = (*s - max).exp();
                 total += *s;
@@ -480,12 +482,13 @@ macro_rules! shared_kernels {
             first: usize,
             last: usize,
             scale: f32,
+            sink: Option<f32>,
             scores: &mut Vec<f32>,
             o: &mut [f32],
         ) -> bool {
             match o.len() {
-                64 => attn_head::<4>(q, k, v, stride, kvo, first, last, scale, scores, o),
-                128 => attn_head::<8>(q, k, v, stride, kvo, first, last, scale, scores, o),
+                64 => attn_head::<4>(q, k, v, stride, kvo, first, last, scale, sink, scores, o),
+                128 => attn_head::<8>(q, k, v, stride, kvo, first, last, scale, sink, scores, o),
                 _ => return false,
             }
             true
