@@ -17,6 +17,10 @@ pub enum Arch {
     Gemma3,
     Phi3,
     Gpt2,
+    /// Qwen3-MoE (Qwen3-30B-A3B); Mixtral is `Llama` with experts.
+    Qwen3Moe,
+    /// OpenAI's gpt-oss.
+    GptOss,
 }
 
 impl Arch {
@@ -29,6 +33,8 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -40,9 +46,11 @@ impl Arch {
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "gpt-oss" => Arch::GptOss,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2)"
+                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2, qwen3moe, gpt-oss)"
                 )))
             }
         })
@@ -50,15 +58,17 @@ impl Arch {
 
     pub(super) fn from_hf_model_type(t: &str) -> Result<Arch> {
         Ok(match t {
-            "llama" | "mistral" => Arch::Llama,
+            "llama" | "mistral" | "mixtral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3_text" | "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
+            "qwen3_moe" => Arch::Qwen3Moe,
+            "gpt_oss" => Arch::GptOss,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "Hugging Face model_type '{other}' (supported: llama, mistral, qwen2, qwen3, gemma3_text, phi3, gpt2)"
+                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2, gpt_oss)"
                 )))
             }
         })
@@ -95,7 +105,7 @@ impl Arch {
             },
             gated_ffn: self != Arch::Gpt2,
             scaled_embeddings: self == Arch::Gemma3,
-            qk_norm: matches!(self, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             post_norms: self == Arch::Gemma3,
             learned_pos: self == Arch::Gpt2,
         }
@@ -115,6 +125,34 @@ pub struct RopeConfig {
     pub style: RopeStyle,
     /// Leading dimensions of each head that rotate (`head_dim` unless partial).
     pub rot_dim: usize,
+}
+
+/// A mixture-of-experts FFN in every layer (Mixtral, Qwen3-MoE, gpt-oss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub experts: usize,
+    /// Experts each token is routed to (the top k).
+    pub used: usize,
+    /// Each expert's FFN width.
+    pub n_ff: usize,
+    /// The chosen experts' weights are the softmax over the k chosen
+    /// ([`crate::backend::RouteParams::renorm`]).
+    pub renorm: bool,
+}
+
+/// YaRN rope scaling as the file states it (the rope kernels derive their
+/// correction range and attention factor from it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnConfig {
+    pub factor: f32,
+    /// Context the model was trained for before scaling.
+    pub original_ctx: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// Round the correction range outward (llama.cpp always does;
+    /// transformers does unless the config says `truncate: false`, as the
+    /// gpt-oss checkpoints do).
+    pub truncate: bool,
 }
 
 /// What differs between layers of one model (Gemma 3 interleaves local and global attention).
@@ -157,6 +195,10 @@ pub struct ModelConfig {
     pub learned_pos: bool,
     /// HF Gemma norms compute `x * (1 + w)`; GGUF files store `1 + w` already.
     pub norm_weight_offset: f32,
+    /// `Some`: the FFN is a mixture of experts.
+    pub moe: Option<MoeConfig>,
+    /// `Some`: YaRN-scaled rope (gpt-oss).
+    pub yarn: Option<YarnConfig>,
 }
 
 impl ModelConfig {
@@ -203,6 +245,22 @@ impl ModelConfig {
                 self.vocab, self.n_ff, self.n_ctx
             ));
         }
+        if let Some(m) = self.moe {
+            if m.experts == 0 || m.used == 0 || m.used > m.experts || m.n_ff == 0 {
+                return bad(format!(
+                    "{} experts, {} used per token, expert width {}: need 1 <= used <= experts and a nonzero width",
+                    m.experts, m.used, m.n_ff
+                ));
+            }
+        }
+        if let Some(y) = self.yarn {
+            if !(y.factor >= 1.0) || y.original_ctx == 0 {
+                return bad(format!(
+                    "YaRN factor {} must be at least 1 and its original context {} nonzero",
+                    y.factor, y.original_ctx
+                ));
+            }
+        }
         if self.layers.len() != self.n_layer {
             return bad(format!(
                 "{} layer configs for {} layers",
@@ -235,6 +293,8 @@ struct FileFacts {
     layers: Vec<LayerConfig>,
     attn_scale: f32,
     norm_weight_offset: f32,
+    moe: Option<MoeConfig>,
+    yarn: Option<YarnConfig>,
 }
 
 impl FileFacts {
@@ -265,6 +325,8 @@ impl FileFacts {
             post_norms: r.post_norms,
             learned_pos: r.learned_pos,
             norm_weight_offset: self.norm_weight_offset,
+            moe: self.moe,
+            yarn: self.yarn,
         }
         .validate()
     }
