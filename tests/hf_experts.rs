@@ -353,3 +353,122 @@ fn incomplete_or_inconsistent_experts_are_named() {
     });
     assert!(e.contains("MXFP4") && e.contains("_scales"), "{e}");
 }
+
+/// Row `r` of a llama q/k weight after llama.cpp's rope permutation came
+/// from this row of the checkpoint's.
+fn unpermuted_row(r: usize, rows: usize, heads: usize) -> usize {
+    let hd = rows / heads;
+    let (h, i, j) = (r / hd, (r % hd) / 2, r % 2);
+    h * hd + j * (hd / 2) + i
+}
+
+#[test]
+fn convert_writes_experts_3d_with_llama_cpp_keys_and_reads_back() {
+    use vkllm::model::gguf::{GgufFile, GgufValue};
+    use vkllm::model::ModelConfig;
+    for (dir, arch) in common::TINY_MOE_ARCHS {
+        let hf = HfCheckpoint::open(&tiny(dir)).unwrap();
+        let bytes = vkllm::model::convert::gguf_from_hf(&tiny(dir), None)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let g = GgufFile::from_bytes(bytes, &format!("{dir}.gguf")).unwrap();
+        assert_eq!(g.architecture().unwrap(), arch);
+        let moe = hf.config.moe.unwrap();
+        assert_eq!(g.names().len(), hf.names().len(), "{dir}");
+        for name in hf.names() {
+            let want = hf.tensor(&name).unwrap().unwrap();
+            let got = TensorSource::tensor(&g, &name)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{dir}: no {name}"));
+            assert_eq!(
+                (got.dtype, got.rows, got.cols),
+                (want.dtype, want.rows, want.cols),
+                "{dir} {name}"
+            );
+            let info = g.tensor(&name).unwrap();
+            if name.ends_with("_exps.weight") {
+                let per = (want.rows / moe.experts) as u64;
+                assert_eq!(
+                    info.dims,
+                    [want.cols as u64, per, moe.experts as u64],
+                    "{dir} {name}"
+                );
+            }
+            let llama_qk = arch == "llama"
+                && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"));
+            if llama_qk {
+                let heads = if name.ends_with("attn_q.weight") {
+                    hf.config.n_head
+                } else {
+                    hf.config.n_head_kv
+                };
+                let rb = want.data.len() / want.rows;
+                for r in 0..want.rows {
+                    let from = unpermuted_row(r, want.rows, heads);
+                    assert_eq!(
+                        got.data[r * rb..(r + 1) * rb],
+                        want.data[from * rb..(from + 1) * rb],
+                        "{dir} {name} row {r}"
+                    );
+                }
+            } else {
+                assert!(got.data == want.data, "{dir} {name}: bytes differ");
+            }
+        }
+        let p = arch;
+        let u32_key = |k: &str| g.get_u64(&format!("{p}.{k}")).unwrap();
+        assert_eq!(u32_key("expert_count"), Some(moe.experts as u64), "{dir}");
+        assert_eq!(u32_key("expert_used_count"), Some(moe.used as u64), "{dir}");
+        let expert_ff = u32_key("expert_feed_forward_length");
+        assert_eq!(
+            expert_ff,
+            (arch != "llama").then_some(moe.n_ff as u64),
+            "{dir}"
+        );
+        if arch == "gpt-oss" {
+            assert!(
+                matches!(g.get(&format!("{p}.rope.scaling.type")), Some(GgufValue::String(s)) if s == "yarn")
+            );
+            assert_eq!(
+                g.get_f32(&format!("{p}.rope.scaling.factor")).unwrap(),
+                Some(32.0)
+            );
+            assert_eq!(u32_key("rope.scaling.original_context_length"), Some(64));
+            assert_eq!(u32_key("attention.sliding_window"), Some(4));
+        }
+        // Our GGUF reader makes the same configuration of it.
+        let back = ModelConfig::from_gguf(&g, None).unwrap();
+        assert_eq!(back.moe, hf.config.moe, "{dir}");
+        assert_eq!(back.yarn, hf.config.yarn, "{dir}");
+        assert_eq!(back.layers, hf.config.layers, "{dir}");
+        assert_eq!(
+            (back.n_ff, back.n_head, back.head_dim),
+            (hf.config.n_ff, hf.config.n_head, hf.config.head_dim),
+            "{dir}"
+        );
+    }
+}
+
+#[test]
+fn quantized_convert_keeps_routers_f32_and_mxfp4_as_is() {
+    use vkllm::model::gguf::GgufFile;
+    for (dir, _) in common::TINY_MOE_ARCHS {
+        let bytes = vkllm::model::convert::gguf_from_hf(&tiny(dir), Some(DType::Q8_0))
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let g = GgufFile::from_bytes(bytes, &format!("{dir}.gguf")).unwrap();
+        let ty = |n: &str| g.tensor(n).unwrap().dtype;
+        assert_eq!(ty("blk.0.ffn_gate_inp.weight"), DType::F32, "{dir}");
+        let experts = if dir == "gpt_oss_mxfp4" {
+            DType::MXFP4
+        } else {
+            DType::Q8_0
+        };
+        for p in ["gate", "up", "down"] {
+            let t = g.tensor(&format!("blk.1.ffn_{p}_exps.weight")).unwrap();
+            assert_eq!((t.dtype, t.dims.len()), (experts, 3), "{dir} {p}");
+        }
+    }
+}
