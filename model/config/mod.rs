@@ -254,7 +254,7 @@ impl ModelConfig {
             }
         }
         if let Some(y) = self.yarn {
-            if !(y.factor >= 1.0) || y.original_ctx == 0 {
+            if y.factor.is_nan() || y.factor < 1.0 || y.original_ctx == 0 {
                 return bad(format!(
                     "YaRN factor {} must be at least 1 and its original context {} nonzero",
                     y.factor, y.original_ctx

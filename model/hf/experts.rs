@@ -149,7 +149,7 @@ impl Pick {
     fn count(self, n: usize) -> Option<usize> {
         match self {
             Pick::All => Some(n),
-            _ if n % 2 == 0 => Some(n / 2),
+            _ if n.is_multiple_of(2) => Some(n / 2),
             _ => None,
         }
     }
