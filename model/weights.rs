@@ -435,6 +435,19 @@ impl ModelWeights {
         layers: Range<usize>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<ModelWeights> {
+        // The runner has neither experts nor YaRN yet: refuse such a model
+        // rather than run another one (remove as each is built).
+        if cfg.moe.is_some() {
+            return Err(Error::Unsupported(format!(
+                "{} mixture-of-experts layers (not run yet)",
+                cfg.arch.gguf_name()
+            )));
+        }
+        if cfg.yarn.is_some() {
+            return Err(Error::Unsupported(
+                "rope scaling type 'yarn' (not run yet)".into(),
+            ));
+        }
         if layers.start >= layers.end || layers.end > cfg.n_layer {
             return Err(Error::Invalid(format!(
                 "layers {}..{} are not a part of the model's {}",
