@@ -149,7 +149,7 @@ fn config(out: &mut String, c: &ModelConfig) {
             out,
             "  experts: {}, {} per token, ffn {} each{}",
             e.experts,
-            e.k,
+            e.used,
             e.n_ff,
             if e.renorm {
                 ""

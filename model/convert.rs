@@ -81,7 +81,11 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
             }
         }
         if let Some(q) = quantize {
-            let matrix = t.rows > 1 && !is_norm && !name.starts_with("position_embd");
+            // llama.cpp keeps routers in f32 (llama-quantize skips them too).
+            let matrix = t.rows > 1
+                && !is_norm
+                && !name.starts_with("position_embd")
+                && !name.contains("ffn_gate_inp");
             if matrix && !dtype.is_quantized() && t.cols % q.block_elems() == 0 {
                 let src = crate::model::source::RawTensor {
                     dtype,
@@ -99,7 +103,17 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
                 dtype = q;
             }
         }
-        let dims: Vec<u64> = if t.rows == 1 {
+        let dims: Vec<u64> = if name.ends_with("_exps.weight") {
+            // One matrix per expert, stacked: ne = [cols, rows, experts].
+            let experts = c.moe.map_or(0, |m| m.experts);
+            if experts == 0 || !t.rows.is_multiple_of(experts) {
+                return Err(Error::Shape(format!(
+                    "{name}: {} rows do not split into {experts} experts",
+                    t.rows
+                )));
+            }
+            vec![t.cols as u64, (t.rows / experts) as u64, experts as u64]
+        } else if t.rows == 1 {
             vec![t.cols as u64]
         } else {
             vec![t.cols as u64, t.rows as u64]
@@ -162,6 +176,41 @@ fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
             &format!("{a}.rope.freq_base"),
             GgufValue::F32(global.rope_base),
         );
+    }
+    if let Some(m) = c.moe {
+        w.add(&format!("{a}.expert_count"), u(m.experts));
+        w.add(&format!("{a}.expert_used_count"), u(m.used));
+        // llama.cpp's Mixtral has none: its FFN width is the experts'.
+        if c.arch != Arch::Llama {
+            w.add(&format!("{a}.expert_feed_forward_length"), u(m.n_ff));
+        }
+    }
+    if let Some(y) = c.yarn {
+        w.add(
+            &format!("{a}.rope.scaling.type"),
+            GgufValue::String("yarn".into()),
+        );
+        w.add(
+            &format!("{a}.rope.scaling.factor"),
+            GgufValue::F32(y.factor),
+        );
+        w.add(
+            &format!("{a}.rope.scaling.original_context_length"),
+            u(y.original_ctx),
+        );
+        w.add(
+            &format!("{a}.rope.scaling.yarn_beta_fast"),
+            GgufValue::F32(y.beta_fast),
+        );
+        w.add(
+            &format!("{a}.rope.scaling.yarn_beta_slow"),
+            GgufValue::F32(y.beta_slow),
+        );
+    }
+    if c.arch == Arch::GptOss {
+        // The pattern is fixed in llama.cpp (sliding, full, ...): only the window.
+        let window = c.layers.iter().map(|l| l.window).max().unwrap_or(0);
+        w.add(&format!("{a}.attention.sliding_window"), u(window));
     }
     if c.arch == Arch::Gemma3 {
         let window = c.layers.iter().map(|l| l.window).max().unwrap_or(0);

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+mod experts;
+
 /// A shard's bytes: mapped from its file, or held in memory (fuzzing and
 /// tests build checkpoints from bytes).
 enum ShardBytes {
@@ -35,21 +37,37 @@ struct Shard {
     data_start: usize,
 }
 
-struct Entry {
+/// One safetensors tensor's place: its shard, element type, shape and byte
+/// range in the shard's data section (the header parser checked that the
+/// range holds exactly the shape's elements).
+#[derive(Clone, Debug)]
+struct Part {
     shard: usize,
-    dtype: DType,
+    dtype: safetensors::Dtype,
     shape: Vec<usize>,
     range: (usize, usize),
-    /// GPT-2 `Conv1D` stores `[in, out]`; matmul wants `[out, in]`.
-    transpose: bool,
 }
 
+/// How a presented (GGUF-named) tensor is made from the checkpoint's.
+enum Entry {
+    /// One tensor as stored: `[rows, cols]`, a vector or a scalar.
+    Plain {
+        part: Part,
+        dtype: DType,
+        /// GPT-2 `Conv1D` stores `[in, out]`; matmul wants `[out, in]`.
+        transpose: bool,
+    },
+    /// A mixture-of-experts tensor assembled from one or more stored ones.
+    Experts(experts::Layout),
+}
 /// A Hugging Face model directory.
 pub struct HfCheckpoint {
     dir: PathBuf,
     pub config: ModelConfig,
     shards: Vec<Shard>,
     tensors: HashMap<String, Entry>,
+    /// Expert tensors gathered across shards until [`HfCheckpoint::finish`].
+    experts: experts::Pending,
 }
 
 impl HfCheckpoint {
@@ -79,6 +97,7 @@ impl HfCheckpoint {
             config,
             shards: Vec::new(),
             tensors: HashMap::new(),
+            experts: experts::Pending::default(),
         };
         for path in files {
             let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
@@ -87,7 +106,7 @@ impl HfCheckpoint {
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
             checkpoint.add_shard(path, ShardBytes::Mapped(map))?;
         }
-        Ok(checkpoint)
+        checkpoint.finish()
     }
 
     /// A checkpoint from a `config.json` text and safetensors images held in
@@ -102,12 +121,13 @@ impl HfCheckpoint {
             config,
             shards: Vec::new(),
             tensors: HashMap::new(),
+            experts: experts::Pending::default(),
         };
         for (i, bytes) in shards.into_iter().enumerate() {
             let path = checkpoint.dir.join(format!("model-{i}.safetensors"));
             checkpoint.add_shard(path, ShardBytes::Owned(bytes))?;
         }
-        Ok(checkpoint)
+        checkpoint.finish()
     }
 
     /// Reads one shard's header and records the tensors vkllm uses from it.
@@ -119,36 +139,49 @@ impl HfCheckpoint {
         let (header_len, meta) =
             safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(header_error(e)))?;
         let data_start = 8 + header_len;
+        let shard = self.shards.len();
         for (name, info) in meta.tensors() {
-            let dtype = match info.dtype {
-                safetensors::Dtype::F32 => DType::F32,
-                safetensors::Dtype::F16 => DType::F16,
-                safetensors::Dtype::BF16 => DType::BF16,
-                other => {
-                    return Err(bad(format!(
-                        "tensor '{name}' has unsupported dtype {other:?}"
-                    )))
-                }
+            let part = Part {
+                shard,
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                range: info.data_offsets,
             };
-            let Some((gguf_name, transpose)) = gguf_name(self.config.arch, &name) else {
+            let Some(target) = map_name(self.config.arch, &name) else {
                 continue;
             };
-            if info.shape.len() > 2 || (transpose && info.shape.len() != 2) {
-                return Err(bad(format!(
-                    "tensor '{name}' has unexpected shape {:?}",
-                    info.shape
-                )));
-            }
-            self.tensors.insert(
-                gguf_name,
-                Entry {
-                    shard: self.shards.len(),
-                    dtype,
-                    shape: info.shape.clone(),
-                    range: info.data_offsets,
+            match target {
+                Target::Plain {
+                    name: gguf_name,
                     transpose,
-                },
-            );
+                } => {
+                    let dtype = float_dtype(part.dtype).ok_or_else(|| {
+                        bad(format!(
+                            "tensor '{name}' has unsupported dtype {:?}",
+                            part.dtype
+                        ))
+                    })?;
+                    if part.shape.len() > 2 || (transpose && part.shape.len() != 2) {
+                        return Err(bad(format!(
+                            "tensor '{name}' has unexpected shape {:?}",
+                            part.shape
+                        )));
+                    }
+                    self.tensors.insert(
+                        gguf_name,
+                        Entry::Plain {
+                            part,
+                            dtype,
+                            transpose,
+                        },
+                    );
+                }
+                Target::Experts(piece) => {
+                    self.experts
+                        .add(piece, part)
+                        .map_err(|m| bad(format!("tensor '{name}' {m}")))?;
+                }
+            }
         }
         self.shards.push(Shard {
             path,
@@ -157,36 +190,76 @@ impl HfCheckpoint {
         });
         Ok(())
     }
+
+    /// After the last shard: every expert tensor complete and consistent.
+    fn finish(mut self) -> Result<HfCheckpoint> {
+        let pending = std::mem::take(&mut self.experts);
+        for (name, layout) in pending
+            .finish(self.config.moe.map(|m| m.experts))
+            .map_err(|msg| Error::Safetensors {
+                path: self.dir.clone(),
+                msg,
+            })?
+        {
+            self.tensors.insert(name, Entry::Experts(layout));
+        }
+        Ok(self)
+    }
+
+    /// The bytes of `part`, or an error naming the tensor presented as `name`.
+    fn bytes(&self, part: &Part, name: &str) -> Result<&[u8]> {
+        let shard = &self.shards[part.shard];
+        shard
+            .map
+            .get(shard.data_start + part.range.0..shard.data_start + part.range.1)
+            .ok_or_else(|| Error::Safetensors {
+                path: shard.path.clone(),
+                msg: format!("tensor for '{name}' lies outside the file"),
+            })
+    }
+}
+
+/// The float element types a presented tensor may have.
+fn float_dtype(d: safetensors::Dtype) -> Option<DType> {
+    match d {
+        safetensors::Dtype::F32 => Some(DType::F32),
+        safetensors::Dtype::F16 => Some(DType::F16),
+        safetensors::Dtype::BF16 => Some(DType::BF16),
+        _ => None,
+    }
 }
 
 impl TensorSource for HfCheckpoint {
     fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
-        let Some(e) = self.tensors.get(name) else {
+        let Some(entry) = self.tensors.get(name) else {
             return Ok(None);
         };
-        let shard = &self.shards[e.shard];
-        let bytes = shard
-            .map
-            .get(shard.data_start + e.range.0..shard.data_start + e.range.1)
-            .ok_or_else(|| Error::Safetensors {
-                path: shard.path.clone(),
-                msg: format!("tensor for '{name}' lies outside the file"),
-            })?;
-        let (rows, cols) = match e.shape.as_slice() {
+        let (part, dtype, transpose) = match entry {
+            Entry::Plain {
+                part,
+                dtype,
+                transpose,
+            } => (part, *dtype, *transpose),
+            Entry::Experts(layout) => {
+                return layout.tensor(name, |p| self.bytes(p, name)).map(Some)
+            }
+        };
+        let bytes = self.bytes(part, name)?;
+        let (rows, cols) = match part.shape.as_slice() {
             [] => (1, 1),
             [n] => (1, *n),
             [r, c] => (*r, *c),
             _ => unreachable!("shapes were checked at open"),
         };
-        if !e.transpose {
+        if !transpose {
             return Ok(Some(RawTensor {
-                dtype: e.dtype,
+                dtype,
                 rows,
                 cols,
                 data: Cow::Borrowed(bytes),
             }));
         }
-        let es = e.dtype.block_bytes();
+        let es = dtype.block_bytes();
         let mut out = vec![0u8; bytes.len()];
         for r in 0..rows {
             for c in 0..cols {
@@ -196,7 +269,7 @@ impl TensorSource for HfCheckpoint {
             }
         }
         Ok(Some(RawTensor {
-            dtype: e.dtype,
+            dtype,
             rows: cols,
             cols: rows,
             data: Cow::Owned(out),
@@ -214,8 +287,24 @@ impl TensorSource for HfCheckpoint {
     }
 }
 
+/// What a stored tensor becomes.
+enum Target {
+    /// The tensor under a GGUF name, transposed or not.
+    Plain { name: String, transpose: bool },
+    /// A piece of a mixture-of-experts tensor.
+    Experts(experts::Piece),
+}
+
+fn map_name(arch: Arch, hf: &str) -> Option<Target> {
+    if let Some(piece) = experts::piece(arch, hf) {
+        return Some(Target::Experts(piece));
+    }
+    gguf_name(arch, hf).map(|(name, transpose)| Target::Plain { name, transpose })
+}
+
 /// Map a Hugging Face tensor name to its GGUF name, and whether it must be
-/// transposed. `None` for tensors vkllm does not use (rotary caches, ...).
+/// transposed. `None` for tensors vkllm does not use (rotary caches, ...)
+/// and for expert tensors, which are assembled from several (see `experts`).
 pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
     if arch == Arch::Gpt2 {
         // Conv1D weights (every 2-D layer weight except norms) are stored transposed.
@@ -237,10 +326,12 @@ pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, leaf) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let gemma = arch == Arch::Gemma3;
+    // Gemma 3 norms the attention output with it; gpt-oss's FFN norm has
+    // this name in llama.cpp.
+    let post_attention_norm = matches!(arch, Arch::Gemma3 | Arch::GptOss);
     let name = match leaf {
         "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" if gemma => "post_attention_norm.weight",
+        "post_attention_layernorm.weight" if post_attention_norm => "post_attention_norm.weight",
         "post_attention_layernorm.weight" => "ffn_norm.weight",
         "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
         "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
@@ -255,6 +346,13 @@ pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
         "self_attn.qkv_proj.weight" => "attn_qkv.weight",
         "self_attn.q_norm.weight" => "attn_q_norm.weight",
         "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "self_attn.sinks" => "attn_sinks.weight",
+        // The router: Qwen3-MoE (and Mixtral inside transformers),
+        // Mixtral's checkpoints, gpt-oss.
+        "mlp.gate.weight" | "block_sparse_moe.gate.weight" | "mlp.router.weight" => {
+            "ffn_gate_inp.weight"
+        }
+        "mlp.router.bias" => "ffn_gate_inp.bias",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.gate_up_proj.weight" => "ffn_up.weight",

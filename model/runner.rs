@@ -371,7 +371,7 @@ impl Model {
     pub fn active_weight_bytes(&self) -> usize {
         let experts: usize = self.stages.iter().map(|st| st.w.expert_bytes).sum();
         let share = self.cfg.moe.map_or(experts, |m| {
-            (experts as u128 * m.k as u128 / m.experts as u128) as usize
+            (experts as u128 * m.used as u128 / m.experts as u128) as usize
         });
         self.weight_bytes() - experts + share
     }

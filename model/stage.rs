@@ -4,7 +4,7 @@
 
 use crate::backend::{
     check, AttentionParams, Buffer, ComputeBackend, ExpertsParams, KvPages, LinearOpts, NextWeight,
-    RopeParams, RopeStyle, RouteParams,
+    RopeParams, RopeScaling, RopeStyle, RouteParams,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -98,7 +98,7 @@ impl Scratch {
             .checked_mul(kv.table_len())
             .and_then(|n| n.checked_mul(4))
             .ok_or_else(|| Error::Invalid("the page tables of a batch overflow".into()))?;
-        let moe = cfg.moe.map_or((0, 0, 0), |e| (e.experts, e.k, e.n_ff));
+        let moe = cfg.moe.map_or((0, 0, 0), |e| (e.experts, e.used, e.n_ff));
         // A model with experts has no dense feed-forward block.
         let dense_ff = if cfg.moe.is_some() { 0 } else { cfg.n_ff };
         let slots = rows
@@ -344,14 +344,14 @@ impl Stage {
         let route = RouteParams {
             rows: m,
             experts: moe.experts,
-            k: moe.k,
+            k: moe.used,
             renorm: moe.renorm,
         };
         self.be
             .route_experts(&s.router, &s.expert_ids, &s.expert_weights, &route)?;
         let shared_x = ExpertsParams {
             rows: m,
-            k: moe.k,
+            k: moe.used,
             experts: moe.experts,
             x_per_slot: false,
         };
@@ -397,7 +397,7 @@ impl Stage {
             &s.expert_weights,
             &s.x,
             m,
-            moe.k,
+            moe.used,
             c.n_embd,
             true,
         )
@@ -452,7 +452,17 @@ impl Stage {
                 rot_dim: c.rope.map_or(0, |r| r.rot_dim),
                 base: lc.rope_base,
                 style: c.rope.map_or(RopeStyle::Neox, |r| r.style),
-                scaling: None,
+                scaling: c.yarn.map(|y| {
+                    RopeScaling::yarn(
+                        y.factor,
+                        y.original_ctx,
+                        y.beta_fast,
+                        y.beta_slow,
+                        c.rope.map_or(c.head_dim, |r| r.rot_dim),
+                        lc.rope_base,
+                        y.truncate,
+                    )
+                }),
             };
             let ap = AttentionParams {
                 rows: m,
@@ -466,7 +476,7 @@ impl Stage {
                 kv_dtype: kv.dtype,
                 pages: r.paged.then_some(pages),
                 next: Some(NextWeight::of(&lw.o.w)),
-                sinks: None,
+                sinks: lw.sinks,
             };
             self.be.rope_store_attention(
                 &q,

@@ -5,7 +5,7 @@
 use crate::backend::{Buffer, ComputeBackend, Weight};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::model::config::{ModelConfig, NormKind};
+use crate::model::config::{Arch, ModelConfig, NormKind};
 use crate::model::source::{RawTensor, TensorSource};
 use std::borrow::Cow;
 use std::ops::Range;
@@ -63,6 +63,8 @@ pub struct LayerWeights {
     pub q_norm: Option<Norm>,
     pub k_norm: Option<Norm>,
     pub attn_post_norm: Option<Norm>,
+    /// gpt-oss's per-head softmax sinks (`[n_head]` f32).
+    pub sinks: Option<Buffer>,
     pub ffn_norm: Norm,
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Norm>,
@@ -369,7 +371,22 @@ impl<'a> Loader<'a> {
         } else {
             None
         };
-        let ffn_norm = self.need_norm(&p("ffn_norm"), e)?;
+        let sinks = if c.attn_sinks {
+            let name = p("attn_sinks.weight");
+            Some(
+                self.vector(&name, c.n_head, 0.0)?
+                    .ok_or_else(|| self.missing(&name))?,
+            )
+        } else {
+            None
+        };
+        // llama.cpp names gpt-oss's FFN norm after its Hugging Face name
+        // (post_attention_layernorm).
+        let ffn_norm = match self.norm(&p("ffn_norm"), e)? {
+            Some(n) => n,
+            None if c.arch == Arch::GptOss => self.need_norm(&p("post_attention_norm"), e)?,
+            None => return Err(self.missing(&p("ffn_norm.weight"))),
+        };
         let ffn = match c.moe {
             Some(moe) => {
                 let (n, ff) = (moe.experts, moe.n_ff);
@@ -415,6 +432,7 @@ impl<'a> Loader<'a> {
             q_norm,
             k_norm,
             attn_post_norm,
+            sinks,
             ffn_norm,
             ffn,
             ffn_post_norm,

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Proof that our GGUF files follow llama.cpp's conventions: llama.cpp (its
 CPU wheel cyllama 0.7.0, Python 3.12) loads what `vkllm convert` writes for
-the six tiny models in tests/data/reference/tiny and its logits at every
+the tiny models in tests/data/reference/tiny and its logits at every
 prompt position match transformers' there. F32 weights, so llama.cpp's CPU
 path quantizes no activations and the bound is tight.
+
+gpt_oss_mxfp4 is left out: against MXFP4 weights llama.cpp's CPU quantizes
+the activations to q8_0 (max |dlogit| 7e-2, argmax 22/24); the same file
+with its experts dequantized to f32 by gguf-py agrees to 4.4e-6.
 
     ~/.pyenv/versions/3.12.1/bin/python3 -m venv /tmp/cy
     /tmp/cy/bin/pip install --no-deps cyllama==0.7.0 numpy
@@ -21,7 +25,7 @@ import tempfile
 import numpy as np
 from cyllama.llama import llama_cpp as cy
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2", "qwen3moe", "mixtral", "gpt_oss"]
 # ggml's CPU tanh-GELU reads an f16 table (GGML_GELU_FP16), ~1e-3 of the
 # logits; the SiLU models agree to float rounding.
 TOL = {"gemma3": 2e-3, "gpt2": 2e-3}

@@ -173,3 +173,86 @@ fn raise_exception_message_reaches_the_error_text() {
     assert!(text.starts_with("chat template: "), "{text}");
     assert!(text.contains("Conversation roles must alternate"), "{text}");
 }
+
+/// gpt-oss's harmony template, verbatim: openai/gpt-oss-120b's chat template
+/// (the 20b's is the same) as llama.cpp keeps it in
+/// `models/templates/openai-gpt-oss-120b.jinja`.
+fn gpt_oss_template() -> String {
+    std::fs::read_to_string(common::root().join("tests/data/gpt_oss_chat_template.jinja")).unwrap()
+}
+
+/// The render with its "Current date: YYYY-MM-DD" replaced by `{DATE}`.
+fn undated(out: &str) -> String {
+    let at = out.find("Current date: ").expect("a date line") + "Current date: ".len();
+    let date = &out[at..at + 10];
+    let digits = |r: std::ops::Range<usize>| date[r].bytes().all(|b| b.is_ascii_digit());
+    assert!(
+        digits(0..4) && &date[4..5] == "-" && digits(5..7) && &date[7..8] == "-" && digits(8..10),
+        "{date}"
+    );
+    out.replacen(date, "{DATE}", 1)
+}
+
+/// Expected strings: transformers 5.24's `render_jinja_template` (what
+/// `apply_chat_template` runs) over the same messages, its date replaced.
+const HARMONY_HEAD: &str = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: {DATE}\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
+
+#[test]
+fn gpt_oss_harmony_template_renders_like_transformers() {
+    let t = gpt_oss_template();
+    let conversation = [
+        msg("system", "Answer briefly."),
+        msg("user", "What is 2+2?"),
+        msg("assistant", "4."),
+    ];
+    let out = render_chat(&t, &conversation, true, "", "").unwrap();
+    assert_eq!(
+        undated(&out),
+        format!(
+            "{HARMONY_HEAD}<|start|>developer<|message|># Instructions\n\nAnswer briefly.\n\n<|end|>\
+             <|start|>user<|message|>What is 2+2?<|end|>\
+             <|start|>assistant<|channel|>final<|message|>4.<|end|><|start|>assistant"
+        )
+    );
+    let mut longer = conversation.to_vec();
+    longer.push(msg("user", "And 3+3?"));
+    let out = render_chat(&t, &longer, true, "", "").unwrap();
+    assert_eq!(
+        undated(&out),
+        format!(
+            "{HARMONY_HEAD}<|start|>developer<|message|># Instructions\n\nAnswer briefly.\n\n<|end|>\
+             <|start|>user<|message|>What is 2+2?<|end|>\
+             <|start|>assistant<|channel|>final<|message|>4.<|end|>\
+             <|start|>user<|message|>And 3+3?<|end|><|start|>assistant"
+        )
+    );
+    // Without a generation prompt a closing assistant turn ends in <|return|>.
+    let out = render_chat(
+        &t,
+        &[msg("user", "Hi"), msg("assistant", "Hello!")],
+        false,
+        "",
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        undated(&out),
+        format!(
+            "{HARMONY_HEAD}<|start|>user<|message|>Hi<|end|>\
+             <|start|>assistant<|channel|>final<|message|>Hello!<|return|>"
+        )
+    );
+    // The template's own checks still fire.
+    let err = render_chat(
+        &t,
+        &[
+            msg("user", "Hi"),
+            msg("assistant", "<|channel|>final<|message|>x"),
+        ],
+        true,
+        "",
+        "",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("<|channel|> tags"), "{err}");
+}

@@ -158,6 +158,25 @@ fn converted_tiny_models_use_llama_cpp_names_and_keys() {
 }
 
 #[test]
+fn converted_moe_models_use_llama_cpp_names_and_keys() {
+    // Names and keys only: whether the loader takes every tensor is checked
+    // once the runner builds mixture-of-experts models.
+    let t = table();
+    assert!(t.tensors["gpt-oss"].contains("blk.{bid}.attn_sinks"));
+    for (dir, arch) in common::TINY_MOE_ARCHS {
+        let path = common::reference_dir().join("tiny").join(dir);
+        let bytes = vkllm::model::convert::gguf_from_hf(&path, None)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let g = GgufFile::from_bytes(bytes, &format!("{dir}.gguf")).unwrap();
+        assert_eq!(g.architecture().unwrap(), arch);
+        let bad = strangers(&t, arch, &g);
+        assert!(bad.is_empty(), "{dir}: not llama.cpp's: {bad:?}");
+    }
+}
+
+#[test]
 fn synthetic_files_use_llama_cpp_names_and_keys() {
     use vkllm::bench::synth::{plan, shape, write, Quant, SHAPES};
     let t = table();

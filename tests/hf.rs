@@ -90,3 +90,18 @@ fn bad_config_fails_cleanly() {
     let empty = tempfile::tempdir().unwrap();
     assert!(load_err(empty.path()).contains("config.json"));
 }
+
+#[test]
+fn yarn_and_experts_are_refused_until_the_runner_has_them() {
+    // Parsed (convert writes them), but a load must not run a model without them.
+    let d = broken(|c, _| {
+        *c = c.replace(
+            "\"rope_type\": \"default\"",
+            "\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64",
+        )
+    });
+    let e = load_err(d.path());
+    assert!(e.contains("yarn") && e.contains("unsupported"), "{e}");
+    let e = load_err(&tiny("mixtral"));
+    assert!(e.contains("mixture-of-experts"), "{e}");
+}

@@ -589,6 +589,85 @@ fn pre_tokenizer_types_split_digits_like_llama_cpp() {
     assert!(err.to_string().contains("no-such-pre"), "{err}");
 }
 
+/// A byte-level GGUF vocabulary whose merges build each of `words` whole
+/// (left to right, longer words' merges ranked first), with
+/// `tokenizer.ggml.pre` = `pre`.
+fn words_gguf(pre: &str, words: &[&str]) -> Tokenizer {
+    let table = byte_level_chars();
+    let mut tokens: Vec<String> = table.iter().map(|c| c.to_string()).collect();
+    let mut merges: Vec<String> = Vec::new();
+    for w in words {
+        let chars: Vec<char> = w.bytes().map(|b| table[b as usize]).collect();
+        for i in 1..chars.len() {
+            let left: String = chars[..i].iter().collect();
+            let merge = format!("{left} {}", chars[i]);
+            if !merges.contains(&merge) {
+                merges.push(merge);
+                tokens.push(chars[..=i].iter().collect());
+            }
+        }
+    }
+    let strs = |v: Vec<String>| GgufValue::Array(v.into_iter().map(GgufValue::String).collect());
+    let mut w = GgufWriter::new();
+    w.add("tokenizer.ggml.model", GgufValue::String("gpt2".into()))
+        .add("tokenizer.ggml.tokens", strs(tokens))
+        .add("tokenizer.ggml.merges", strs(merges))
+        .add("tokenizer.ggml.pre", GgufValue::String(pre.into()));
+    let g = GgufFile::from_bytes(w.to_bytes().unwrap(), "words.gguf").unwrap();
+    Tokenizer::from_gguf(&g).unwrap()
+}
+
+#[test]
+fn gpt4o_pre_tokenizer_splits_like_llama_cpp() {
+    // The merges could build each text whole; only the pre-tokenizer's
+    // words stop them. Expected words: llama.cpp's GPT4O regex (the same as
+    // tokenizer.json's o200k regex on these texts).
+    let words = [
+        "HelloWorld",
+        "Hello",
+        "World",
+        "don't",
+        "don",
+        "'t",
+        "abcDEF",
+        "abc",
+        "DEF",
+        "DON'T",
+        " stop",
+        "12345",
+        "123",
+        "45",
+        "://",
+        " x",
+        "y",
+    ];
+    let pieces = |t: &Tokenizer, text: &str| -> Vec<String> {
+        let ids = t.encode(text, false).unwrap();
+        assert_eq!(t.decode(&ids).unwrap(), text);
+        ids.iter()
+            .map(|&i| t.id_to_piece(i).unwrap().replace('\u{120}', " "))
+            .collect()
+    };
+    let o200k = words_gguf("gpt-4o", &words);
+    assert!(!o200k.add_bos_by_default());
+    for (text, want) in [
+        // Case changes start a word; a contraction stays on its word.
+        ("HelloWorld", &["Hello", "World"][..]),
+        ("abcDEF", &["abc", "DEF"]),
+        ("don't", &["don't"]),
+        ("DON'T stop", &["DON'T", " stop"]),
+        // Numbers in threes; punctuation takes trailing slashes.
+        ("12345", &["123", "45"]),
+        (" x://y", &[" x", "://", "y"]),
+    ] {
+        assert_eq!(pieces(&o200k, text), want, "gpt-4o: {text:?}");
+    }
+    // Llama 3's regex on the same vocabulary cuts otherwise.
+    let llama3 = words_gguf("llama-bpe", &words);
+    assert_eq!(pieces(&llama3, "HelloWorld"), ["HelloWorld"]);
+    assert_eq!(pieces(&llama3, "don't"), ["don", "'t"]);
+}
+
 #[test]
 fn hf_dir_metaspace_tokenizer_streams_like_it_decodes() {
     use serde_json::json;

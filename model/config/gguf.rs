@@ -1,6 +1,6 @@
 //! A model's configuration from GGUF metadata (`{arch}.*` keys, llama.cpp's names).
 
-use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig};
+use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig, YarnConfig};
 use crate::backend::RopeStyle;
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
@@ -57,11 +57,20 @@ impl ModelConfig {
                 .map_or(head_dim, |v| v as usize),
         };
         let layers = match arch {
-            Arch::Gemma3 => {
+            Arch::Gemma3 | Arch::GptOss => {
                 let window = g.get_u64(&key("attention.sliding_window"))?.unwrap_or(0) as usize;
-                let local_base = f32_key("rope.freq_base_swa")?.unwrap_or(10_000.0);
-                let pattern =
-                    gemma_swa_pattern(g, &key("attention.sliding_window_pattern"), n_layer)?;
+                let local_base = match arch {
+                    Arch::Gemma3 => f32_key("rope.freq_base_swa")?.unwrap_or(10_000.0),
+                    _ => rope_base,
+                };
+                // llama.cpp fixes gpt-oss's pattern: sliding and full from layer 0.
+                let default_period = if arch == Arch::GptOss { 2 } else { 6 };
+                let pattern = swa_pattern(
+                    g,
+                    &key("attention.sliding_window_pattern"),
+                    n_layer,
+                    default_period,
+                )?;
                 pattern
                     .into_iter()
                     .map(|local| {
@@ -91,20 +100,6 @@ impl ModelConfig {
             Some(s) => s,
             None => 1.0 / (head_dim as f32).sqrt(),
         };
-        // llama.cpp renormalises the chosen experts' weights for every
-        // architecture here (Mixtral, Qwen3-MoE; gpt-oss's softmax over the
-        // chosen logits is the same).
-        let moe = match g.get_u64(&key("expert_count"))? {
-            Some(experts) if experts > 0 => Some(MoeConfig {
-                experts: experts as usize,
-                k: need("expert_used_count")?,
-                n_ff: g
-                    .get_u64(&key("expert_feed_forward_length"))?
-                    .map_or(n_ff, |v| v as usize),
-                renorm: true,
-            }),
-            _ => None,
-        };
         FileFacts {
             arch,
             n_layer,
@@ -128,16 +123,76 @@ impl ModelConfig {
             attn_scale,
             // GGUF files store Gemma's `1 + w` norms already.
             norm_weight_offset: 0.0,
-            moe,
+            moe: moe_facts(g, arch, n_ff)?,
+            yarn: yarn_facts(g, arch)?,
         }
         .into_config()
     }
 }
 
-/// Which Gemma 3 layers use the sliding window: `{arch}.attention.sliding_window_pattern`
-/// as a period (every n-th layer global) or a per-layer bool array; llama.cpp's
-/// default period is 6.
-fn gemma_swa_pattern(g: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<bool>> {
+/// `{arch}.expert_count` and the keys that go with it; `None` for a dense model.
+fn moe_facts(g: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>> {
+    let key = |k: &str| format!("{}.{k}", arch.gguf_name());
+    let Some(experts) = g.get_u64(&key("expert_count"))? else {
+        return Ok(None);
+    };
+    let used = g.get_u64(&key("expert_used_count"))?.ok_or_else(|| {
+        Error::Config(format!(
+            "{} has '{}' but no '{}'",
+            g.path().display(),
+            key("expert_count"),
+            key("expert_used_count")
+        ))
+    })?;
+    // Mixtral's GGUF has no expert width of its own: its FFN is the experts'.
+    let n_ff = g
+        .get_u64(&key("expert_feed_forward_length"))?
+        .map_or(n_ff, |v| v as usize);
+    Ok(Some(MoeConfig {
+        experts: experts as usize,
+        used: used as usize,
+        n_ff,
+        // llama.cpp renormalises the chosen weights for all three families
+        // unless the file says otherwise.
+        renorm: g.get_bool(&key("expert_weights_norm"))?.unwrap_or(true),
+    }))
+}
+
+/// `{arch}.rope.scaling.*` when the type is `yarn`. llama.cpp always rounds
+/// the correction range (there is no key for it).
+fn yarn_facts(g: &GgufFile, arch: Arch) -> Result<Option<YarnConfig>> {
+    let key = |k: &str| format!("{}.rope.scaling.{k}", arch.gguf_name());
+    if g.get_str(&key("type"))? != Some("yarn") {
+        return Ok(None);
+    }
+    let factor = g.get_f32(&key("factor"))?;
+    let original = g.get_u64(&key("original_context_length"))?;
+    let (Some(factor), Some(original_ctx)) = (factor, original) else {
+        return Err(Error::Config(format!(
+            "{}: YaRN rope scaling needs '{}' and '{}'",
+            g.path().display(),
+            key("factor"),
+            key("original_context_length")
+        )));
+    };
+    Ok(Some(YarnConfig {
+        factor,
+        original_ctx: original_ctx as usize,
+        beta_fast: g.get_f32(&key("yarn_beta_fast"))?.unwrap_or(32.0),
+        beta_slow: g.get_f32(&key("yarn_beta_slow"))?.unwrap_or(1.0),
+        truncate: true,
+    }))
+}
+
+/// Which layers use the sliding window: `{arch}.attention.sliding_window_pattern`
+/// as a period (every n-th layer global) or a per-layer bool array, else
+/// `default_period` (llama.cpp's: 6 for Gemma 3, 2 for gpt-oss).
+fn swa_pattern(
+    g: &GgufFile,
+    key: &str,
+    n_layer: usize,
+    default_period: usize,
+) -> Result<Vec<bool>> {
     if let Some(a) = g.get_array(key).ok().flatten() {
         let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();
         return match v {
@@ -148,7 +203,7 @@ fn gemma_swa_pattern(g: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<bool
             ))),
         };
     }
-    let period = g.get_u64(key)?.unwrap_or(6) as usize;
+    let period = g.get_u64(key)?.map_or(default_period, |v| v as usize);
     Ok((0..n_layer)
         .map(|i| period == 0 || (i + 1) % period != 0)
         .collect())

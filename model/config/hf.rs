@@ -1,7 +1,7 @@
 //! A model's configuration from a Hugging Face `config.json` (transformers 4
 //! and 5 styles).
 
-use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig};
+use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig, YarnConfig};
 use crate::backend::{Activation, RopeStyle};
 use crate::error::{Error, Result};
 use serde_json::Value;
@@ -59,20 +59,23 @@ impl ModelConfig {
                 .or_else(|| float("rope_theta"))
                 .unwrap_or(default)
         };
-        if let Some(kind) = rope_params
-            .and_then(|rp| rp.get("rope_type"))
-            .or_else(|| {
-                c.get("rope_scaling")
-                    .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
-            })
-            .and_then(Value::as_str)
-        {
-            if kind != "default" {
-                return Err(Error::Unsupported(format!(
-                    "{origin}: rope scaling type '{kind}'"
-                )));
-            }
-        }
+        // transformers 5 keeps rope scaling in rope_parameters, 4 in rope_scaling.
+        let scaling = rope_params
+            .filter(|rp| rp.get("rope_type").is_some())
+            .or_else(|| c.get("rope_scaling").filter(|s| !s.is_null()));
+        let yarn = match scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))) {
+            None => None,
+            Some(kind) => match kind.as_str() {
+                Some("default") => None,
+                Some("yarn") => Some(yarn_facts(scaling, origin)?),
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "{origin}: rope scaling type '{}'",
+                        other.unwrap_or("(not a string)")
+                    )))
+                }
+            },
+        };
         let partial = rope_params
             .and_then(|rp| rp.get("partial_rotary_factor"))
             .and_then(Value::as_f64)
@@ -80,7 +83,7 @@ impl ModelConfig {
             .unwrap_or(1.0);
         let rot_dim = ((head_dim as f64) * partial).round() as usize;
         let layers = match arch {
-            Arch::Gemma3 => {
+            Arch::Gemma3 | Arch::GptOss => {
                 let window = uint("sliding_window").unwrap_or(0);
                 let types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
                     Some(t) => t
@@ -88,9 +91,11 @@ impl ModelConfig {
                         .map(|v| v.as_str().unwrap_or("").to_string())
                         .collect(),
                     None => {
+                        // gpt-oss alternates sliding and full from layer 0.
+                        let default_period = if arch == Arch::GptOss { 2 } else { 6 };
                         let period = uint("sliding_window_pattern")
                             .or(uint("_sliding_window_pattern"))
-                            .unwrap_or(6);
+                            .unwrap_or(default_period);
                         (0..n_layer)
                             .map(|i| {
                                 if period > 0 && (i + 1) % period == 0 {
@@ -168,34 +173,7 @@ impl ModelConfig {
             }
             _ => 1.0 / (head_dim as f32).sqrt(),
         };
-        // Qwen3-MoE names its experts' width and renormalises on request;
-        // Mixtral's experts take intermediate_size and always renormalise.
-        let moe = match (uint("num_experts").or(uint("num_local_experts")), arch) {
-            (Some(experts), _) if experts > 0 => {
-                if uint("decoder_sparse_step").is_some_and(|s| s != 1)
-                    || c.get("mlp_only_layers")
-                        .and_then(Value::as_array)
-                        .is_some_and(|a| !a.is_empty())
-                {
-                    return Err(Error::Unsupported(format!(
-                        "{origin}: dense layers between the expert layers"
-                    )));
-                }
-                Some(MoeConfig {
-                    experts,
-                    k: need("num_experts_per_tok")?,
-                    n_ff: uint("moe_intermediate_size").unwrap_or(n_ff),
-                    renorm: match arch {
-                        Arch::Qwen3Moe => c
-                            .get("norm_topk_prob")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false),
-                        _ => true,
-                    },
-                })
-            }
-            _ => None,
-        };
+        let moe = moe_facts(arch, c, n_ff, origin)?;
         FileFacts {
             arch,
             n_layer,
@@ -215,7 +193,85 @@ impl ModelConfig {
             // transformers' Gemma norms compute `x * (1 + w)`.
             norm_weight_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
             moe,
+            yarn,
         }
         .into_config()
     }
+}
+
+/// The experts a `config.json` declares: Mixtral's and gpt-oss's
+/// `num_local_experts`, Qwen3-MoE's `num_experts` (transformers 5 writes
+/// `num_local_experts` for it too). `None` for a dense model.
+fn moe_facts(arch: Arch, c: &Value, n_ff: usize, origin: &str) -> Result<Option<MoeConfig>> {
+    let uint = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as usize);
+    let experts = uint("num_local_experts").or_else(|| uint("num_experts"));
+    let experts = match (arch, experts) {
+        (Arch::Qwen3Moe | Arch::GptOss, None) => {
+            return Err(Error::Config(format!(
+                "{origin}: missing or non-integer 'num_local_experts' / 'num_experts'"
+            )))
+        }
+        (Arch::Llama | Arch::Qwen3Moe | Arch::GptOss, Some(n)) => n,
+        _ => return Ok(None),
+    };
+    let used = uint("num_experts_per_tok")
+        .or_else(|| uint("experts_per_token"))
+        .ok_or_else(|| Error::Config(format!("{origin}: missing 'num_experts_per_tok'")))?;
+    let (n_ff, renorm) = match arch {
+        Arch::Qwen3Moe => {
+            // Dense layers among the sparse ones are not supported (Qwen3-MoE
+            // checkpoints have none).
+            let dense = c
+                .get("mlp_only_layers")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty());
+            if dense || uint("decoder_sparse_step").unwrap_or(1) != 1 {
+                return Err(Error::Unsupported(format!(
+                    "{origin}: dense FFN layers among the experts (mlp_only_layers, decoder_sparse_step)"
+                )));
+            }
+            let ff = uint("moe_intermediate_size").ok_or_else(|| {
+                Error::Config(format!("{origin}: missing 'moe_intermediate_size'"))
+            })?;
+            let renorm = c
+                .get("norm_topk_prob")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            (ff, renorm)
+        }
+        // Mixtral and gpt-oss take the softmax over the chosen experts.
+        _ => (n_ff, true),
+    };
+    Ok(Some(MoeConfig {
+        experts,
+        used,
+        n_ff,
+        renorm,
+    }))
+}
+
+/// YaRN's parameters; transformers' defaults for the optional ones.
+fn yarn_facts(scaling: Option<&Value>, origin: &str) -> Result<YarnConfig> {
+    let s = scaling.unwrap_or(&Value::Null);
+    let float = |k: &str| s.get(k).and_then(Value::as_f64).map(|v| v as f32);
+    let factor = float("factor").ok_or_else(|| {
+        Error::Config(format!(
+            "{origin}: rope scaling type 'yarn' without a 'factor'"
+        ))
+    })?;
+    let original_ctx = s
+        .get("original_max_position_embeddings")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "{origin}: rope scaling type 'yarn' without 'original_max_position_embeddings'"
+            ))
+        })? as usize;
+    Ok(YarnConfig {
+        factor,
+        original_ctx,
+        beta_fast: float("beta_fast").unwrap_or(32.0),
+        beta_slow: float("beta_slow").unwrap_or(1.0),
+        truncate: s.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+    })
 }

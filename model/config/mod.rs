@@ -14,10 +14,13 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
-    Qwen3Moe,
     Gemma3,
     Phi3,
     Gpt2,
+    /// Qwen3-MoE (Qwen3-30B-A3B); Mixtral is `Llama` with experts.
+    Qwen3Moe,
+    /// OpenAI's gpt-oss.
+    GptOss,
 }
 
 impl Arch {
@@ -27,10 +30,11 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
-            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
             Arch::Gpt2 => "gpt2",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -39,13 +43,14 @@ impl Arch {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
-            "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "gpt-oss" => Arch::GptOss,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture '{other}' (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt2)"
+                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2, qwen3moe, gpt-oss)"
                 )))
             }
         })
@@ -56,13 +61,14 @@ impl Arch {
             "llama" | "mistral" | "mixtral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
-            "qwen3_moe" => Arch::Qwen3Moe,
             "gemma3_text" | "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "gpt2" => Arch::Gpt2,
+            "qwen3_moe" => Arch::Qwen3Moe,
+            "gpt_oss" => Arch::GptOss,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2)"
+                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2, gpt_oss)"
                 )))
             }
         })
@@ -82,6 +88,8 @@ struct ArchRules {
     post_norms: bool,
     /// Learned absolute positions instead of a rotary embedding.
     learned_pos: bool,
+    /// A learned softmax sink per attention head.
+    attn_sinks: bool,
 }
 
 impl Arch {
@@ -92,16 +100,17 @@ impl Arch {
             } else {
                 NormKind::Rms
             },
-            act: if matches!(self, Arch::Gemma3 | Arch::Gpt2) {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
+            act: match self {
+                Arch::Gemma3 | Arch::Gpt2 => Activation::GeluTanh,
+                Arch::GptOss => Activation::SwigluOai,
+                _ => Activation::Silu,
             },
             gated_ffn: self != Arch::Gpt2,
             scaled_embeddings: self == Arch::Gemma3,
             qk_norm: matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             post_norms: self == Arch::Gemma3,
             learned_pos: self == Arch::Gpt2,
+            attn_sinks: self == Arch::GptOss,
         }
     }
 }
@@ -121,26 +130,39 @@ pub struct RopeConfig {
     pub rot_dim: usize,
 }
 
-/// A mixture of experts in place of every layer's feed-forward block: a
-/// router picks `k` of `experts` gated FFNs per token and mixes their
-/// outputs (backend `route_experts`, `matmul_experts`, `sum_experts`).
+/// A mixture-of-experts FFN in every layer (Mixtral, Qwen3-MoE, gpt-oss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeConfig {
     pub experts: usize,
-    /// Experts each token uses.
-    pub k: usize,
-    /// Each expert's feed-forward width.
+    /// Experts each token is routed to (the top k).
+    pub used: usize,
+    /// Each expert's FFN width.
     pub n_ff: usize,
-    /// The chosen experts' weights renormalised over the `k` (see
-    /// `RouteParams::renorm`).
+    /// The chosen experts' weights are the softmax over the k chosen
+    /// ([`crate::backend::RouteParams::renorm`]).
     pub renorm: bool,
 }
 
-/// Most experts a model may declare (Qwen3-235B has 128, the largest
-/// published routers about 384).
-const MAX_EXPERTS: usize = 1024;
-/// Most experts a token may use (published models use 2 to 10).
+/// Most experts a model may declare (the largest published routers have
+/// about 384) and a token may use (published models use 2 to 10): the
+/// routing kernels' bounds.
+const MAX_EXPERTS: usize = 256;
 const MAX_EXPERTS_USED: usize = 16;
+
+/// YaRN rope scaling as the file states it (the rope kernels derive their
+/// correction range and attention factor from it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnConfig {
+    pub factor: f32,
+    /// Context the model was trained for before scaling.
+    pub original_ctx: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// Round the correction range outward (llama.cpp always does;
+    /// transformers does unless the config says `truncate: false`, as the
+    /// gpt-oss checkpoints do).
+    pub truncate: bool,
+}
 
 /// What differs between layers of one model (Gemma 3 interleaves local and global attention).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -182,8 +204,12 @@ pub struct ModelConfig {
     pub learned_pos: bool,
     /// HF Gemma norms compute `x * (1 + w)`; GGUF files store `1 + w` already.
     pub norm_weight_offset: f32,
-    /// Experts instead of a dense feed-forward block (`n_ff` is then unused).
+    /// `Some`: the FFN is a mixture of experts.
     pub moe: Option<MoeConfig>,
+    /// `Some`: YaRN-scaled rope (gpt-oss).
+    pub yarn: Option<YarnConfig>,
+    /// A learned softmax sink per attention head (gpt-oss's `attn_sinks`).
+    pub attn_sinks: bool,
 }
 
 impl ModelConfig {
@@ -230,23 +256,26 @@ impl ModelConfig {
                 self.vocab, self.n_ff, self.n_ctx
             ));
         }
-        if let Some(e) = self.moe {
-            if e.experts == 0 || e.experts > MAX_EXPERTS {
+        if let Some(m) = self.moe {
+            if m.experts == 0 || m.used == 0 || m.used > m.experts || m.n_ff == 0 {
                 return bad(format!(
-                    "{} experts; 1 to {MAX_EXPERTS} are supported",
-                    e.experts
+                    "{} experts, {} used per token, expert width {}: need 1 <= used <= experts and a nonzero width",
+                    m.experts, m.used, m.n_ff
                 ));
             }
-            if e.k == 0 || e.k > e.experts.min(MAX_EXPERTS_USED) {
+            if m.experts > MAX_EXPERTS || m.used > MAX_EXPERTS_USED {
                 return bad(format!(
-                    "{} experts used of {}; 1 to {} are supported",
-                    e.k,
-                    e.experts,
-                    e.experts.min(MAX_EXPERTS_USED)
+                    "{} experts, {} per token: at most {MAX_EXPERTS} experts and {MAX_EXPERTS_USED} per token are supported",
+                    m.experts, m.used
                 ));
             }
-            if e.n_ff == 0 {
-                return bad("an expert's feed-forward width is zero".into());
+        }
+        if let Some(y) = self.yarn {
+            if y.factor.is_nan() || y.factor < 1.0 || y.original_ctx == 0 {
+                return bad(format!(
+                    "YaRN factor {} must be at least 1 and its original context {} nonzero",
+                    y.factor, y.original_ctx
+                ));
             }
         }
         if self.layers.len() != self.n_layer {
@@ -282,6 +311,7 @@ struct FileFacts {
     attn_scale: f32,
     norm_weight_offset: f32,
     moe: Option<MoeConfig>,
+    yarn: Option<YarnConfig>,
 }
 
 impl FileFacts {
@@ -299,7 +329,11 @@ impl FileFacts {
             n_ctx: self.n_ctx,
             norm: r.norm,
             norm_eps: self.norm_eps,
-            act: self.act.unwrap_or(r.act),
+            // gpt-oss's config says "silu" for its clamped SwiGLU.
+            act: match self.arch {
+                Arch::GptOss => r.act,
+                _ => self.act.unwrap_or(r.act),
+            },
             gated_ffn: r.gated_ffn,
             rope: (!r.learned_pos).then_some(RopeConfig {
                 style: self.rope_style,
@@ -313,6 +347,8 @@ impl FileFacts {
             learned_pos: r.learned_pos,
             norm_weight_offset: self.norm_weight_offset,
             moe: self.moe,
+            yarn: self.yarn,
+            attn_sinks: r.attn_sinks,
         }
         .validate()
     }

@@ -30,6 +30,13 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's: Llama 3's with every digit split on its own.
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's o200k split (gpt-oss), as llama.cpp writes it
+/// (LLAMA_VOCAB_PRE_TYPE_GPT4O): tokenizer.json's regex with its
+/// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]` / `[\p{Ll}\p{Lm}\p{Lo}\p{M}]` classes
+/// rewritten as "a letter but not a-z" / "a letter but not A-Z". The two
+/// differ only on combining marks (`\p{M}`), which this one leaves out of words.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// How the text is cut into words before byte-level BPE (llama.cpp's
 /// `LLAMA_VOCAB_PRE_TYPE_*` groups).
 enum PreSplit {
@@ -51,6 +58,7 @@ fn pre_split(pre: &str) -> Result<PreSplit> {
             PreSplit::Regex(LLAMA3_REGEX)
         }
         "qwen2" | "stablelm2" | "deepseek-r1-qwen" | "hunyuan" => PreSplit::Regex(QWEN2_REGEX),
+        "gpt-4o" | "minimax-m2" => PreSplit::Regex(GPT4O_REGEX),
         other => {
             return Err(Error::Unsupported(format!(
                 "GGUF pre-tokenizer type '{other}' (tokenizer.ggml.pre)"

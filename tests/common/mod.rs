@@ -21,6 +21,15 @@ pub fn root() -> PathBuf {
 /// Every architecture, by its tiny model under `tests/data/reference/tiny`.
 pub const TINY_ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
 
+/// The tiny mixture-of-experts models under `tests/data/reference/tiny`
+/// (scripts/make_tiny_moe.py), each with its llama.cpp architecture.
+pub const TINY_MOE_ARCHS: [(&str, &str); 4] = [
+    ("qwen3moe", "qwen3moe"),
+    ("mixtral", "llama"),
+    ("gpt_oss", "gpt-oss"),
+    ("gpt_oss_mxfp4", "gpt-oss"),
+];
+
 /// The transformers references (`tests/data/reference/README.md`).
 pub fn reference_dir() -> PathBuf {
     root().join("tests").join("data").join("reference")
