@@ -105,7 +105,7 @@ impl CpuWeight {
     pub fn rows_view(&self, r0: usize, n: usize) -> Option<WeightRows<'_>> {
         let r1 = r0.checked_add(n).filter(|&r1| r1 <= self.rows)?;
         let group = super::repack::R;
-        if self.packed && (r0 % group != 0 || n % group != 0) {
+        if self.packed && (!r0.is_multiple_of(group) || !n.is_multiple_of(group)) {
             return None;
         }
         Some(WeightRows {
