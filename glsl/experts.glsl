@@ -1,17 +1,18 @@
 // The GEMMs' mixture-of-experts builds (-DEXPERTS; vk/ops/matmul_experts.rs):
-// one dispatch for every expert, workgroup z the expert, its x rows the
-// slots routed to it, gathered. expert_slots.comp lists them: word e
-// (e < E = gl_NumWorkGroups.z = experts + 1) holds list e's length, list e
-// (in slot order) starts at word E + e * pc.m (pc.m: the slots), and list
-// `experts` holds the slots whose id is past the experts. Slot s reads x
-// row s / pc.x_div and writes y row s; expert e's weight rows are
+// one dispatch for every expert, each expert's x rows the slots routed to
+// it, gathered. expert_slots.comp lists them: word e (e < lists = experts
+// + 1) holds list e's length, list e (in slot order) starts at word
+// lists + e * pc.m (pc.m: the slots), and list `experts` holds the slots
+// whose id is past the experts. Workgroup y counts the lists' row tiles in
+// order (the host dispatches at least as many as there can be: slots / tile
+// + lists), so no workgroup is spent on an expert's absent rows. Slot s
+// reads x row s / pc.x_div and writes y row s; expert e's weight rows are
 // e * pc.n ..
 //
-// The including shader declares `pc` (n, m, ldy, x_div), `y`, and
+// The including shader declares `pc` (n, m, ldy, x_div, experts), `y`, and
 // EXPERT_TILE_M, its output tile's rows, then calls expert_tile first
 // (every invocation) and addresses rows through x_row, y_row, w_row and
-// m_rows, and the split of the reduction through K_SPLIT: outside these
-// builds they are the plain GEMM's.
+// m_rows: outside these builds they are the plain GEMM's.
 #if defined(EXPERTS)
 layout(binding = 4) readonly buffer Slots { uint slot_list[]; };
 
@@ -23,14 +24,34 @@ uint tile_count;
 // The expert's first weight row.
 uint expert_w0;
 
-// Whether the workgroup has rows to compute: its row tile (from m0) starts
-// before its expert's count. The list of bad ids gets zeros in its rows'
-// columns n0 .. n0 + tn, and nothing read. Uniform over the workgroup.
-bool expert_tile(uint m0, uint n0, uint tn, uint tid, uint threads) {
-    uint lists = gl_NumWorkGroups.z;
-    uint e = gl_WorkGroupID.z;
-    tile_count = slot_list[e];
-    if (m0 >= tile_count) {
+// Whether the workgroup has rows to compute; if so m0 becomes its tile's
+// first row in its expert's list. The list of bad ids gets zeros in its
+// rows' columns n0 .. n0 + tn, and nothing read. `threads` invocations,
+// at least a subgroup's lanes unless fewer; uniform over the workgroup.
+bool expert_tile(inout uint m0, uint n0, uint tn, uint tid, uint threads) {
+    uint lists = pc.experts + 1u;
+    uint t = gl_WorkGroupID.y;
+    // Each subgroup walks the lists' tile counts, a lane per list, to the
+    // one holding tile t: the same loads and sums in every subgroup.
+    uint width = min(gl_SubgroupSize, threads);
+    uint lane = gl_SubgroupInvocationID;
+    uint before = 0u;
+    uint e = lists;
+    for (uint e0 = 0u; e0 < lists; e0 += width) {
+        uint l = e0 + lane;
+        uint c = l < lists ? slot_list[l] : 0u;
+        uint tiles = (c + EXPERT_TILE_M - 1u) / EXPERT_TILE_M;
+        uint upto = before + subgroupInclusiveAdd(tiles);
+        e = subgroupMin(upto > t ? l : 0xFFFFFFFFu);
+        if (e != 0xFFFFFFFFu) {
+            uint first = subgroupMin(l == e ? upto - tiles : 0xFFFFFFFFu);
+            tile_count = subgroupMin(l == e ? c : 0xFFFFFFFFu);
+            m0 = (t - first) * EXPERT_TILE_M;
+            break;
+        }
+        before = subgroupMax(upto);
+    }
+    if (e >= lists) {
         return false;
     }
     tile_m0 = m0;
@@ -66,8 +87,6 @@ uint m_rows() {
 }
 // Output rows are scattered: no whole-fragment stores straight to y.
 const bool GATHERED = true;
-// Workgroup z is the expert, not a split of the reduction (split-K).
-#define K_SPLIT 0u
 #else
 // Macros, so the plain builds compile as they did before these existed.
 #define expert_tile(m0, n0, tn, tid, threads) true
@@ -76,5 +95,4 @@ const bool GATHERED = true;
 #define w_row(r) (r)
 #define m_rows() pc.m
 const bool GATHERED = false;
-#define K_SPLIT gl_WorkGroupID.z
 #endif

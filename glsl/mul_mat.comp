@@ -27,8 +27,10 @@ layout(push_constant) uniform Push {
     // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
     // floats apart), which split_sum.comp adds up; 0: one split.
     uint k_chunk;
-    // EXPERTS: slot s reads x row s / x_div (experts.glsl).
+    // EXPERTS (experts.glsl): slot s reads x row s / x_div; the experts
+    // stacked in the weight.
     uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"
@@ -63,9 +65,9 @@ void main() {
     // Each invocation loads 4 consecutive k values of one tile row.
     uint lr = tid / 4u;
     uint lk = (tid % 4u) * 4u;
-    uint kbeg = K_SPLIT * pc.k_chunk;
+    uint kbeg = gl_WorkGroupID.z * pc.k_chunk;
     uint kend = pc.k_chunk == 0u ? pc.k : min(pc.k, kbeg + pc.k_chunk);
-    uint ybase = K_SPLIT * pc.m * pc.ldy;
+    uint ybase = gl_WorkGroupID.z * pc.m * pc.ldy;
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         uint kk = k0 + lk;
         uint wn = n0 + lr;

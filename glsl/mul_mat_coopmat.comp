@@ -50,8 +50,10 @@ layout(push_constant) uniform Push {
     // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
     // floats apart), which split_sum.comp adds up; 0: one split.
     uint k_chunk;
-    // EXPERTS: slot s reads x row s / x_div (experts.glsl).
+    // EXPERTS (experts.glsl): slot s reads x row s / x_div; the experts
+    // stacked in the weight.
     uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"
@@ -191,9 +193,9 @@ void main() {
         }
     }
 
-    uint kbeg = K_SPLIT * pc.k_chunk;
+    uint kbeg = gl_WorkGroupID.z * pc.k_chunk;
     uint kend = pc.k_chunk == 0u ? pc.k : min(pc.k, kbeg + pc.k_chunk);
-    uint ybase = K_SPLIT * pc.m * pc.ldy;
+    uint ybase = gl_WorkGroupID.z * pc.m * pc.ldy;
     uint steps = (kend - kbeg + BK - 1u) / BK;
     fetch(n0, m0, kbeg, fast);
     store();

@@ -37,6 +37,7 @@ layout(push_constant) uniform Push {
     uint ldy;
     uint k_chunk; // 0: this kernel does not split k
     uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"

@@ -71,8 +71,10 @@ struct Push {
     ldy: u32,
     /// K values each split of the reduction sums (0: one split).
     k_chunk: u32,
-    /// Routed rows (the experts builds): slot s reads x row s / x_div.
+    /// Routed rows (the experts builds): slot s reads x row s / x_div; the
+    /// experts stacked in the weight.
     x_div: u32,
+    experts: u32,
 }
 
 /// split_sum.comp's push constants.
@@ -720,8 +722,9 @@ impl Encoder<'_> {
     /// The tiled GEMM (m > GEMV_MAX_ROWS) for a (part of a) weight, its
     /// output columns from `row0` of y's `ldy`; shapes already checked.
     /// `x_half`: x holds f16 values (the cooperative-matrix kernels only).
-    /// With `routed`, the grouped GEMM of `m` slots: workgroup z the expert
-    /// (and one more for the slots of bad ids), its rows a tile of its list.
+    /// With `routed`, the grouped GEMM of `m` slots: each workgroup row a
+    /// tile of one expert's list (or of the bad ids' list), the lists'
+    /// tiles in order (glsl/experts.glsl).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn encode_gemm(
         &mut self,
@@ -742,9 +745,15 @@ impl Encoder<'_> {
             None => self.kernels.matmul.shader(n, m),
             Some(r) => self.kernels.matmul.experts_shader(n, m, r.experts),
         };
-        // Routed: as many row tiles as one expert could have (each exits
-        // past its expert's rows).
-        let tiles = [n.div_ceil(tn), m.div_ceil(tm)];
+        // Routed: as many row tiles as the lists can have, each list's last
+        // partial (the workgroups past the lists' tiles exit at once).
+        let m_tiles = match routed {
+            None => m.div_ceil(tm),
+            Some(r) => m
+                .div_ceil(tm)
+                .saturating_add(r.experts.saturating_add(1).min(m)),
+        };
+        let tiles = [n.div_ceil(tn), m_tiles];
         // A few rows of a whole weight, on the kernels that split (not the
         // lanes of a CPU device, whose workgroups are its threads).
         let splits_here = routed.is_none()
@@ -775,6 +784,7 @@ impl Encoder<'_> {
             ldy: u32_of(OP, "n", ldy)?,
             k_chunk: u32_of(OP, "k_chunk", k_chunk)?,
             x_div: u32_of(OP, "x_div", routed.map_or(1, |r| r.x_div))?,
+            experts: u32_of(OP, "experts", routed.map_or(0, |r| r.experts))?,
         };
         let out = part.as_ref().unwrap_or(y);
         // Without a bias, x stands in at binding 3 (never read); the lists
@@ -787,14 +797,10 @@ impl Encoder<'_> {
             read(routed.map_or(x, |r| &r.index)),
         ];
         let bound = if routed.is_some() { 5 } else { 4 };
-        let z = match routed {
-            None => splits,
-            Some(r) => r.experts.saturating_add(1),
-        };
         let groups = [
             u32_of(OP, "n tiles", tiles[0])?,
             u32_of(OP, "m tiles", tiles[1])?,
-            u32_of(OP, "workgroups along z", z)?,
+            u32_of(OP, "splits", splits)?,
         ];
         let max = self.caps().max_workgroup_count;
         if groups[0] > max[0] || groups[1] > max[1] || groups[2] > max[2] {

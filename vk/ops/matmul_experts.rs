@@ -5,9 +5,10 @@
 //! GEMV's experts build (glsl/mul_mat_vec.comp with EXPERTS): workgroup z
 //! is a slot and reads only its expert's rows. More take the GEMM kernel's
 //! experts build (glsl/experts.glsl): glsl/expert_slots.comp lists each
-//! expert's slots, then one dispatch, workgroup z the expert, runs the
-//! tiled GEMM on the x rows gathered from its list and writes each result
-//! row to its slot; row tiles past an expert's count exit at once.
+//! expert's slots, then one dispatch runs the tiled GEMM on row tiles of
+//! those lists (each workgroup row finds its expert and tile from the
+//! lists' counts), on the x rows gathered from its list, and writes each
+//! result row to its slot; workgroups past the lists' tiles exit at once.
 
 use super::matmul::Routed;
 use super::{plain, read, u32_of, write, Encoder};
