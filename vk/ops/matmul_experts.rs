@@ -52,24 +52,16 @@ impl Encoder<'_> {
         p: &ExpertsParams,
     ) -> Result<()> {
         const OP: &str = "matmul_experts";
-        if p.experts == 0 || !w.rows.is_multiple_of(p.experts) {
-            return Err(Error::op(
-                OP,
-                format!("{} rows do not split into {} experts", w.rows, p.experts),
-            ));
-        }
+        let check::Experts {
+            n,
+            slots,
+            x_rows,
+            xn,
+            yn,
+        } = check::experts(OP, w, p)?;
         if w.cols == 0 {
             return Err(Error::op(OP, format!("empty {} x 0 weight", w.rows)));
         }
-        let n = w.rows / p.experts;
-        let slots = p
-            .rows
-            .checked_mul(p.k)
-            .ok_or_else(|| Error::op(OP, "rows * k overflows"))?;
-        let x_rows = if p.x_per_slot { slots } else { p.rows };
-        let (Some(yn), Some(xn)) = (slots.checked_mul(n), x_rows.checked_mul(w.cols)) else {
-            return Err(Error::op(OP, "rows * columns overflows"));
-        };
         check::fits(OP, "x", x, xn)?;
         check::fits(OP, "y", y, yn)?;
         check::fits(OP, "ids", ids, slots)?;

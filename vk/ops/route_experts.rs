@@ -30,12 +30,7 @@ impl Encoder<'_> {
         p: &RouteParams,
     ) -> Result<()> {
         const OP: &str = "route_experts";
-        if p.k == 0 || p.k > p.experts {
-            return Err(Error::op(
-                OP,
-                format!("{} of {} experts cannot be chosen", p.k, p.experts),
-            ));
-        }
+        let (n, nk) = check::route(OP, p)?;
         if p.experts > MAX_EXPERTS || p.k > MAX_K {
             return Err(Error::Unsupported(format!(
                 "route_experts on Vulkan takes up to {MAX_EXPERTS} experts and k up to {MAX_K}, \
@@ -43,9 +38,6 @@ impl Encoder<'_> {
                 p.experts, p.k
             )));
         }
-        let (Some(n), Some(nk)) = (p.rows.checked_mul(p.experts), p.rows.checked_mul(p.k)) else {
-            return Err(Error::op(OP, "rows * experts overflows"));
-        };
         check::fits(OP, "logits", logits, n)?;
         check::fits(OP, "ids", ids, nk)?;
         check::fits(OP, "weights", weights, nk)?;

@@ -4,7 +4,7 @@
 use super::Encoder;
 use super::{plain, read, u32_of, write};
 use crate::backend::{check, Buffer};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use bytemuck::{Pod, Zeroable};
 
 /// Invocations per workgroup of the grid-stride loop.
@@ -32,14 +32,10 @@ impl Encoder<'_> {
         add: bool,
     ) -> Result<()> {
         const OP: &str = "sum_experts";
-        let (Some(on), Some(slots)) = (rows.checked_mul(n), rows.checked_mul(k)) else {
-            return Err(Error::op(OP, "rows * n overflows"));
-        };
-        let yn = slots
-            .checked_mul(n)
-            .ok_or_else(|| Error::op(OP, "rows * k * n overflows"))?;
+        // rows * k fits where rows * k * n does, for n > 0.
+        let (on, yn) = check::sum_experts(OP, rows, k, n)?;
         check::fits(OP, "y", y, yn)?;
-        check::fits(OP, "weights", weights, slots)?;
+        check::fits(OP, "weights", weights, rows.saturating_mul(k))?;
         check::fits(OP, "out", out, on)?;
         if on == 0 {
             return Ok(());
