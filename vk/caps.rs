@@ -665,6 +665,19 @@ mod tests {
     }
 
     #[test]
+    fn routed_gemms_take_the_large_tile_only_for_full_experts() {
+        use MatmulKernel::{CoopmatNv, Tiles};
+        // Qwen3-MoE, 512 tokens: 4,096 slots over 128 experts, 32 rows each.
+        assert_eq!(CoopmatNv.experts_shader(768, 4096, 128).1, 64);
+        // Mixtral, 2,048 tokens: 4,096 slots over 8 experts, 512 rows each.
+        let big = CoopmatNv.experts_shader(14336, 4096, 8);
+        assert_eq!(big, ("mul_mat_coopmat_nv_experts", 128, 128));
+        // Full experts but too few tiles for the GPU.
+        assert_eq!(CoopmatNv.experts_shader(256, 1024, 8).1, 64);
+        assert_eq!(Tiles.experts_shader(14336, 4096, 8).0, "mul_mat_experts");
+    }
+
+    #[test]
     fn overrides_win_where_the_device_can_run_them() {
         let forced = KernelOverrides {
             matmul: Some(MatmulOverride::Tiles),
