@@ -59,8 +59,11 @@ impl Encoder<'_> {
             xn,
             yn,
         } = check::experts(OP, w, p)?;
-        if w.cols == 0 {
-            return Err(Error::op(OP, format!("empty {} x 0 weight", w.rows)));
+        if w.rows == 0 || w.cols == 0 {
+            return Err(Error::op(
+                OP,
+                format!("empty {} x {} weight", w.rows, w.cols),
+            ));
         }
         check::fits(OP, "x", x, xn)?;
         check::fits(OP, "y", y, yn)?;
