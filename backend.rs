@@ -779,7 +779,7 @@ pub trait ComputeBackend: Send {
 /// Checks shared by every backend's op entry points, so shape errors read the
 /// same whichever device runs.
 pub mod check {
-    use super::{Buffer, KvPages};
+    use super::{Buffer, ExpertsParams, KvPages, RouteParams, Weight};
     use crate::dtype::DType;
     use crate::error::{Error, Result};
 
@@ -879,6 +879,75 @@ pub mod check {
             ));
         }
         Ok(())
+    }
+
+    /// route_experts' parameters: `k` of 1 to `experts`. Returns the
+    /// logits' and the picks' value counts (`rows * experts`, `rows * k`).
+    pub fn route(op: &'static str, p: &RouteParams) -> Result<(usize, usize)> {
+        if p.k == 0 || p.k > p.experts {
+            return Err(Error::op(
+                op,
+                format!("{} of {} experts cannot be chosen", p.k, p.experts),
+            ));
+        }
+        match (p.rows.checked_mul(p.experts), p.rows.checked_mul(p.k)) {
+            (Some(n), Some(nk)) => Ok((n, nk)),
+            _ => Err(Error::op(op, "rows * experts overflows")),
+        }
+    }
+
+    /// What matmul_experts' shapes come to ([`super::ExpertsParams`]).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Experts {
+        /// Rows of one expert's matrix (`w.rows / experts`).
+        pub n: usize,
+        /// `rows * k`.
+        pub slots: usize,
+        /// Rows of x: `slots`, or `rows` where the slots share theirs.
+        pub x_rows: usize,
+        /// Values of x and of y.
+        pub xn: usize,
+        pub yn: usize,
+    }
+
+    /// matmul_experts' weight splits into `p.experts` matrices and its
+    /// sizes count.
+    pub fn experts(op: &'static str, w: &Weight, p: &ExpertsParams) -> Result<Experts> {
+        if p.experts == 0 || !w.rows.is_multiple_of(p.experts) {
+            return Err(Error::op(
+                op,
+                format!("{} rows do not split into {} experts", w.rows, p.experts),
+            ));
+        }
+        let n = w.rows / p.experts;
+        let slots = p.rows.checked_mul(p.k);
+        let x_rows = if p.x_per_slot { slots } else { Some(p.rows) };
+        let yn = slots.and_then(|s| s.checked_mul(n));
+        let xn = x_rows.and_then(|r| r.checked_mul(w.cols));
+        match (slots, x_rows, xn, yn) {
+            (Some(slots), Some(x_rows), Some(xn), Some(yn)) => Ok(Experts {
+                n,
+                slots,
+                x_rows,
+                xn,
+                yn,
+            }),
+            _ => Err(Error::op(op, "rows * columns overflows")),
+        }
+    }
+
+    /// sum_experts' value counts: out's `rows * n` and y's `rows * k * n`.
+    pub fn sum_experts(
+        op: &'static str,
+        rows: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<(usize, usize)> {
+        let yn = rows.checked_mul(k).and_then(|v| v.checked_mul(n));
+        match (rows.checked_mul(n), yn) {
+            (Some(on), Some(yn)) => Ok((on, yn)),
+            _ => Err(Error::op(op, "rows * n overflows")),
+        }
     }
 }
 

@@ -11,7 +11,11 @@
 //! block, and the integer-dot `mul_mat_vec_q8.<dtype>` and
 //! `mul_mat_vec_q8in.<dtype>` (which also quantizes its input), whose packed
 //! dot products are declared through GL_EXT_spirv_intrinsics, which glslc
-//! 2023.2 has. [`VARIANTS`] adds builds with one more define. A shader
+//! 2023.2 has. [`VARIANTS`] adds builds with more defines. A shader
+//! that tests `defined(EXPERTS)` or includes experts.glsl (the matmuls'
+//! mixture-of-experts builds, vk/ops/matmul_experts.rs) is built again with `-DEXPERTS` under each of
+//! its names (and dtypes) with `_experts` appended: `mul_mat_experts.<dtype>`,
+//! `mul_mat_coopmat_small_khr_experts.<dtype>`. A shader
 //! whose source contains `#extension GL_EXT_integer_dot_product` is built
 //! only when glslc supports that extension (probed here; exported as the
 //! cfg `vkllm_glsl_int_dot` and as a const in shaders.rs).
@@ -76,34 +80,49 @@ enum VariantTypes {
     IntDotGemv,
 }
 
-/// Extra builds of a shader with one more define: (stem, define, name of
+/// Extra builds of a shader with more defines: (stem, defines, name of
 /// the variant, which builds).
-const VARIANTS: &[(&str, &str, &str, VariantTypes)] = &[
+const VARIANTS: &[(&str, &[&str], &str, VariantTypes)] = &[
     (
         GEMV_STEM,
-        "-DQ8X",
+        &["-DQ8X"],
         "mul_mat_vec_q8",
         VariantTypes::IntDotGemv,
     ),
     (
         GEMV_STEM,
-        "-DQ8IN",
+        &["-DQ8X", "-DEXPERTS"],
+        "mul_mat_vec_q8_experts",
+        VariantTypes::IntDotGemv,
+    ),
+    (
+        GEMV_STEM,
+        &["-DQ8IN"],
         "mul_mat_vec_q8in",
         VariantTypes::IntDotGemv,
     ),
     (
         "attention_decode",
-        "-DUNSPLIT",
+        &["-DUNSPLIT"],
         "attention_decode_unsplit",
         VariantTypes::Untyped,
     ),
     (
         "attention_decode",
-        "-DMERGE",
+        &["-DMERGE"],
         "attention_decode_merge",
         VariantTypes::Untyped,
     ),
 ];
+
+/// The mixture-of-experts builds' define.
+const EXPERTS_DEFINE: &str = "-DEXPERTS";
+
+/// Whether a shader has mixture-of-experts builds: it tests the define
+/// itself, or through the GEMMs' experts.glsl.
+fn has_experts_builds(src: &str) -> bool {
+    src.contains("defined(EXPERTS)") || src.contains("#include \"experts.glsl\"")
+}
 
 /// Cooperative-matrix shaders that name `TILE_SMALL` are built once per
 /// output tile: (name infix, defines); the backend picks the small tile where the large one
@@ -195,11 +214,11 @@ fn main() {
             &stem,
             &[],
         ));
-        for (_, define, name, types) in VARIANTS.iter().filter(|v| v.0 == stem) {
+        for (_, defines, name, types) in VARIANTS.iter().filter(|v| v.0 == stem) {
             match types {
                 VariantTypes::Untyped => {
                     let spv = out_dir.join(format!("{name}.spv"));
-                    compile(&glslc, path, &glsl_dir, &spv, &[define]);
+                    compile(&glslc, path, &glsl_dir, &spv, defines);
                     entries.push((name.to_string(), spv));
                 }
                 VariantTypes::IntDotGemv => {
@@ -210,7 +229,9 @@ fn main() {
                         let full = format!("{name}.{}", qt.name);
                         let spv = out_dir.join(format!("{full}.spv"));
                         let (ty, lanes) = (type_define(qt), lanes_define(lanes));
-                        compile(&glslc, path, &glsl_dir, &spv, &[define, &ty, &lanes]);
+                        let mut all = defines.to_vec();
+                        all.extend([ty.as_str(), lanes.as_str()]);
+                        compile(&glslc, path, &glsl_dir, &spv, &all);
                         entries.push((full, spv));
                     }
                 }
@@ -398,8 +419,9 @@ fn lanes_define(lanes: u32) -> String {
 }
 
 /// Compile `path` as `name`, once per weight dtype (`name.<dtype>`, with
-/// the type's GEMV lanes for [`GEMV_STEM`]) when it includes dequant.glsl;
-/// returns the (name, spv path) entries.
+/// the type's GEMV lanes for [`GEMV_STEM`]) when it includes dequant.glsl,
+/// and again as `name_experts` with [`EXPERTS_DEFINE`] where
+/// [`has_experts_builds`]; returns the (name, spv path) entries.
 fn compile_variants(
     compiler: &Compiler,
     path: &Path,
@@ -409,26 +431,32 @@ fn compile_variants(
     name: &str,
     defines: &[&str],
 ) -> Vec<(String, PathBuf)> {
+    let mut builds = vec![(name.to_string(), defines.to_vec())];
+    if has_experts_builds(src) {
+        let mut experts = defines.to_vec();
+        experts.push(EXPERTS_DEFINE);
+        builds.push((format!("{name}_experts"), experts));
+    }
+    let gemv = path.file_stem().is_some_and(|s| s == GEMV_STEM);
     let mut entries = Vec::new();
-    if src.contains("#include \"dequant.glsl\"") {
+    for (name, defines) in &builds {
+        if !src.contains("#include \"dequant.glsl\"") {
+            let spv = out_dir.join(format!("{name}.spv"));
+            compile(compiler, path, include, &spv, defines);
+            entries.push((name.to_string(), spv));
+            continue;
+        }
         for qt in QUANT_TYPES {
             let full = format!("{name}.{}", qt.name);
             let spv = out_dir.join(format!("{full}.spv"));
             let ty = type_define(qt);
-            let lanes = qt
-                .gemv_lanes
-                .filter(|_| name == GEMV_STEM)
-                .map(lanes_define);
-            let mut all = defines.to_vec();
+            let lanes = qt.gemv_lanes.filter(|_| gemv).map(lanes_define);
+            let mut all = defines.clone();
             all.push(&ty);
             all.extend(lanes.as_deref());
             compile(compiler, path, include, &spv, &all);
             entries.push((full, spv));
         }
-    } else {
-        let spv = out_dir.join(format!("{name}.spv"));
-        compile(compiler, path, include, &spv, defines);
-        entries.push((name.to_string(), spv));
     }
     entries
 }

@@ -715,17 +715,7 @@ impl ComputeBackend for CpuBackend {
         p: &RouteParams,
     ) -> Result<()> {
         const OP: &str = "route_experts";
-        if p.k == 0 || p.k > p.experts {
-            return Err(Error::op(
-                OP,
-                format!("{} of {} experts cannot be chosen", p.k, p.experts),
-            ));
-        }
-        let n = p.rows.checked_mul(p.experts);
-        let nk = p.rows.checked_mul(p.k);
-        let (Some(n), Some(nk)) = (n, nk) else {
-            return Err(Error::op(OP, "rows * experts overflows"));
-        };
+        let (n, nk) = check::route(OP, p)?;
         check::fits(OP, "ids", ids, nk)?;
         let bytes = (logits.bytes + ids.bytes + weights.bytes) as u64;
         self.timed(OP, bytes, |be| {
@@ -755,18 +745,7 @@ impl ComputeBackend for CpuBackend {
         p: &ExpertsParams,
     ) -> Result<()> {
         const OP: &str = "matmul_experts";
-        if p.experts == 0 || !w.rows.is_multiple_of(p.experts) {
-            return Err(Error::op(
-                OP,
-                format!("{} rows do not split into {} experts", w.rows, p.experts),
-            ));
-        }
-        let n = w.rows / p.experts;
-        let slots = p.slots();
-        let x_rows = if p.x_per_slot { slots } else { p.rows };
-        let (Some(yn), Some(xn)) = (slots.checked_mul(n), x_rows.checked_mul(w.cols)) else {
-            return Err(Error::op(OP, "rows * columns overflows"));
-        };
+        let check::Experts { slots, xn, yn, .. } = check::experts(OP, w, p)?;
         let mut inputs = vec![&w.buf, x, ids];
         inputs.extend(bias);
         let work = yn.saturating_mul(w.cols);
@@ -790,12 +769,7 @@ impl ComputeBackend for CpuBackend {
         add: bool,
     ) -> Result<()> {
         const OP: &str = "sum_experts";
-        let (Some(on), Some(yn)) = (
-            rows.checked_mul(n),
-            rows.checked_mul(k).and_then(|v| v.checked_mul(n)),
-        ) else {
-            return Err(Error::op(OP, "rows * n overflows"));
-        };
+        let (on, yn) = check::sum_experts(OP, rows, k, n)?;
         self.with_out(OP, out, on, yn, &[y, weights], |s, dst, _| {
             let ys = s.f32s(OP, "y", y, yn)?;
             let ws = s.f32s(OP, "weights", weights, rows * k)?;

@@ -1,6 +1,7 @@
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) for many rows m: each 16x16
 // workgroup computes a 64(n) x 64(m) output tile, 4x4 per invocation, staging
-// 16-wide k slices of W (dequantized once) and x in shared memory.
+// 16-wide k slices of W (dequantized once) and x in shared memory. Built
+// with EXPERTS, the grouped GEMM of routed rows (experts.glsl).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -26,12 +27,18 @@ layout(push_constant) uniform Push {
     // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
     // floats apart), which split_sum.comp adds up; 0: one split.
     uint k_chunk;
+    // EXPERTS (experts.glsl): slot s reads x row s / x_div; the experts
+    // stacked in the weight.
+    uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"
 
 const uint TILE = 64u;
 const uint BK = 16u;
+#define EXPERT_TILE_M TILE
+#include "experts.glsl"
 
 // +1 column of padding avoids shared-memory bank conflicts on the k loop.
 shared float ws[TILE][BK + 1];
@@ -43,6 +50,9 @@ void main() {
     uint tx = gl_LocalInvocationID.x;
     uint ty = gl_LocalInvocationID.y;
     uint tid = ty * 16u + tx;
+    if (!expert_tile(m0, n0, TILE, tid, 256u)) {
+        return;
+    }
     bool vec_ok = (pc.k & 3u) == 0u;
 
     float acc[4][4];
@@ -64,21 +74,21 @@ void main() {
         vec4 wv = vec4(0.0);
         if (wn < pc.n) {
             if (vec_ok && kk + 3u < pc.k) {
-                wv = dq4(wn * pc.k + kk);
+                wv = dq4(w_row(wn) * pc.k + kk);
             } else {
                 [[unroll]] for (uint j = 0u; j < 4u; j++) {
                     if (kk + j < pc.k) {
-                        wv[j] = dq1(wn * pc.k + kk + j);
+                        wv[j] = dq1(w_row(wn) * pc.k + kk + j);
                     }
                 }
             }
         }
         uint xm = m0 + lr;
         vec4 xv = vec4(0.0);
-        if (xm < pc.m) {
+        if (xm < m_rows()) {
             [[unroll]] for (uint j = 0u; j < 4u; j++) {
                 if (kk + j < pc.k) {
-                    xv[j] = x[xm * pc.k + kk + j];
+                    xv[j] = x[x_row(xm) * pc.k + kk + j];
                 }
             }
         }
@@ -108,11 +118,11 @@ void main() {
         if (col >= pc.n) {
             continue;
         }
-        float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
+        float bv = pc.has_bias != 0u ? bias[pc.row0 + w_row(col)] : 0.0;
         [[unroll]] for (uint b = 0u; b < 4u; b++) {
             uint row = m0 + ty + 16u * b;
-            if (row < pc.m) {
-                y[ybase + row * pc.ldy + pc.row0 + col] = acc[a][b] + bv;
+            if (row < m_rows()) {
+                y[ybase + y_row(row) * pc.ldy + pc.row0 + col] = acc[a][b] + bv;
             }
         }
     }

@@ -19,6 +19,8 @@
 // allows otherwise; the 64-wide slice gives each fetch twice the
 // multiplies to hide behind, and ran faster (benches/README.md, prefill
 // GEMM).
+//
+// Built with EXPERTS, the grouped GEMM of routed rows (experts.glsl).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -48,6 +50,10 @@ layout(push_constant) uniform Push {
     // [z * k_chunk, (z + 1) * k_chunk) into its own copy of y (m x ldy
     // floats apart), which split_sum.comp adds up; 0: one split.
     uint k_chunk;
+    // EXPERTS (experts.glsl): slot s reads x row s / x_div; the experts
+    // stacked in the weight.
+    uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"
@@ -83,6 +89,8 @@ const uint SK = BK / 4u + 2u;
 // invocation per k slice.
 const uint W_RUNS = (BN * BK / 16u + THREADS - 1u) / THREADS;
 const uint X_LOADS = BM * BK / 4u / THREADS;
+#define EXPERT_TILE_M BM
+#include "experts.glsl"
 
 layout(local_size_x = THREADS) in;
 
@@ -110,12 +118,12 @@ void fetch(uint n0, uint m0, uint k0, bool fast) {
         uint kk = k0 + (r % RUNS_PER_ROW) * 16u;
         vec4 v[4];
         if (fast && r < RUNS_PER_ROW * BN && wn < pc.n && kk < pc.k) {
-            dq16(wn * pc.k + kk, v);
+            dq16(w_row(wn) * pc.k + kk, v);
         } else {
             [[unroll]] for (uint j = 0u; j < 16u; j++) {
                 float e = 0.0;
                 if (r < RUNS_PER_ROW * BN && wn < pc.n && kk + j < pc.k) {
-                    e = dq1(wn * pc.k + kk + j);
+                    e = dq1(w_row(wn) * pc.k + kk + j);
                 }
                 v[j / 4u][j % 4u] = e;
             }
@@ -130,17 +138,17 @@ void fetch(uint n0, uint m0, uint k0, bool fast) {
         uint xm = m0 + idx / (BK / 4u);
         uint xk = k0 + (idx % (BK / 4u)) * 4u;
         if (X_HALF != 0u) {
-            xreg[i] = xm < pc.m && xk < pc.k ? x16[(xm * pc.k + xk) / 4u] : uvec2(0u);
+            xreg[i] = xm < m_rows() && xk < pc.k ? x16[(x_row(xm) * pc.k + xk) / 4u] : uvec2(0u);
             continue;
         }
         vec4 v = vec4(0.0);
-        if (xm < pc.m) {
+        if (xm < m_rows()) {
             if (fast && xk < pc.k) {
-                v = x4[(xm * pc.k + xk) / 4u];
+                v = x4[(x_row(xm) * pc.k + xk) / 4u];
             } else {
                 [[unroll]] for (uint j = 0u; j < 4u; j++) {
                     if (xk + j < pc.k) {
-                        v[j] = x[xm * pc.k + xk + j];
+                        v[j] = x[x_row(xm) * pc.k + xk + j];
                     }
                 }
             }
@@ -170,6 +178,9 @@ void store() {
 void main() {
     uint n0 = gl_WorkGroupID.x * BN;
     uint m0 = gl_WorkGroupID.y * BM;
+    if (!expert_tile(m0, n0, BN, gl_LocalInvocationID.x, THREADS)) {
+        return;
+    }
     uint sg = gl_SubgroupID;
     uint sm = (sg / WARPS_N) * FRAGS_M * 16u;
     uint sn = (sg % WARPS_N) * FRAGS_N * 16u;
@@ -216,7 +227,7 @@ void main() {
 
     // Whole fragments without a bias go straight to y (16-byte aligned rows
     // as fragment stores want); the rest through shared memory.
-    bool direct = pc.has_bias == 0u && (pc.ldy & 3u) == 0u && (pc.row0 & 3u) == 0u;
+    bool direct = !GATHERED && pc.has_bias == 0u && (pc.ldy & 3u) == 0u && (pc.row0 & 3u) == 0u;
     uint lane = gl_SubgroupInvocationID;
     [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
         [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
@@ -232,9 +243,9 @@ void main() {
             for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
                 uint row = row0 + e / 16u;
                 uint col = col0 + e % 16u;
-                if (row < pc.m && col < pc.n) {
-                    float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
-                    y[ybase + row * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
+                if (row < m_rows() && col < pc.n) {
+                    float bv = pc.has_bias != 0u ? bias[pc.row0 + w_row(col)] : 0.0;
+                    y[ybase + y_row(row) * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
                 }
             }
             subgroupMemoryBarrierShared();

@@ -11,7 +11,8 @@
 // (dq16, loaded once per MB rows of x), and x's 16 values of a row are
 // loaded two per lane and handed round by subgroupBroadcast, each used for
 // R rows. That ran about four times as fast as the 64x64 shared-memory
-// tiles of mul_mat.comp (benches/README.md, small kernels).
+// tiles of mul_mat.comp (benches/README.md, small kernels). Built with
+// EXPERTS, the grouped GEMM of routed rows (experts.glsl).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -34,6 +35,9 @@ layout(push_constant) uniform Push {
     uint has_bias;
     uint row0;
     uint ldy;
+    uint k_chunk; // 0: this kernel does not split k
+    uint x_div;
+    uint experts;
 } pc;
 
 #include "dequant.glsl"
@@ -42,11 +46,16 @@ layout(push_constant) uniform Push {
 // output tile is 8R (n) x MB (m) (vk/caps.rs MatmulKernel::shader).
 const uint MB = 16u;
 const uint R = 2u;
+#define EXPERT_TILE_M MB
+#include "experts.glsl"
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint m0 = gl_WorkGroupID.y * MB;
-    uint rows = min(MB, pc.m - m0);
+    if (!expert_tile(m0, gl_WorkGroupID.x * 8u * R, 8u * R, lane, 8u)) {
+        return;
+    }
+    uint rows = min(MB, m_rows() - m0);
     // Lanes past n decode the last row and store nothing, so every lane
     // takes part in the broadcasts.
     uint wrow[R];
@@ -65,11 +74,11 @@ void main() {
     for (uint kk = 0u; kk < k16; kk += 16u) {
         vec4 w[R][4];
         [[unroll]] for (uint r = 0u; r < R; r++) {
-            dq16(wrow[r] * pc.k + kk, w[r]);
+            dq16(w_row(wrow[r]) * pc.k + kk, w[r]);
         }
         [[dont_unroll]] for (uint b = 0u; b < rows; b++) {
             {
-                uint xb = (m0 + b) * pc.k + kk;
+                uint xb = x_row(m0 + b) * pc.k + kk;
                 float xa = x[xb + lane];
                 float xc = x[xb + 8u + lane];
                 [[unroll]] for (uint e = 0u; e < 8u; e++) {
@@ -84,10 +93,10 @@ void main() {
     }
     for (uint kk = k16; kk < pc.k; kk++) {
         [[unroll]] for (uint r = 0u; r < R; r++) {
-            float wv = dq1(wrow[r] * pc.k + kk);
+            float wv = dq1(w_row(wrow[r]) * pc.k + kk);
             [[unroll]] for (uint b = 0u; b < MB; b++) {
                 if (b < rows) {
-                    acc[b][r] += wv * x[(m0 + b) * pc.k + kk];
+                    acc[b][r] += wv * x[x_row(m0 + b) * pc.k + kk];
                 }
             }
         }
@@ -95,10 +104,10 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; r++) {
         uint col = gl_WorkGroupID.x * 8u * R + 8u * r + lane;
         if (col < pc.n) {
-            float bv = pc.has_bias != 0u ? bias[pc.row0 + col] : 0.0;
+            float bv = pc.has_bias != 0u ? bias[pc.row0 + w_row(col)] : 0.0;
             [[unroll]] for (uint b = 0u; b < MB; b++) {
                 if (b < rows) {
-                    y[(m0 + b) * pc.ldy + pc.row0 + col] = acc[b][r] + bv;
+                    y[y_row(m0 + b) * pc.ldy + pc.row0 + col] = acc[b][r] + bv;
                 }
             }
         }

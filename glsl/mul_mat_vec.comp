@@ -39,6 +39,13 @@
 // neighbouring invocations read consecutive bytes; the type's block below
 // must take exactly that many slices. Other types dequantize 4 elements at
 // a time through dequant.glsl.
+//
+// Built with EXPERTS (mul_mat_vec_experts, and with Q8X too
+// mul_mat_vec_q8_experts; vk/ops/matmul_experts.rs), a GEMV per
+// mixture-of-experts slot: workgroup z is slot s, which reads expert
+// ids[s]'s n rows of the stacked weight (rows ids[s] * n ..), x row
+// s / x_div, and writes y row s (one x row per workgroup); a slot whose id
+// is past the experts gets zeros and reads nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -95,7 +102,24 @@ layout(push_constant) uniform Push {
     // columns [row0, row0 + n) of ldy.
     uint row0;
     uint ldy;
+    // EXPERTS: the experts stacked in the weight, and slot s's x row is
+    // s / x_div.
+    uint experts;
+    uint x_div;
 } pc;
+
+#if defined(EXPERTS)
+layout(binding = 6) readonly buffer Ids { uint ids[]; };
+// The slot's expert's first weight row (set first thing in main).
+uint expert_w0;
+// The x and y rows of the workgroup's row r (r = 0: one per slot).
+#define XROW(r) (gl_WorkGroupID.z / pc.x_div + (r))
+#define YROW(r) (gl_WorkGroupID.z + (r))
+#else
+const uint expert_w0 = 0u;
+#define XROW(r) (r)
+#define YROW(r) (r)
+#endif
 
 #include "dequant.glsl"
 
@@ -533,7 +557,7 @@ uint weight_row(uint row0, uint j) {
         uint h = NR / 2u;
         return j < h ? min(row0 + j, pc.n - 1u) : pc.n + min(row0 + j - h, pc.n - 1u);
     }
-    return min(row0 + j, pc.n - 1u);
+    return expert_w0 + min(row0 + j, pc.n - 1u);
 }
 
 float act(float v) {
@@ -567,7 +591,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
             if (r < m) {
                 XVEC xs[XN];
                 SUMS sums;
-                load_x(r, blk * QK, sub, xs, sums, ss[r]);
+                load_x(XROW(r), blk * QK, sub, xs, sums, ss[r]);
                 [[unroll]] for (uint j = 0u; j < NR; j++) {
                     acc[j * MAX_M + r] += slot_dot(rowbase[j] + blk * BWORDS, sub, xs, sums);
                 }
@@ -585,7 +609,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
         for (uint i = lane * 4u; i < pc.k; i += width * 4u) {
             [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
-                    vec4 xs = xv(r, i, ss[r]);
+                    vec4 xs = xv(XROW(r), i, ss[r]);
                     [[unroll]] for (uint j = 0u; j < NR; j++) {
                         acc[j * MAX_M + r] += dot(dq4(wbase[j] + i), xs);
                     }
@@ -596,7 +620,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
         for (uint i = lane; i < pc.k; i += width) {
             [[unroll]] for (uint r = 0u; r < MAX_M; r++) {
                 if (r < m) {
-                    float v = x[r * pc.k + i];
+                    float v = x[XROW(r) * pc.k + i];
                     ss[r] += v * v;
                     float xs = (pc.flags & NORM) != 0u ? v * nw[i] : v;
                     [[unroll]] for (uint j = 0u; j < NR; j++) {
@@ -633,10 +657,10 @@ struct Extra {
 Extra load_extra(uint row, uint r) {
     Extra e = Extra(0.0, 0.0, 0.0);
     if ((pc.flags & HAS_BIAS) != 0u) {
-        e.bias = bias[pc.row0 + row];
+        e.bias = bias[pc.row0 + expert_w0 + row];
     }
     if ((pc.flags & ADD) != 0u) {
-        e.y = y[r * pc.ldy + pc.row0 + row];
+        e.y = y[YROW(r) * pc.ldy + pc.row0 + row];
     }
 #if defined(Q8IN)
     if ((pc.flags & NORM) != 0u) {
@@ -644,7 +668,7 @@ Extra load_extra(uint row, uint r) {
     }
 #elif defined(Q8X)
     if ((pc.flags & NORM) != 0u) {
-        uint parts = r * xq_stride() + pc.k / 2u + pc.k / 16u;
+        uint parts = XROW(r) * xq_stride() + pc.k / 2u + pc.k / 16u;
         for (uint p = 0u; p < xq_parts(); p++) {
             e.sq += xqf[parts + p];
         }
@@ -676,7 +700,7 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
     if ((pc.flags & ADD) != 0u) {
         total += e.y;
     }
-    y[r * pc.ldy + pc.row0 + row] = total;
+    y[YROW(r) * pc.ldy + pc.row0 + row] = total;
 #if defined(Q8X)
     if ((pc.flags & Q8OUT) != 0u) {
         qo[row % pc.rows_per_wg] = total;
@@ -770,9 +794,32 @@ void rows(uint row0, uint lane, uint width, uint m, out float acc[NR_CAP * M_CAP
     }
 }
 
+#if defined(EXPERTS)
+// Whether the workgroup's slot has an expert; if not, zeros in its output
+// rows (the workgroup's, from wg_rows outputs per workgroup). Uniform.
+bool routed(uint wg_rows) {
+    uint e = ids[gl_WorkGroupID.z];
+    if (e < pc.experts) {
+        expert_w0 = e * pc.n;
+        return true;
+    }
+    uint first = wg_linear() * wg_rows;
+    for (uint row = first + gl_LocalInvocationIndex; row < min(first + wg_rows, pc.n);
+         row += gl_WorkGroupSize.x) {
+        y[YROW(0u) * pc.ldy + pc.row0 + row] = 0.0;
+    }
+    return false;
+}
+#endif
+
 void main() {
 #if defined(Q8IN)
     quantize_x(); // one x row (the host's condition)
+#endif
+#if defined(EXPERTS)
+    if (!routed((pc.flags & SUBGROUP_ROWS) != 0u ? pc.rows_per_wg : out_rows())) {
+        return;
+    }
 #endif
     uint m = min(pc.m, MAX_M);
     float acc[NR_CAP * M_CAP];

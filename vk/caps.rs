@@ -248,9 +248,6 @@ impl MatmulKernel {
     /// cooperative-matrix kernel's 128 x 128 tile where that gives the GPU
     /// enough workgroups, its 64 x 64 tile below (see mul_mat_coopmat.comp).
     pub fn shader(self, n: usize, m: usize) -> (&'static str, usize, usize) {
-        /// Fewest 128 x 128 tiles worth taking: fewer leave a 132-SM GPU
-        /// too few workgroups (benches/README.md, prefill GEMM).
-        const BIG_MIN_TILES: usize = 96;
         let big = n.div_ceil(128) * m.div_ceil(128) >= BIG_MIN_TILES;
         match (self, big) {
             (MatmulKernel::Tiles, _) => ("mul_mat", 64, 64),
@@ -261,7 +258,37 @@ impl MatmulKernel {
             (MatmulKernel::CoopmatNv, false) => ("mul_mat_coopmat_small_nv", 64, 64),
         }
     }
+
+    /// [`MatmulKernel::shader`]'s mixture-of-experts build, the grouped GEMM
+    /// (vk/ops/matmul_experts.rs), for `m` routed rows over `experts`
+    /// matrices of `n` rows: the cooperative-matrix kernel's large tile only
+    /// where the experts' rows fill its 128 on average (most of a tile past
+    /// an expert's rows is work thrown away) and make enough tiles.
+    pub fn experts_shader(
+        self,
+        n: usize,
+        m: usize,
+        experts: usize,
+    ) -> (&'static str, usize, usize) {
+        let per_expert = m.div_ceil(experts.max(1));
+        let tiles = n
+            .div_ceil(128)
+            .saturating_mul(experts.saturating_mul(per_expert / 128));
+        let big = per_expert >= 128 && tiles >= BIG_MIN_TILES;
+        match (self, big) {
+            (MatmulKernel::Tiles, _) => ("mul_mat_experts", 64, 64),
+            (MatmulKernel::Lanes, _) => ("mul_mat_lanes_experts", 16, 16),
+            (MatmulKernel::CoopmatKhr, true) => ("mul_mat_coopmat_khr_experts", 128, 128),
+            (MatmulKernel::CoopmatKhr, false) => ("mul_mat_coopmat_small_khr_experts", 64, 64),
+            (MatmulKernel::CoopmatNv, true) => ("mul_mat_coopmat_nv_experts", 128, 128),
+            (MatmulKernel::CoopmatNv, false) => ("mul_mat_coopmat_small_nv_experts", 64, 64),
+        }
+    }
 }
+
+/// Fewest 128 x 128 GEMM tiles worth taking: fewer leave a 132-SM GPU too
+/// few workgroups (benches/README.md, prefill GEMM).
+const BIG_MIN_TILES: usize = 96;
 
 /// Which attention kernel passes of many rows (prefill) get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -635,6 +662,19 @@ mod tests {
         assert_eq!(summary(k), (Tiles, Flash, Auto, true, true, true));
         let k = Kernels::choose(&lavapipe(), &none).unwrap();
         assert_eq!(summary(k), (Lanes, Decode, Gemm, true, true, false));
+    }
+
+    #[test]
+    fn routed_gemms_take_the_large_tile_only_for_full_experts() {
+        use MatmulKernel::{CoopmatNv, Tiles};
+        // Qwen3-MoE, 512 tokens: 4,096 slots over 128 experts, 32 rows each.
+        assert_eq!(CoopmatNv.experts_shader(768, 4096, 128).1, 64);
+        // Mixtral, 2,048 tokens: 4,096 slots over 8 experts, 512 rows each.
+        let big = CoopmatNv.experts_shader(14336, 4096, 8);
+        assert_eq!(big, ("mul_mat_coopmat_nv_experts", 128, 128));
+        // Full experts but too few tiles for the GPU.
+        assert_eq!(CoopmatNv.experts_shader(256, 1024, 8).1, 64);
+        assert_eq!(Tiles.experts_shader(14336, 4096, 8).0, "mul_mat_experts");
     }
 
     #[test]

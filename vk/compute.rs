@@ -288,41 +288,6 @@ impl ComputeBackend for VulkanBackend {
         result
     }
 
-    fn route_experts(
-        &mut self,
-        _logits: &Buffer,
-        _ids: &Buffer,
-        _weights: &Buffer,
-        _p: &RouteParams,
-    ) -> Result<()> {
-        Err(Error::Unsupported("route_experts on Vulkan".into()))
-    }
-
-    fn matmul_experts(
-        &mut self,
-        _w: &Weight,
-        _bias: Option<&Buffer>,
-        _x: &Buffer,
-        _ids: &Buffer,
-        _y: &Buffer,
-        _p: &ExpertsParams,
-    ) -> Result<()> {
-        Err(Error::Unsupported("matmul_experts on Vulkan".into()))
-    }
-
-    fn sum_experts(
-        &mut self,
-        _y: &Buffer,
-        _weights: &Buffer,
-        _out: &Buffer,
-        _rows: usize,
-        _k: usize,
-        _n: usize,
-        _add: bool,
-    ) -> Result<()> {
-        Err(Error::Unsupported("sum_experts on Vulkan".into()))
-    }
-
     encoded_ops! {
         "embedding": fn embedding(table: &Weight, ids: &Buffer, out: &Buffer,
             rows: usize) => encode_embedding;
@@ -356,5 +321,11 @@ impl ComputeBackend for VulkanBackend {
             p: &AttentionParams, out: &Buffer) => encode_rope_store_attention;
         "append_token": fn append_token(ids: &Buffer, positions: &Buffer,
             history: &Buffer) => encode_append_token;
+        "route_experts": fn route_experts(logits: &Buffer, ids: &Buffer, weights: &Buffer,
+            p: &RouteParams) => encode_route_experts;
+        "matmul_experts": fn matmul_experts(w: &Weight, bias: Option<&Buffer>, x: &Buffer,
+            ids: &Buffer, y: &Buffer, p: &ExpertsParams) => encode_matmul_experts;
+        "sum_experts": fn sum_experts(y: &Buffer, weights: &Buffer, out: &Buffer, rows: usize,
+            k: usize, n: usize, add: bool) => encode_sum_experts;
     }
 }

@@ -4,9 +4,11 @@
 use crate::common::{
     assert_ulps, download_f32, download_u32, pass, rand_f32, upload_f32, upload_u32, weight_bytes,
 };
-use crate::matmul::{activation_bound, matmul_cpu_backends, matmul_vulkan_backends, Rounded};
+use crate::matmul::{
+    activation_bound, matmul_cpu_backends, matmul_vulkan_backends, Rounded, Rounding,
+};
 use crate::{cols_for, cpu_backends, test_device, vulkan_backends, Named};
-use vkllm::backend::{ExpertsParams, RouteParams};
+use vkllm::backend::{ComputeBackend, ExpertsParams, RouteParams};
 use vkllm::{reference, DType};
 
 /// Logits whose chosen set depends on the tie-break: in each row, `k - 1`
@@ -74,6 +76,83 @@ test_device!(
     route_experts_matches_reference_vulkan
 );
 
+fn route_experts_nan_and_signed_zero((name, mut b): Named) {
+    // NaN never wins over a number (NaNs come last, the lower first), equal
+    // numbers keep the lower expert first, +0 ranks above -0 (the total
+    // order the CPU sorts by). Row 1's weights are NaN (its softmax sums a
+    // NaN): only its ids are checked.
+    let nan = f32::NAN;
+    let (experts, k) = (8, 3);
+    let logits = [
+        [nan, 1.0, 3.0, nan, 3.0, f32::NEG_INFINITY, 0.0, 2.0],
+        [nan, nan, nan, nan, nan, nan, nan, 5.0],
+        [-0.0, 0.0, -1.0, -0.0, 0.0, -2.0, -3.0, -4.0],
+    ];
+    let want_ids = [[2, 4, 7], [7, 0, 1], [1, 4, 0]];
+    let p = RouteParams {
+        rows: 3,
+        experts,
+        k,
+        renorm: true,
+    };
+    let lb = upload_f32(b.as_mut(), logits.as_flattened());
+    let ids = b.alloc(3 * k * 4).unwrap();
+    let ws = b.alloc(3 * k * 4).unwrap();
+    pass(b.as_mut(), |b| b.route_experts(&lb, &ids, &ws, &p).unwrap());
+    let got = download_u32(b.as_mut(), &ids, 3 * k);
+    assert_eq!(got, want_ids.as_flattened(), "{name}");
+    let w = download_f32(b.as_mut(), &ws, 3 * k);
+    let e = |d: f32| d.exp();
+    let row0 = [1.0, 1.0, e(-1.0)].map(|v| v / (2.0 + e(-1.0)));
+    let row2 = [1.0, 1.0, 1.0].map(|v: f32| v / 3.0);
+    for (g, want) in [(&w[..3], row0), (&w[6..], row2)] {
+        assert_ulps(&name, g, &want, 1e-6);
+    }
+    assert!(w[3..6].iter().all(|v| v.is_nan()), "{name}: {w:?}");
+}
+test_device!(
+    route_experts_nan_and_signed_zero,
+    route_experts_nan_and_signed_zero_cpu,
+    route_experts_nan_and_signed_zero_vulkan
+);
+
+fn route_experts_past_the_device_bounds((name, mut b): Named) {
+    // 300 experts, or k 17: the CPU routes them; Vulkan's kernel holds up
+    // to 256 experts and k 16, and says so.
+    for (experts, k) in [(300, 2), (32, 17)] {
+        let p = RouteParams {
+            rows: 2,
+            experts,
+            k,
+            renorm: false,
+        };
+        let logits = rand_f32(2 * experts, 9);
+        let lb = upload_f32(b.as_mut(), &logits);
+        let ids = b.alloc(2 * k * 4).unwrap();
+        let ws = b.alloc(2 * k * 4).unwrap();
+        b.begin_pass().unwrap();
+        let r = b.route_experts(&lb, &ids, &ws, &p);
+        b.end_pass().unwrap();
+        if name.starts_with("cpu") {
+            r.unwrap();
+            let (want, _) = reference::route_experts(&logits, &p).unwrap();
+            assert_eq!(download_u32(b.as_mut(), &ids, 2 * k), want, "{name}");
+            continue;
+        }
+        match r {
+            Err(vkllm::Error::Unsupported(m)) => {
+                assert!(m.contains("up to 256 experts and k up to 16"), "{m}")
+            }
+            other => panic!("{name}: {experts} experts, k {k}: {other:?}"),
+        }
+    }
+}
+test_device!(
+    route_experts_past_the_device_bounds,
+    route_experts_past_the_device_bounds_cpu,
+    route_experts_past_the_device_bounds_vulkan
+);
+
 /// `rows * k` expert ids over `experts`: distinct within a token, expert 0
 /// chosen by every token (one expert with many rows), the last never.
 fn routed_ids(rows: usize, k: usize, experts: usize, seed: usize) -> Vec<u32> {
@@ -89,10 +168,103 @@ fn routed_ids(rows: usize, k: usize, experts: usize, seed: usize) -> Vec<u32> {
     ids
 }
 
+/// One matmul_experts shape: `experts` matrices of `n` rows of `dtype`
+/// over `cols`, `rows` tokens each routed to `k` slots, x a row per slot
+/// (`per_slot`) or per token, with a bias or not.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    dtype: DType,
+    experts: usize,
+    n: usize,
+    cols: usize,
+    rows: usize,
+    k: usize,
+    per_slot: bool,
+    with_bias: bool,
+}
+
+/// Runs `s` routed by `ids` on `b` and checks every slot against the
+/// reference: as matmul's tolerance, 1e-5 of Σ|w·x| per output plus what
+/// rounding the activations may move it (a decode or a prefill GEMM,
+/// whichever the backend takes). A slot whose id is at or past the experts
+/// wants zeros (a device that cannot see ids writes them).
+fn check_routed(name: &str, b: &mut dyn ComputeBackend, acts: Rounding, s: Shape, ids: &[u32]) {
+    let Shape {
+        dtype,
+        experts,
+        n,
+        cols,
+        rows,
+        k,
+        per_slot,
+        with_bias,
+    } = s;
+    let seed = (n * 131 + cols + rows + experts) as u64;
+    let wb = weight_bytes(dtype, experts * n, cols, seed);
+    let slots = rows * k;
+    let x_rows = if per_slot { slots } else { rows };
+    let x = rand_f32(x_rows * cols, seed + 1);
+    let bias = rand_f32(experts * n, seed + 2);
+    let bias = with_bias.then_some(bias.as_slice());
+    let p = ExpertsParams {
+        rows,
+        k,
+        experts,
+        x_per_slot: per_slot,
+    };
+    // The reference over valid ids only (a bad id's slot reads expert 0).
+    let valid: Vec<u32> = ids
+        .iter()
+        .map(|&e| if (e as usize) < experts { e } else { 0 })
+        .collect();
+    let want = reference::matmul_experts(dtype, &wb, cols, bias, &x, &valid, &p).unwrap();
+    let wf = reference::dequantize(dtype, &wb, experts * n, cols).unwrap();
+
+    let w = b.upload_weight(dtype, experts * n, cols, &wb).unwrap();
+    let xb = upload_f32(b, &x);
+    let bb = bias.map(|v| upload_f32(b, v));
+    let ib = upload_u32(b, ids);
+    // Filled with NaN, so a slot left unwritten fails.
+    let yb = upload_f32(b, &vec![f32::NAN; slots * n]);
+    pass(b, |b| {
+        b.matmul_experts(&w, bb.as_ref(), &xb, &ib, &yb, &p)
+            .unwrap()
+    });
+    let got = download_f32(b, &yb, slots * n);
+    for slot in 0..slots {
+        let e = ids[slot] as usize;
+        let xr = if per_slot { slot } else { slot / k };
+        let xr = &x[xr * cols..(xr + 1) * cols];
+        for r in 0..n {
+            let g = got[slot * n + r];
+            if e >= experts {
+                assert!(
+                    g == 0.0,
+                    "{name} {s:?} y[{slot},{r}] (bad id {e}) = {g}, want 0"
+                );
+                continue;
+            }
+            let wr = &wf[(e * n + r) * cols..(e * n + r + 1) * cols];
+            let mag: f32 = wr.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum::<f32>()
+                + bias.map_or(0.0, |v| v[e * n + r].abs());
+            let bound = activation_bound(acts, dtype, wr, xr, 1).max(activation_bound(
+                acts,
+                dtype,
+                wr,
+                xr,
+                1 << 20,
+            ));
+            let want = want[slot * n + r];
+            assert!(
+                (g - want).abs() <= 1e-5 * mag + bound + 1e-7,
+                "{name} {s:?} y[{slot},{r}] (expert {e}) = {g}, want {want} (Σ|wx| {mag})"
+            );
+        }
+    }
+    b.free_weight(w);
+}
+
 fn matmul_experts_every_dtype_matches_reference((name, mut b, acts): Rounded) {
-    // Tolerance as matmul's: 1e-5 of Σ|w·x| per output, plus what rounding
-    // the activations may move it (a decode or a prefill GEMM, whichever
-    // the backend takes).
     let experts = 6;
     for dtype in DType::ALL {
         let cols = cols_for(dtype)[0];
@@ -100,60 +272,24 @@ fn matmul_experts_every_dtype_matches_reference((name, mut b, acts): Rounded) {
             (32, 1, 2, false, false),
             (32, 1, 4, true, true),
             (16, 3, 2, true, false),
+            (16, 4, 2, false, true),
             (48, 37, 3, false, true),
             (32, 37, 2, true, false),
+            // Expert 0 takes all 130 rows: more than one row tile of every
+            // GEMM (16, 64, 128 rows).
+            (32, 130, 2, false, true),
         ] {
-            let seed = (n * 131 + cols + rows) as u64;
-            let wb = weight_bytes(dtype, experts * n, cols, seed);
-            let slots = rows * k;
-            let x_rows = if per_slot { slots } else { rows };
-            let x = rand_f32(x_rows * cols, seed + 1);
-            let bias = rand_f32(experts * n, seed + 2);
-            let bias = with_bias.then_some(bias.as_slice());
-            let ids = routed_ids(rows, k, experts, n);
-            let p = ExpertsParams {
+            let s = Shape {
+                dtype,
+                experts,
+                n,
+                cols,
                 rows,
                 k,
-                experts,
-                x_per_slot: per_slot,
+                per_slot,
+                with_bias,
             };
-            let want = reference::matmul_experts(dtype, &wb, cols, bias, &x, &ids, &p).unwrap();
-            let wf = reference::dequantize(dtype, &wb, experts * n, cols).unwrap();
-
-            let w = b.upload_weight(dtype, experts * n, cols, &wb).unwrap();
-            let xb = upload_f32(b.as_mut(), &x);
-            let bb = bias.map(|v| upload_f32(b.as_mut(), v));
-            let ib = upload_u32(b.as_mut(), &ids);
-            let yb = b.alloc(slots * n * 4).unwrap();
-            pass(b.as_mut(), |b| {
-                b.matmul_experts(&w, bb.as_ref(), &xb, &ib, &yb, &p)
-                    .unwrap()
-            });
-            let got = download_f32(b.as_mut(), &yb, slots * n);
-            for s in 0..slots {
-                let e = ids[s] as usize;
-                let xr = if per_slot { s } else { s / k };
-                let xr = &x[xr * cols..(xr + 1) * cols];
-                for r in 0..n {
-                    let wr = &wf[(e * n + r) * cols..(e * n + r + 1) * cols];
-                    let mag: f32 = wr.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum::<f32>()
-                        + bias.map_or(0.0, |v| v[e * n + r].abs());
-                    let bound = activation_bound(acts, dtype, wr, xr, 1).max(activation_bound(
-                        acts,
-                        dtype,
-                        wr,
-                        xr,
-                        1 << 20,
-                    ));
-                    let (g, want) = (got[s * n + r], want[s * n + r]);
-                    assert!(
-                        (g - want).abs() <= 1e-5 * mag + bound + 1e-7,
-                        "{name} {dtype} n={n} cols={cols} rows={rows} k={k} per_slot={per_slot} \
-                         y[{s},{r}] (expert {e}) = {g}, want {want} (Σ|wx| {mag})"
-                    );
-                }
-            }
-            b.free_weight(w);
+            check_routed(&name, b.as_mut(), acts, s, &routed_ids(rows, k, experts, n));
         }
     }
 }
@@ -161,6 +297,114 @@ test_device!(
     matmul_experts_every_dtype_matches_reference,
     matmul_experts_every_dtype_matches_reference_cpu: matmul_cpu_backends,
     matmul_experts_every_dtype_matches_reference_vulkan: matmul_vulkan_backends
+);
+
+/// `rows * k` ids over `experts`, spread by a hash (a token may repeat an
+/// expert: the op takes any ids), the first slot of each token one of
+/// three experts, so those take many rows.
+fn hashed_ids(rows: usize, k: usize, experts: usize) -> Vec<u32> {
+    (0..rows * k)
+        .map(|s| match s % k {
+            0 => (s / k % 3) as u32,
+            _ => ((s * 2_654_435_761) % 1_000_003 % experts) as u32,
+        })
+        .collect()
+}
+
+fn matmul_experts_many_experts_match_reference((name, mut b, acts): Rounded) {
+    // Qwen3-MoE's routing (128 experts, k 8) at decode and prefill sizes,
+    // and 8 experts with more than 128 rows each over a wide weight: the
+    // cooperative-matrix GEMM's large tile where the device has one.
+    for dtype in [DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+        let cols = cols_for(dtype)[0];
+        for (experts, n, rows, k) in [(128, 16, 1, 8), (128, 16, 3, 8), (128, 16, 40, 8)] {
+            let s = Shape {
+                dtype,
+                experts,
+                n,
+                cols,
+                rows,
+                k,
+                per_slot: false,
+                with_bias: true,
+            };
+            check_routed(&name, b.as_mut(), acts, s, &hashed_ids(rows, k, experts));
+        }
+    }
+    let s = Shape {
+        dtype: DType::Q4_0,
+        experts: 8,
+        n: 1536,
+        cols: 64,
+        rows: 600,
+        k: 2,
+        per_slot: true,
+        with_bias: false,
+    };
+    check_routed(
+        &name,
+        b.as_mut(),
+        acts,
+        s,
+        &hashed_ids(s.rows, s.k, s.experts),
+    );
+}
+test_device!(
+    matmul_experts_many_experts_match_reference,
+    matmul_experts_many_experts_match_reference_cpu: matmul_cpu_backends,
+    matmul_experts_many_experts_match_reference_vulkan: matmul_vulkan_backends
+);
+
+fn matmul_experts_bad_ids((name, mut b, acts): Rounded) {
+    // Ids at and past the experts: the CPU, which sees them, refuses the
+    // op; a device writes zeros in their slots and the rest as usual, on
+    // the GEMV (2 rows) and the GEMM (20 rows).
+    let experts = 6;
+    for rows in [2, 20] {
+        let k = 2;
+        let mut ids = routed_ids(rows, k, experts, 3);
+        for (i, bad) in [6, 7, 1000, u32::MAX].into_iter().enumerate() {
+            ids[(i * 5 + 1) % (rows * k)] = bad;
+        }
+        let s = Shape {
+            dtype: DType::Q8_0,
+            experts,
+            n: 40,
+            cols: 64,
+            rows,
+            k,
+            per_slot: false,
+            with_bias: true,
+        };
+        if !name.starts_with("cpu") {
+            check_routed(&name, b.as_mut(), acts, s, &ids);
+            continue;
+        }
+        let wb = weight_bytes(s.dtype, experts * s.n, s.cols, 1);
+        let w = b
+            .upload_weight(s.dtype, experts * s.n, s.cols, &wb)
+            .unwrap();
+        let xb = upload_f32(b.as_mut(), &rand_f32(rows * s.cols, 2));
+        let ib = upload_u32(b.as_mut(), &ids);
+        let yb = b.alloc(rows * k * s.n * 4).unwrap();
+        let p = ExpertsParams {
+            rows,
+            k,
+            experts,
+            x_per_slot: false,
+        };
+        b.begin_pass().unwrap();
+        let r = b.matmul_experts(&w, None, &xb, &ib, &yb, &p);
+        b.end_pass().unwrap();
+        let e = r.expect_err("the CPU refuses ids past the experts");
+        assert!(e.to_string().contains("past the 6 experts"), "{name}: {e}");
+        b.free_weight(w);
+    }
+}
+test_device!(
+    matmul_experts_bad_ids,
+    matmul_experts_bad_ids_cpu: matmul_cpu_backends,
+    matmul_experts_bad_ids_vulkan: matmul_vulkan_backends
 );
 
 fn sum_experts_matches_reference((name, mut b): Named) {

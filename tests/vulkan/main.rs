@@ -1,11 +1,11 @@
 //! Vulkan backend tests on whatever device `VKLLM_DEVICE` / the default
 //! selection gives (lavapipe here), one module per kind: the kernel
 //! variants of one op (GEMV, tiled and cooperative-matrix GEMM, the
-//! attention kernels) against `vkllm::reference`; lifecycle, barrier
-//! placement and transfers; error paths; the measurement probes. Each op's
-//! parity tests on every device are in tests/ops/. Each test skips only
-//! when the machine has no Vulkan device (VKLLM_REQUIRE_VULKAN=1 makes that
-//! a failure).
+//! attention kernels) against `vkllm::reference`; the mixture-of-experts
+//! ops in replayed passes; lifecycle, barrier placement and transfers;
+//! error paths; the measurement probes. Each op's parity tests on every
+//! device are in tests/ops/. Each test skips only when the machine has no
+//! Vulkan device (VKLLM_REQUIRE_VULKAN=1 makes that a failure).
 //!
 //! Tolerances: results are compared with the f64 reference. Reductions in
 //! f32 over k terms carry an error of about k·2⁻²⁴ times the sum of the
@@ -17,6 +17,7 @@ mod common;
 
 mod attention;
 mod errors;
+mod experts;
 mod lifecycle;
 mod matmul;
 mod probes;

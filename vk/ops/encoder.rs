@@ -10,6 +10,7 @@ use super::super::pipeline::{Pipelines, PUSH_BYTES};
 use super::super::recorder::Recorder;
 use super::super::weight_parts::Splits;
 use super::matmul::{PreparedX, QuantizedX};
+use super::matmul_experts::ExpertSlots;
 use super::rope::RopeKey;
 use super::{Bind, KernelRef, MAX_BINDINGS};
 use crate::backend::Buffer;
@@ -49,6 +50,10 @@ pub(in crate::vk) struct OpState {
     /// A GLU GEMV's output as int8 digits (mul_mat_vec.comp's Q8OUT),
     /// apart from xq_scratch, which that GEMV reads.
     pub xq_out_scratch: Option<Buffer>,
+    /// Each expert's routed slots (expert_slots.comp) for the grouped GEMM,
+    /// and of which ids.
+    pub expert_slots_scratch: Option<Buffer>,
+    pub expert_slots_of: Option<ExpertSlots>,
     /// argmax's per-workgroup (value, index) partials, grown on demand.
     pub argmax_scratch: Option<Buffer>,
     /// Decode attention's split arrival counts (attention_decode_merge):

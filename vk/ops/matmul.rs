@@ -31,13 +31,13 @@ const GEMV_ROWS_SUBGROUP: u32 = 2;
 
 /// Whether an integer-dot GEMV (not a GLU: Q8OUT needs own rows) shares
 /// its rows over the workgroup, as the f32 kernel does, instead of giving
-/// each subgroup two of its own: a weight of at least 4 MiB with at most
+/// each subgroup two of its own: `bytes` read of at least 4 MiB with at most
 /// 2048 rows and at least twice as many columns (the down projections of
 /// TinyLlama and Llama-3.2-1B), whose own-row subgroups are too few to keep
 /// enough loads in flight. The 8B's weights, running beside its other
 /// GEMVs, were slower shared (benches/README.md, decode GEMV rows).
-fn shares_rows(w: &Weight) -> bool {
-    w.buf.bytes >= 4 << 20 && w.rows <= 2048 && w.cols >= 2 * w.rows
+fn shares_rows(bytes: usize, rows: usize, cols: usize) -> bool {
+    bytes >= 4 << 20 && rows <= 2048 && cols >= 2 * rows
 }
 
 /// Invocations of a workgroup whose subgroups take rows of their own (two
@@ -71,6 +71,10 @@ struct Push {
     ldy: u32,
     /// K values each split of the reduction sums (0: one split).
     k_chunk: u32,
+    /// Routed rows (the experts builds): slot s reads x row s / x_div; the
+    /// experts stacked in the weight.
+    x_div: u32,
+    experts: u32,
 }
 
 /// split_sum.comp's push constants.
@@ -125,6 +129,25 @@ struct GemvPush {
     /// As in [`Push`].
     row0: u32,
     ldy: u32,
+    /// Routed rows (the experts builds): the experts stacked in the weight;
+    /// slot s reads x row s / x_div.
+    experts: u32,
+    x_div: u32,
+}
+
+/// A matmul of routed rows (vk/ops/matmul_experts.rs) through the GEMV or
+/// GEMM kernels' experts builds: the weight stacks `experts` matrices of
+/// `n` rows, and each of `slots` output rows takes one of them.
+#[derive(Clone, Copy)]
+pub(super) struct Routed {
+    /// The GEMV's slots' expert ids, or the GEMM's lists of slots per
+    /// expert (expert_slots.comp).
+    pub index: Buffer,
+    pub experts: usize,
+    pub n: usize,
+    pub slots: usize,
+    /// Slot s reads x row s / x_div.
+    pub x_div: usize,
 }
 
 /// The input quantize_q8 last wrote into the backend's xq scratch: valid
@@ -266,7 +289,7 @@ impl Encoder<'_> {
         // One dispatch per part of a split weight, each writing its columns of y.
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemv(&part, x, y, m, o, None, row0, n, false)?;
+            self.encode_gemv(&part, x, y, m, o, None, row0, n, false, None)?;
         }
         Ok(())
     }
@@ -312,15 +335,16 @@ impl Encoder<'_> {
             return Ok(());
         }
         let q8out = gate_up.buf.bytes <= GLU_Q8OUT_MAX_BYTES;
-        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, q8out)
+        self.encode_gemv(gate_up, x, out, m, &o, Some(act), 0, n, q8out, None)
     }
 
     /// `y[:, row0..row0 + w.rows] (+)= ...` for a (part of a) weight, y's
     /// rows `ldy` wide; with `glu`, w is a gate_up weight of `2 * ldy` rows.
     /// With `q8out` the integer-dot kernel also writes one row of y as int8
-    /// digits where it can (whole blocks, one part).
+    /// digits where it can (whole blocks, one part). With `routed`, y has a
+    /// row per slot, each from its expert's rows of w and its row of x's `m`.
     #[allow(clippy::too_many_arguments)]
-    fn encode_gemv(
+    pub(super) fn encode_gemv(
         &mut self,
         w: &Weight,
         x: &Buffer,
@@ -331,19 +355,26 @@ impl Encoder<'_> {
         row0: usize,
         ldy: usize,
         q8out: bool,
+        routed: Option<&Routed>,
     ) -> Result<()> {
         const OP: &str = "matmul";
         u32_of(OP, "weight elements", w.rows.saturating_mul(w.cols))?;
+        // Rows of one matrix (an expert's when routed) and the weight bytes
+        // the dispatch reads (each slot its expert's).
+        let (rows, bytes) = match routed {
+            None => (w.rows, w.buf.bytes),
+            Some(r) => (r.n, (w.buf.bytes / r.experts).saturating_mul(r.slots)),
+        };
         // Small weights take the f32 kernel unless x is quantized already
         // (K and V after Q): quantizing is a dispatch of its own.
         let q8 = w.cols.is_multiple_of(32)
-            && (self.takes_q8(w.dtype, w.buf.bytes)
+            && (self.takes_q8(w.dtype, bytes)
                 || gemv_int_dot(w.dtype)
                     && self.kernels.gemv_q8
                     && self
                         .quantized(x, o.norm.map(|(nw, _)| nw), m, w.cols)
                         .is_some());
-        let few_rows = glu.is_none() && shares_rows(w);
+        let few_rows = glu.is_none() && shares_rows(bytes, rows, w.cols);
         let own_rows = self.kernels.gemv.subgroup_rows(q8, few_rows);
         let nr = if own_rows {
             GEMV_ROWS_SUBGROUP
@@ -352,7 +383,7 @@ impl Encoder<'_> {
         };
         // Outputs per group of nr weight rows: GLU pairs them.
         let outs = if glu.is_some() { nr / 2 } else { nr };
-        let n_out = if glu.is_some() { w.rows / 2 } else { w.rows };
+        let n_out = if glu.is_some() { rows / 2 } else { rows };
         let wg_q8out = GLU_Q8OUT_INVOCATIONS.min(self.caps().max_workgroup_invocations);
         let q8out = q8out
             && q8
@@ -366,9 +397,17 @@ impl Encoder<'_> {
             if q8out && w.cols <= GLU_Q8IN_MAX_COLS && self.quantized(x, nw, m, w.cols).is_none() {
                 (*x, "mul_mat_vec_q8in")
             } else if q8 {
-                (self.encode_quantize_q8(x, nw, m, w.cols)?, "mul_mat_vec_q8")
+                let kernel = match routed {
+                    None => "mul_mat_vec_q8",
+                    Some(_) => "mul_mat_vec_q8_experts",
+                };
+                (self.encode_quantize_q8(x, nw, m, w.cols)?, kernel)
             } else {
-                (*x, "mul_mat_vec")
+                let kernel = match routed {
+                    None => "mul_mat_vec",
+                    Some(_) => "mul_mat_vec_experts",
+                };
+                (*x, kernel)
             };
         // Not where x's own digits are in the output scratch (a GLU of a
         // GLU's output): the dispatch would overwrite what it reads.
@@ -377,8 +416,10 @@ impl Encoder<'_> {
         } else {
             None
         };
-        // One-row decode keeps only its own sums in registers.
-        let max_m = if m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
+        // One-row decode keeps only its own sums in registers; so does a
+        // workgroup of a routed slot, which has one x row.
+        let gemv_m = if routed.is_some() { 1 } else { m };
+        let max_m = if gemv_m == 1 { 1 } else { GEMV_MAX_ROWS as u32 };
         let (wg, rows_per_wg) = if yq.is_some() {
             (wg_q8out, 32)
         } else if own_rows {
@@ -404,7 +445,7 @@ impl Encoder<'_> {
         let push = GemvPush {
             n: u32_of(OP, "n", n_out)?,
             k: u32_of(OP, "k", w.cols)?,
-            m: u32_of(OP, "m", m)?,
+            m: u32_of(OP, "m", gemv_m)?,
             flags: o.bias.is_some() as u32
                 | (o.add as u32) << 1
                 | (o.norm.is_some() as u32) << 2
@@ -417,9 +458,22 @@ impl Encoder<'_> {
             rows_per_wg,
             row0: u32_of(OP, "row0", row0)?,
             ldy: u32_of(OP, "n", ldy)?,
+            experts: u32_of(OP, "experts", routed.map_or(0, |r| r.experts))?,
+            x_div: u32_of(OP, "x_div", routed.map_or(1, |r| r.x_div))?,
         };
-        let groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
-        // Absent bias and norm weights: x stands in at their bindings (never read).
+        let mut groups = self.split_groups(OP, push.n.div_ceil(rows_per_wg))?;
+        if let Some(r) = routed {
+            // Workgroup z is the slot.
+            groups[2] = u32_of(OP, "slots", r.slots)?;
+            if groups[2] > self.caps().max_workgroup_count[2] {
+                return Err(Error::op(
+                    OP,
+                    format!("{} slots exceed the device's workgroup limits", r.slots),
+                ));
+            }
+        }
+        // Absent bias and norm weights: x stands in at their bindings (never
+        // read); the ids binding is there only when routed.
         let binds = [
             read(&w.buf),
             read(&x),
@@ -427,11 +481,13 @@ impl Encoder<'_> {
             read(o.bias.unwrap_or(&x)),
             read(o.norm.map_or(&x, |(nw, _)| nw)),
             write(yq.as_ref().unwrap_or(y)),
+            read(routed.map_or(&x, |r| &r.index)),
         ];
+        let bound = if routed.is_some() { 7 } else { 6 };
         self.dispatch(
             OP,
             typed(kernel, w.dtype).specs([wg, nr, max_m]),
-            &binds,
+            &binds[..bound],
             bytemuck::bytes_of(&push),
             groups,
         )?;
@@ -443,7 +499,7 @@ impl Encoder<'_> {
 
     /// Whether a matmul of `m` rows runs as a GEMV (mul_mat_vec.comp), not
     /// the matmul kernel.
-    fn takes_gemv(&self, m: usize) -> bool {
+    pub(super) fn takes_gemv(&self, m: usize) -> bool {
         m <= GEMV_MAX_ROWS && self.kernels.gemv != GemvKernel::Gemm
     }
 
@@ -543,7 +599,12 @@ impl Encoder<'_> {
     /// Whether `scratch` still holds what the recorder's write number `at`
     /// derived from the buffers `inputs`: neither it nor they were written
     /// since.
-    fn still_derived(&self, scratch: &Buffer, at: u64, inputs: [Option<u32>; 2]) -> bool {
+    pub(super) fn still_derived(
+        &self,
+        scratch: &Buffer,
+        at: u64,
+        inputs: [Option<u32>; 2],
+    ) -> bool {
         self.rec.last_write(scratch.id) == Some(at)
             && inputs
                 .into_iter()
@@ -567,14 +628,12 @@ impl Encoder<'_> {
         } else {
             *y
         };
-        let half = self.kernels.matmul.is_coopmat()
-            && k.is_multiple_of(16)
-            && n.saturating_mul(k) >= HALF_X_MIN_WEIGHTS;
+        let half = self.gemm_x_half(n, k);
         let x = self.gemm_input(x, o.norm, m, k, half)?;
         // One dispatch per part of a split weight, each writing its columns.
         for i in 0..self.splits.parts(w) {
             let (part, row0) = self.splits.part(w, i)?;
-            self.encode_gemm(&part, o.bias, &x, half, &out, m, row0, n)?;
+            self.encode_gemm(&part, o.bias, &x, half, &out, m, row0, n, None)?;
         }
         if o.add {
             self.encode_add(y, &out, y, m * n)?;
@@ -582,12 +641,20 @@ impl Encoder<'_> {
         Ok(())
     }
 
+    /// Whether the GEMM of an `n x k` weight reads x as f16 converted
+    /// beforehand (the cooperative-matrix kernels, `HALF_X_MIN_WEIGHTS`).
+    pub(super) fn gemm_x_half(&self, n: usize, k: usize) -> bool {
+        self.kernels.matmul.is_coopmat()
+            && k.is_multiple_of(16)
+            && n.saturating_mul(k) >= HALF_X_MIN_WEIGHTS
+    }
+
     /// x as the tiled GEMM reads it: RMS-normed (`norm`) and/or f16 (`half`)
     /// in scratch buffers, or x itself. Q, K and V of one input share it:
     /// the second and third find it prepared, skip a norm and a conversion
     /// each, and, reading the same scratch, need no barrier between their
     /// GEMMs.
-    fn gemm_input(
+    pub(super) fn gemm_input(
         &mut self,
         x: &Buffer,
         norm: Option<(&Buffer, f32)>,
@@ -656,8 +723,11 @@ impl Encoder<'_> {
     /// The tiled GEMM (m > GEMV_MAX_ROWS) for a (part of a) weight, its
     /// output columns from `row0` of y's `ldy`; shapes already checked.
     /// `x_half`: x holds f16 values (the cooperative-matrix kernels only).
+    /// With `routed`, the grouped GEMM of `m` slots: each workgroup row a
+    /// tile of one expert's list (or of the bad ids' list), the lists'
+    /// tiles in order (glsl/experts.glsl).
     #[allow(clippy::too_many_arguments)]
-    fn encode_gemm(
+    pub(super) fn encode_gemm(
         &mut self,
         w: &Weight,
         bias: Option<&Buffer>,
@@ -667,15 +737,28 @@ impl Encoder<'_> {
         m: usize,
         row0: usize,
         ldy: usize,
+        routed: Option<&Routed>,
     ) -> Result<()> {
         const OP: &str = "matmul";
-        let (n, k) = (w.rows, w.cols);
-        u32_of(OP, "weight elements", n.saturating_mul(k))?;
-        let (shader, tn, tm) = self.kernels.matmul.shader(n, m);
-        let tiles = [n.div_ceil(tn), m.div_ceil(tm)];
+        let (n, k) = (routed.map_or(w.rows, |r| r.n), w.cols);
+        u32_of(OP, "weight elements", w.rows.saturating_mul(k))?;
+        let (shader, tn, tm) = match routed {
+            None => self.kernels.matmul.shader(n, m),
+            Some(r) => self.kernels.matmul.experts_shader(n, m, r.experts),
+        };
+        // Routed: as many row tiles as the lists can have, each list's last
+        // partial (the workgroups past the lists' tiles exit at once).
+        let m_tiles = match routed {
+            None => m.div_ceil(tm),
+            Some(r) => m
+                .div_ceil(tm)
+                .saturating_add(r.experts.saturating_add(1).min(m)),
+        };
+        let tiles = [n.div_ceil(tn), m_tiles];
         // A few rows of a whole weight, on the kernels that split (not the
         // lanes of a CPU device, whose workgroups are its threads).
-        let splits_here = m <= GEMM_SPLIT_MAX_ROWS
+        let splits_here = routed.is_none()
+            && m <= GEMM_SPLIT_MAX_ROWS
             && tiles[1] == 1
             && row0 == 0
             && ldy == n
@@ -701,10 +784,20 @@ impl Encoder<'_> {
             row0: u32_of(OP, "row0", row0)?,
             ldy: u32_of(OP, "n", ldy)?,
             k_chunk: u32_of(OP, "k_chunk", k_chunk)?,
+            x_div: u32_of(OP, "x_div", routed.map_or(1, |r| r.x_div))?,
+            experts: u32_of(OP, "experts", routed.map_or(0, |r| r.experts))?,
         };
         let out = part.as_ref().unwrap_or(y);
-        // Without a bias, x stands in at binding 3 (never read).
-        let binds = [read(&w.buf), read(x), write(out), read(bias.unwrap_or(x))];
+        // Without a bias, x stands in at binding 3 (never read); the lists
+        // are bound only when routed.
+        let binds = [
+            read(&w.buf),
+            read(x),
+            write(out),
+            read(bias.unwrap_or(x)),
+            read(routed.map_or(x, |r| &r.index)),
+        ];
+        let bound = if routed.is_some() { 5 } else { 4 };
         let groups = [
             u32_of(OP, "n tiles", tiles[0])?,
             u32_of(OP, "m tiles", tiles[1])?,
@@ -720,7 +813,7 @@ impl Encoder<'_> {
         self.dispatch(
             OP,
             typed(shader, w.dtype).spec(u32::from(x_half)),
-            &binds,
+            &binds[..bound],
             bytemuck::bytes_of(&push),
             groups,
         )?;

@@ -14,12 +14,15 @@ mod glu;
 mod kv_pages;
 mod layer_norm;
 pub(super) mod matmul;
+mod matmul_experts;
 mod rms_norm;
 mod rope;
 mod rope_store;
 mod rope_store_attention;
+mod route_experts;
 mod scale;
 mod store_rows;
+mod sum_experts;
 
 use super::pipeline::Spec;
 use crate::backend::Buffer;
