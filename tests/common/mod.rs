@@ -19,7 +19,18 @@ pub fn root() -> PathBuf {
 }
 
 /// Every architecture, by its tiny model under `tests/data/reference/tiny`.
-pub const TINY_ARCHS: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt2"];
+pub const TINY_ARCHS: [&str; 10] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "phi3",
+    "gpt2",
+    "qwen3moe",
+    "mixtral",
+    "gpt_oss",
+    "gpt_oss_mxfp4",
+];
 
 /// The tiny mixture-of-experts models under `tests/data/reference/tiny`
 /// (scripts/make_tiny_moe.py), each with its llama.cpp architecture.
