@@ -225,6 +225,46 @@ pub const SHAPES: &[Shape] = &[
         experts: None,
     },
     Shape {
+        name: "gpt-oss-20b",
+        arch: Arch::GptOss,
+        hidden: 2880,
+        layers: 24,
+        heads: 64,
+        kv_heads: 8,
+        head_dim: 64,
+        ffn: 2880,
+        vocab: 201_088,
+        rope_base: 150_000.0,
+        tied: false,
+        context: 131_072,
+        norm_eps: 1e-5,
+        experts: Some(ShapeExperts {
+            count: 32,
+            used: 4,
+            ffn: 2880,
+        }),
+    },
+    Shape {
+        name: "tiny-gpt-oss",
+        arch: Arch::GptOss,
+        hidden: 256,
+        layers: 2,
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 256,
+        vocab: 1024,
+        rope_base: 150_000.0,
+        tied: false,
+        context: 4096,
+        norm_eps: 1e-5,
+        experts: Some(ShapeExperts {
+            count: 8,
+            used: 2,
+            ffn: 256,
+        }),
+    },
+    Shape {
         name: "tiny-qwen3moe",
         arch: Arch::Qwen3Moe,
         hidden: 256,
@@ -276,6 +316,7 @@ impl TensorPlan {
     pub fn dims(&self) -> Vec<u64> {
         match self.role {
             Role::Norm => vec![self.cols as u64],
+            Role::Bias if self.rows == 1 => vec![self.cols as u64],
             _ if self.experts > 1 => vec![
                 self.cols as u64,
                 (self.rows / self.experts) as u64,
@@ -298,7 +339,11 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
     let mut add = |name: String, role: Role, layer: usize, rows: usize, cols: usize| {
         let dtype = tensor_type(quant, role, layer, s, cols);
         // The experts' tensors stack `experts` matrices.
-        let stacked = if name.contains("_exps.") { experts } else { 1 };
+        let stacked = if name.ends_with("_exps.weight") {
+            experts
+        } else {
+            1
+        };
         out.push(TensorPlan {
             name,
             role,
@@ -326,13 +371,31 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
             add(n("attn_k_norm"), Role::Norm, i, 1, s.head_dim);
         }
         add(n("attn_output"), Role::AttnOutput, i, s.hidden, q_dim);
-        add(n("ffn_norm"), Role::Norm, i, 1, s.hidden);
+        let oss = s.arch == Arch::GptOss;
+        if oss {
+            let b = |t: &str| format!("blk.{i}.{t}.bias");
+            add(b("attn_q"), Role::Bias, i, 1, q_dim);
+            add(b("attn_k"), Role::Bias, i, 1, kv_dim);
+            add(b("attn_v"), Role::Bias, i, 1, kv_dim);
+            add(b("attn_output"), Role::Bias, i, 1, s.hidden);
+            add(n("attn_sinks"), Role::Bias, i, 1, s.heads);
+            add(n("post_attention_norm"), Role::Norm, i, 1, s.hidden);
+        } else {
+            add(n("ffn_norm"), Role::Norm, i, 1, s.hidden);
+        }
         match s.experts {
             Some(e) => {
                 add(n("ffn_gate_inp"), Role::Router, i, e.count, s.hidden);
-                add(n("ffn_gate_exps"), Role::FfnGate, i, e.ffn, s.hidden);
-                add(n("ffn_up_exps"), Role::FfnUp, i, e.ffn, s.hidden);
-                add(n("ffn_down_exps"), Role::FfnDown, i, s.hidden, e.ffn);
+                add(n("ffn_gate_exps"), Role::ExpertGate, i, e.ffn, s.hidden);
+                add(n("ffn_up_exps"), Role::ExpertUp, i, e.ffn, s.hidden);
+                add(n("ffn_down_exps"), Role::ExpertDown, i, s.hidden, e.ffn);
+                if oss {
+                    let b = |t: &str| format!("blk.{i}.{t}.bias");
+                    add(b("ffn_gate_inp"), Role::Bias, i, 1, e.count);
+                    add(b("ffn_gate_exps"), Role::Bias, i, e.count, e.ffn);
+                    add(b("ffn_up_exps"), Role::Bias, i, e.count, e.ffn);
+                    add(b("ffn_down_exps"), Role::Bias, i, e.count, s.hidden);
+                }
             }
             None => {
                 add(n("ffn_gate"), Role::FfnGate, i, s.ffn, s.hidden);
@@ -464,6 +527,8 @@ fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Resul
     let mut out = vec![0u8; row_bytes * rows.len()];
     let mut values = vec![0f32; t.cols];
     let offset = if t.role == Role::Norm { 1.0 } else { 0.0 };
+    // Sinks and biases stay small: a sink well above the scores would
+    // swallow the attention.
     for dst in out.chunks_exact_mut(row_bytes) {
         for v in values.iter_mut() {
             *v = offset + WEIGHT_STD * gaussian(rng.next_u64());
@@ -521,6 +586,17 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
         ("vocab_size", u32v(s.vocab)),
     ];
     m.extend(arch_keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    if s.arch == Arch::GptOss {
+        // gpt-oss's published files: a 128-position window on the even
+        // layers, YaRN from a 4096-position original context.
+        let keys = [
+            ("attention.sliding_window", u32v(128)),
+            ("rope.scaling.type", GgufValue::String("yarn".into())),
+            ("rope.scaling.factor", GgufValue::F32(32.0)),
+            ("rope.scaling.original_context_length", u32v(4096)),
+        ];
+        m.extend(keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    }
     if let Some(e) = s.experts {
         let keys = [
             ("expert_count", u32v(e.count)),

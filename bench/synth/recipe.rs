@@ -40,10 +40,13 @@ pub enum Quant {
     Q3KM,
     Q2K,
     IQ4XS,
+    /// llama.cpp's MXFP4_MOE (gpt-oss's published files): the experts in
+    /// MXFP4, every other matrix in Q8_0.
+    Mxfp4Moe,
 }
 
 impl Quant {
-    pub const ALL: [Quant; 8] = [
+    pub const ALL: [Quant; 9] = [
         Quant::F16,
         Quant::Q8_0,
         Quant::Q4_0,
@@ -52,6 +55,7 @@ impl Quant {
         Quant::Q3KM,
         Quant::Q2K,
         Quant::IQ4XS,
+        Quant::Mxfp4Moe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +68,7 @@ impl Quant {
             Quant::Q3KM => "q3_k_m",
             Quant::Q2K => "q2_k",
             Quant::IQ4XS => "iq4_xs",
+            Quant::Mxfp4Moe => "mxfp4_moe",
         }
     }
 
@@ -92,6 +97,7 @@ impl Quant {
             Quant::Q3KM => 12,
             Quant::Q4KM => 15,
             Quant::IQ4XS => 30,
+            Quant::Mxfp4Moe => 38,
         }
     }
 
@@ -106,6 +112,7 @@ impl Quant {
             Quant::Q3KM => DType::Q3K,
             Quant::Q2K => DType::Q2K,
             Quant::IQ4XS => DType::IQ4XS,
+            Quant::Mxfp4Moe => DType::Q8_0,
         }
     }
 }
@@ -119,6 +126,13 @@ pub enum Role {
     /// A mixture of experts' router (`ffn_gate_inp`): kept in F32, as
     /// llama.cpp keeps it.
     Router,
+    /// A bias or gpt-oss's attention sinks: F32 vectors near 0.
+    Bias,
+    /// The experts' stacked matrices (`ffn_*_exps`), as their FFN role
+    /// otherwise.
+    ExpertGate,
+    ExpertUp,
+    ExpertDown,
     AttnQ,
     AttnK,
     AttnV,
@@ -136,9 +150,18 @@ fn use_more_bits(layer: usize, n_layers: usize) -> bool {
 
 /// The storage type of a tensor of `shape` under `quant` (see the module docs).
 pub fn tensor_type(quant: Quant, role: Role, layer: usize, shape: &Shape, cols: usize) -> DType {
-    if matches!(role, Role::Norm | Role::Router) {
+    if matches!(role, Role::Norm | Role::Router | Role::Bias) {
         return DType::F32;
     }
+    let role = match role {
+        Role::ExpertGate | Role::ExpertUp | Role::ExpertDown if quant == Quant::Mxfp4Moe => {
+            return DType::MXFP4
+        }
+        Role::ExpertGate => Role::FfnGate,
+        Role::ExpertUp => Role::FfnUp,
+        Role::ExpertDown => Role::FfnDown,
+        r => r,
+    };
     if quant == Quant::F16 {
         return DType::F16;
     }
