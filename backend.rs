@@ -313,6 +313,10 @@ pub struct ExpertsParams {
     /// each slot's activation); otherwise one per token, shared by its `k`
     /// slots (`[rows, cols]`: the gate and up projections).
     pub x_per_slot: bool,
+    /// Each expert's matrix is its gate's `n / 2` rows then its up's, and
+    /// `y[s] = act(x·G_eᵀ + bias_g) ⊙ (x·U_eᵀ + bias_u)` (`n / 2` values
+    /// a slot): the gated FFN's input in one op, as `linear_glu`.
+    pub glu: Option<Activation>,
 }
 
 impl ExpertsParams {
@@ -901,6 +905,8 @@ pub mod check {
     pub struct Experts {
         /// Rows of one expert's matrix (`w.rows / experts`).
         pub n: usize,
+        /// Values of one slot's output: `n`, or `n / 2` with a GLU.
+        pub n_out: usize,
         /// `rows * k`.
         pub slots: usize,
         /// Rows of x: `slots`, or `rows` where the slots share theirs.
@@ -920,13 +926,21 @@ pub mod check {
             ));
         }
         let n = w.rows / p.experts;
+        if p.glu.is_some() && !n.is_multiple_of(2) {
+            return Err(Error::op(
+                op,
+                format!("an expert's gate and up rows are an even count, not {n}"),
+            ));
+        }
+        let n_out = if p.glu.is_some() { n / 2 } else { n };
         let slots = p.rows.checked_mul(p.k);
         let x_rows = if p.x_per_slot { slots } else { Some(p.rows) };
-        let yn = slots.and_then(|s| s.checked_mul(n));
+        let yn = slots.and_then(|s| s.checked_mul(n_out));
         let xn = x_rows.and_then(|r| r.checked_mul(w.cols));
         match (slots, x_rows, xn, yn) {
             (Some(slots), Some(x_rows), Some(xn), Some(yn)) => Ok(Experts {
                 n,
+                n_out,
                 slots,
                 x_rows,
                 xn,

@@ -385,7 +385,8 @@ pub fn route_experts(logits: &[f32], p: &RouteParams) -> Result<(Vec<u32>, Vec<f
 }
 
 /// `y[s] = x[s or s / k] · W_eᵀ + bias[e]`, `e = ids[s]`, for the stacked
-/// `[experts * n, cols]` `dtype` matrix `w` (see [`crate::backend::ExpertsParams`]).
+/// `[experts * n, cols]` `dtype` matrix `w`, or with `p.glu` its gated
+/// halves (see [`crate::backend::ExpertsParams`]).
 pub fn matmul_experts(
     dtype: DType,
     w: &[u8],
@@ -404,15 +405,14 @@ pub fn matmul_experts(
         let r = if p.x_per_slot { s } else { s / p.k };
         let we = &w[e * n * rb..(e + 1) * n * rb];
         let b = bias.map(|b| &b[e * n..(e + 1) * n]);
-        y.extend(matmul(
-            dtype,
-            we,
-            n,
-            cols,
-            b,
-            &x[r * cols..(r + 1) * cols],
-            1,
-        )?);
+        let row = matmul(dtype, we, n, cols, b, &x[r * cols..(r + 1) * cols], 1)?;
+        match p.glu {
+            Some(act) => {
+                let (gate, up) = row.split_at(n / 2);
+                y.extend(glu(act, gate, Some(up))?);
+            }
+            None => y.extend(row),
+        }
     }
     Ok(y)
 }

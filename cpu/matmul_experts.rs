@@ -3,13 +3,14 @@
 //! back to their slots.
 
 use super::buffers::{CpuWeight, WeightRows};
-use super::matmul;
 use super::par::Ctx;
+use super::{glu, matmul};
 use crate::backend::ExpertsParams;
 use crate::error::{Error, Result};
 
 /// Shapes are checked by the caller: `x` has `p.rows` (or `p.slots()`)
-/// rows of `w.cols`, `y` `p.slots()` rows of `n = w.rows / p.experts`,
+/// rows of `w.cols`, `y` `p.slots()` rows of `n = w.rows / p.experts` (half
+/// that with a GLU),
 /// `bias` `p.experts * n` values, `ids` `p.slots()`.
 pub(crate) fn run(
     ctx: Ctx,
@@ -56,8 +57,19 @@ pub(crate) fn run(
         };
         let b = bias.map(|b| &b[e * n..(e + 1) * n]);
         matmul::run(ctx, rows, b, &xs, &mut ys, chosen.len());
-        for (&s, row) in chosen.iter().zip(ys.chunks_exact(n)) {
-            y[s * n..(s + 1) * n].copy_from_slice(row);
+        match p.glu {
+            Some(act) => {
+                let half = n / 2;
+                for (&s, row) in chosen.iter().zip(ys.chunks_exact(n)) {
+                    let (gate, up) = row.split_at(half);
+                    glu::run(false, act, gate, Some(up), &mut y[s * half..(s + 1) * half]);
+                }
+            }
+            None => {
+                for (&s, row) in chosen.iter().zip(ys.chunks_exact(n)) {
+                    y[s * n..(s + 1) * n].copy_from_slice(row);
+                }
+            }
         }
     }
     Ok(())

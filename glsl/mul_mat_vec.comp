@@ -555,7 +555,8 @@ uint out_rows() {
 uint weight_row(uint row0, uint j) {
     if ((pc.flags & GLU) != 0u) {
         uint h = NR / 2u;
-        return j < h ? min(row0 + j, pc.n - 1u) : pc.n + min(row0 + j - h, pc.n - 1u);
+        return expert_w0
+               + (j < h ? min(row0 + j, pc.n - 1u) : pc.n + min(row0 + j - h, pc.n - 1u));
     }
     return expert_w0 + min(row0 + j, pc.n - 1u);
 }
@@ -800,7 +801,8 @@ void rows(uint row0, uint lane, uint width, uint m, out float acc[NR_CAP * M_CAP
 bool routed(uint wg_rows) {
     uint e = ids[gl_WorkGroupID.z];
     if (e < pc.experts) {
-        expert_w0 = e * pc.n;
+        // A GLU's expert holds 2n rows: its gate's n, then its up's.
+        expert_w0 = e * ((pc.flags & GLU) != 0u ? 2u * pc.n : pc.n);
         return true;
     }
     uint first = wg_linear() * wg_rows;

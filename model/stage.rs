@@ -12,7 +12,9 @@ use crate::model::config::{ModelConfig, NormKind};
 use crate::model::kv_pages::PageCopy;
 use crate::model::runner::{Want, MAX_DECODE_STEPS};
 use crate::model::source::TensorSource;
-use crate::model::weights::{Experts, Ffn, FfnIn, Linear, ModelWeights, Norm, WeightOptions};
+use crate::model::weights::{
+    Experts, ExpertsIn, Ffn, FfnIn, Linear, ModelWeights, Norm, WeightOptions,
+};
 use std::ops::Range;
 
 /// The KV cache every stage holds for its layers: one pool of pages per
@@ -354,32 +356,28 @@ impl Stage {
             k: moe.used,
             experts: moe.experts,
             x_per_slot: false,
+            glu: None,
         };
         let ids = s.expert_ids;
-        self.be.matmul_experts(
-            &ex.gate.w,
-            ex.gate.b.as_ref(),
-            &s.h,
-            &ids,
-            &s.expert_gate,
-            &shared_x,
-        )?;
-        self.be.matmul_experts(
-            &ex.up.w,
-            ex.up.b.as_ref(),
-            &s.h,
-            &ids,
-            &s.expert_up,
-            &shared_x,
-        )?;
-        let slots = shared_x.slots();
-        self.be.glu(
-            c.act,
-            &s.expert_gate,
-            Some(&s.expert_up),
-            &s.expert_act,
-            slots * moe.n_ff,
-        )?;
+        match ex.input {
+            ExpertsIn::GateUp(w) => {
+                let glu = ExpertsParams {
+                    glu: Some(c.act),
+                    ..shared_x
+                };
+                self.be
+                    .matmul_experts(&w, None, &s.h, &ids, &s.expert_act, &glu)?;
+            }
+            ExpertsIn::Split { gate, up } => {
+                let (g, u) = (s.expert_gate, s.expert_up);
+                self.be
+                    .matmul_experts(&gate.w, gate.b.as_ref(), &s.h, &ids, &g, &shared_x)?;
+                self.be
+                    .matmul_experts(&up.w, up.b.as_ref(), &s.h, &ids, &u, &shared_x)?;
+                let values = shared_x.slots() * moe.n_ff;
+                self.be.glu(c.act, &g, Some(&u), &s.expert_act, values)?;
+            }
+        }
         let per_slot = ExpertsParams {
             x_per_slot: true,
             ..shared_x

@@ -36,14 +36,25 @@ pub enum FfnIn {
 }
 
 /// A mixture of experts (see `MoeConfig`): the router, and every expert's
-/// gate, up and down projections stacked in one weight each (expert `e`'s
-/// rows from `e * rows`), with their optional biases (`[experts * rows]`).
+/// gate, up and down projections stacked (expert `e`'s rows from `e *
+/// rows`), with their optional biases (`[experts * rows]`).
 #[derive(Clone, Copy, Debug)]
 pub struct Experts {
     pub router: Linear,
-    pub gate: Linear,
-    pub up: Linear,
+    pub input: ExpertsIn,
     pub down: Linear,
+}
+
+/// The experts' gate and up projections.
+#[derive(Clone, Copy, Debug)]
+pub enum ExpertsIn {
+    /// Each expert's gate rows then its up rows in one weight (same type,
+    /// no biases): one `matmul_experts` with a GLU instead of three ops.
+    GateUp(Weight),
+    Split {
+        gate: Linear,
+        up: Linear,
+    },
 }
 
 /// A layer's feed-forward block.
@@ -313,6 +324,48 @@ impl<'a> Loader<'a> {
         })
     }
 
+    /// The experts' gate and up projections (`experts` matrices of `[ff,
+    /// e]` each): interleaved per expert into one weight when they can be
+    /// (same type, no biases), else apart.
+    fn experts_in(
+        &mut self,
+        gate: &str,
+        up: &str,
+        experts: usize,
+        ff: usize,
+        e: usize,
+    ) -> Result<ExpertsIn> {
+        let rows = experts
+            .checked_mul(ff)
+            .ok_or_else(|| Error::Config(format!("{experts} experts of {ff} rows overflow")))?;
+        let (gname, uname) = (format!("{gate}.weight"), format!("{up}.weight"));
+        let biased = self.raw(&format!("{gate}.bias"))?.is_some()
+            || self.raw(&format!("{up}.bias"))?.is_some();
+        let g = self.raw(&gname)?.ok_or_else(|| self.missing(&gname))?;
+        Self::expect_shape(&gname, &g, rows, e)?;
+        let u = self.raw(&uname)?.ok_or_else(|| self.missing(&uname))?;
+        Self::expect_shape(&uname, &u, rows, e)?;
+        if g.dtype != u.dtype || biased || self.opts.quantize.is_some() {
+            return Ok(ExpertsIn::Split {
+                gate: self.need_linear(gate, rows, e)?,
+                up: self.need_linear(up, rows, e)?,
+            });
+        }
+        let part = g.dtype.row_bytes(e)? * ff;
+        let mut data = Vec::with_capacity(g.data.len() + u.data.len());
+        for (gp, upart) in g.data.chunks(part).zip(u.data.chunks(part)) {
+            data.extend_from_slice(gp);
+            data.extend_from_slice(upart);
+        }
+        let both = RawTensor {
+            dtype: g.dtype,
+            rows: 2 * rows,
+            cols: e,
+            data: Cow::Owned(data),
+        };
+        Ok(ExpertsIn::GateUp(self.matrix(&gname, both)?))
+    }
+
     /// The token embedding table, in its stored type (the gather
     /// dequantizes rows; a tied head reads it as it is).
     fn token_embd(&mut self) -> Result<Weight> {
@@ -399,8 +452,7 @@ impl<'a> Loader<'a> {
                 let before = self.bytes;
                 let ex = Experts {
                     router,
-                    gate: self.need_linear(&p("ffn_gate_exps"), stacked(ff)?, e)?,
-                    up: self.need_linear(&p("ffn_up_exps"), stacked(ff)?, e)?,
+                    input: self.experts_in(&p("ffn_gate_exps"), &p("ffn_up_exps"), n, ff, e)?,
                     down: self.need_linear(&p("ffn_down_exps"), stacked(e)?, ff)?,
                 };
                 self.expert_bytes += self.bytes - before;

@@ -8,7 +8,7 @@ use crate::matmul::{
     activation_bound, matmul_cpu_backends, matmul_vulkan_backends, Rounded, Rounding,
 };
 use crate::{cols_for, cpu_backends, test_device, vulkan_backends, Named};
-use vkllm::backend::{ComputeBackend, ExpertsParams, RouteParams};
+use vkllm::backend::{Activation, ComputeBackend, ExpertsParams, RouteParams};
 use vkllm::{reference, DType};
 
 /// Logits whose chosen set depends on the tie-break: in each row, `k - 1`
@@ -211,6 +211,7 @@ fn check_routed(name: &str, b: &mut dyn ComputeBackend, acts: Rounding, s: Shape
         k,
         experts,
         x_per_slot: per_slot,
+        glu: None,
     };
     // The reference over valid ids only (a bad id's slot reads expert 0).
     let valid: Vec<u32> = ids
@@ -392,6 +393,7 @@ fn matmul_experts_bad_ids((name, mut b, acts): Rounded) {
             k,
             experts,
             x_per_slot: false,
+            glu: None,
         };
         b.begin_pass().unwrap();
         let r = b.matmul_experts(&w, None, &xb, &ib, &yb, &p);
@@ -447,4 +449,102 @@ test_device!(
     sum_experts_matches_reference,
     sum_experts_matches_reference_cpu,
     sum_experts_matches_reference_vulkan
+);
+
+/// A GLU of each expert's gate and up rows (`ExpertsParams::glu`) against
+/// the same backend's matmul_experts of those rows without it (checked
+/// against the reference above) and the f64 GLU of its outputs: within
+/// 1e-5 of `|act(g)·u| + |g·u|` (the GEMV's own GLU sums as its plain
+/// GEMV does). Gates and ups past ±7, so SwiGLU-OAI's clamps matter.
+fn matmul_experts_glu_matches_unfused((name, mut b, _): Rounded) {
+    let experts = 6;
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::MXFP4,
+    ] {
+        let cols = cols_for(dtype)[0];
+        for (half, rows, k, with_bias) in [
+            (16, 1, 2, false),
+            (32, 1, 4, true),
+            (16, 3, 2, false),
+            (32, 37, 3, true),
+        ] {
+            let n = 2 * half;
+            let seed = (n * 7 + cols + rows) as u64;
+            let wb = weight_bytes(dtype, experts * n, cols, seed);
+            let x: Vec<f32> = rand_f32(rows * cols, seed + 1)
+                .iter()
+                .map(|v| v * 40.0)
+                .collect();
+            let bias: Vec<f32> = rand_f32(experts * n, seed + 2)
+                .iter()
+                .map(|v| v * 8.0)
+                .collect();
+            let ids = routed_ids(rows, k, experts, half);
+            let w = b.upload_weight(dtype, experts * n, cols, &wb).unwrap();
+            let xb = upload_f32(b.as_mut(), &x);
+            let bb = with_bias.then(|| upload_f32(b.as_mut(), &bias));
+            let ib = upload_u32(b.as_mut(), &ids);
+            let slots = rows * k;
+            for act in [Activation::Silu, Activation::SwigluOai] {
+                let plain = ExpertsParams {
+                    rows,
+                    k,
+                    experts,
+                    x_per_slot: false,
+                    glu: None,
+                };
+                let fused = ExpertsParams {
+                    glu: Some(act),
+                    ..plain
+                };
+                let full = b.alloc(slots * n * 4).unwrap();
+                let yb = upload_f32(b.as_mut(), &vec![f32::NAN; slots * half]);
+                pass(b.as_mut(), |b| {
+                    b.matmul_experts(&w, bb.as_ref(), &xb, &ib, &full, &plain)
+                        .unwrap();
+                    b.matmul_experts(&w, bb.as_ref(), &xb, &ib, &yb, &fused)
+                        .unwrap();
+                });
+                let full = download_f32(b.as_mut(), &full, slots * n);
+                let got = download_f32(b.as_mut(), &yb, slots * half);
+                let (gates, ups): (Vec<f32>, Vec<f32>) = full
+                    .chunks_exact(n)
+                    .map(|r| r.split_at(half))
+                    .fold((Vec::new(), Vec::new()), |(mut g, mut u), (a, c)| {
+                        g.extend_from_slice(a);
+                        u.extend_from_slice(c);
+                        (g, u)
+                    });
+                let want = reference::glu(act, &gates, Some(&ups)).unwrap();
+                let clamped = gates.iter().chain(&ups).any(|v| v.abs() > 7.0);
+                assert!(clamped, "{name} {dtype}: no value past the clamp");
+                let scale: Vec<f32> = gates
+                    .iter()
+                    .zip(&ups)
+                    .zip(&want)
+                    .map(|((g, u), w)| w.abs() + (g * u).abs() + (g.abs() + u.abs()) * 0.1)
+                    .collect();
+                crate::common::assert_close(
+                    &format!(
+                        "{name} {dtype} {act:?} half={half} rows={rows} k={k} bias={with_bias}"
+                    ),
+                    &got,
+                    &want,
+                    &scale,
+                    1e-5,
+                );
+            }
+            b.free_weight(w);
+        }
+    }
+}
+test_device!(
+    matmul_experts_glu_matches_unfused,
+    matmul_experts_glu_matches_unfused_cpu: matmul_cpu_backends,
+    matmul_experts_glu_matches_unfused_vulkan: matmul_vulkan_backends
 );

@@ -57,6 +57,7 @@ fn matmul_experts_replays_new_ids() {
                 k,
                 experts,
                 x_per_slot: false,
+                glu: None,
             };
             let x = rand_f32(rows * cols, 72);
             let xb = upload_f32(&mut b, &x);
@@ -112,6 +113,7 @@ fn moe_pass_replays_new_router_logits() {
                 k,
                 experts,
                 x_per_slot: false,
+                glu: None,
             };
             let x = rand_f32(rows * cols, 82);
             let xb = upload_f32(&mut b, &x);

@@ -228,7 +228,7 @@ fn gemv_slots(dtype: DType, k: usize, q8: bool) -> usize {
 }
 
 /// Bytes of `rows * cols` f32 values.
-fn floats(rows: usize, cols: usize) -> Result<usize> {
+pub(super) fn floats(rows: usize, cols: usize) -> Result<usize> {
     rows.checked_mul(cols)
         .and_then(|v| v.checked_mul(4))
         .ok_or_else(|| Error::op("matmul", "scratch size overflows"))

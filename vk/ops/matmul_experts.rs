@@ -10,7 +10,7 @@
 //! lists' counts), on the x rows gathered from its list, and writes each
 //! result row to its slot; workgroups past the lists' tiles exit at once.
 
-use super::matmul::Routed;
+use super::matmul::{floats, Routed};
 use super::{plain, read, u32_of, write, Encoder};
 use crate::backend::{check, Buffer, ExpertsParams, LinearOpts, Weight};
 use crate::error::{Error, Result};
@@ -54,6 +54,7 @@ impl Encoder<'_> {
         const OP: &str = "matmul_experts";
         let check::Experts {
             n,
+            n_out,
             slots,
             x_rows,
             xn,
@@ -88,18 +89,38 @@ impl Encoder<'_> {
             slots,
             x_div: if p.x_per_slot { 1 } else { p.k },
         };
-        if self.takes_gemv(p.rows) {
+        let gemv = self.takes_gemv(p.rows);
+        // The GEMV's GLU pairs rows without their biases.
+        if gemv && (p.glu.is_none() || bias.is_none()) {
             let o = LinearOpts {
                 bias,
                 ..LinearOpts::default()
             };
             let r = routed(*ids);
-            return self.encode_gemv(w, x, y, x_rows, &o, None, 0, n, false, Some(&r));
+            return self.encode_gemv(w, x, y, x_rows, &o, p.glu, 0, n_out, false, Some(&r));
         }
-        let r = routed(self.encode_expert_slots(ids, slots, p.experts)?);
-        let half = self.gemm_x_half(w.rows, w.cols);
-        let x = self.gemm_input(x, None, x_rows, w.cols, half)?;
-        self.encode_gemm(w, bias, &x, half, y, slots, 0, n, Some(&r))
+        // Otherwise a GLU's gate and up rows go through a scratch buffer.
+        let out = match p.glu {
+            Some(_) => self.scratch(|b| &mut b.glu_scratch, floats(slots, n)?)?,
+            None => *y,
+        };
+        if gemv {
+            let o = LinearOpts {
+                bias,
+                ..LinearOpts::default()
+            };
+            let r = routed(*ids);
+            self.encode_gemv(w, x, &out, x_rows, &o, None, 0, n, false, Some(&r))?;
+        } else {
+            let r = routed(self.encode_expert_slots(ids, slots, p.experts)?);
+            let half = self.gemm_x_half(w.rows, w.cols);
+            let x = self.gemm_input(x, None, x_rows, w.cols, half)?;
+            self.encode_gemm(w, bias, &x, half, &out, slots, 0, n, Some(&r))?;
+        }
+        match p.glu {
+            Some(act) => self.encode_glu_rows(act, &out, y, slots, n_out),
+            None => Ok(()),
+        }
     }
 
     /// Each expert's slots of `ids` (and the bad ids' list) in the
