@@ -360,13 +360,14 @@ impl Stage {
         };
         let ids = s.expert_ids;
         match ex.input {
-            ExpertsIn::GateUp(w) => {
+            ExpertsIn::GateUp(gu) => {
                 let glu = ExpertsParams {
                     glu: Some(c.act),
                     ..shared_x
                 };
+                let (a, b) = (s.expert_act, gu.b);
                 self.be
-                    .matmul_experts(&w, None, &s.h, &ids, &s.expert_act, &glu)?;
+                    .matmul_experts(&gu.w, b.as_ref(), &s.h, &ids, &a, &glu)?;
             }
             ExpertsIn::Split { gate, up } => {
                 let (g, u) = (s.expert_gate, s.expert_up);

@@ -48,9 +48,10 @@ pub struct Experts {
 /// The experts' gate and up projections.
 #[derive(Clone, Copy, Debug)]
 pub enum ExpertsIn {
-    /// Each expert's gate rows then its up rows in one weight (same type,
-    /// no biases): one `matmul_experts` with a GLU instead of three ops.
-    GateUp(Weight),
+    /// Each expert's gate rows then its up rows in one weight (same type),
+    /// their biases likewise: one `matmul_experts` with a GLU instead of
+    /// three ops.
+    GateUp(Linear),
     Split {
         gate: Linear,
         up: Linear,
@@ -325,8 +326,9 @@ impl<'a> Loader<'a> {
     }
 
     /// The experts' gate and up projections (`experts` matrices of `[ff,
-    /// e]` each): interleaved per expert into one weight when they can be
-    /// (same type, no biases), else apart.
+    /// e]` each): interleaved per expert into one weight (and their biases
+    /// into one vector) when they can be (same type, both biased or
+    /// neither), else apart.
     fn experts_in(
         &mut self,
         gate: &str,
@@ -339,18 +341,25 @@ impl<'a> Loader<'a> {
             .checked_mul(ff)
             .ok_or_else(|| Error::Config(format!("{experts} experts of {ff} rows overflow")))?;
         let (gname, uname) = (format!("{gate}.weight"), format!("{up}.weight"));
-        let biased = self.raw(&format!("{gate}.bias"))?.is_some()
-            || self.raw(&format!("{up}.bias"))?.is_some();
+        let (gb, ub) = (format!("{gate}.bias"), format!("{up}.bias"));
+        let biases = match (self.raw(&gb)?, self.raw(&ub)?) {
+            (None, None) => Some(None),
+            (Some(g), Some(u)) if g.rows * g.cols == rows && u.rows * u.cols == rows => {
+                Some(Some((g.to_f32(&gb)?, u.to_f32(&ub)?)))
+            }
+            _ => None,
+        };
         let g = self.raw(&gname)?.ok_or_else(|| self.missing(&gname))?;
         Self::expect_shape(&gname, &g, rows, e)?;
         let u = self.raw(&uname)?.ok_or_else(|| self.missing(&uname))?;
         Self::expect_shape(&uname, &u, rows, e)?;
-        if g.dtype != u.dtype || biased || self.opts.quantize.is_some() {
+        let Some(biases) = biases.filter(|_| g.dtype == u.dtype && self.opts.quantize.is_none())
+        else {
             return Ok(ExpertsIn::Split {
                 gate: self.need_linear(gate, rows, e)?,
                 up: self.need_linear(up, rows, e)?,
             });
-        }
+        };
         let part = g.dtype.row_bytes(e)? * ff;
         let mut data = Vec::with_capacity(g.data.len() + u.data.len());
         for (gp, upart) in g.data.chunks(part).zip(u.data.chunks(part)) {
@@ -363,7 +372,25 @@ impl<'a> Loader<'a> {
             cols: e,
             data: Cow::Owned(data),
         };
-        Ok(ExpertsIn::GateUp(self.matrix(&gname, both)?))
+        let w = self.matrix(&gname, both)?;
+        let b = match biases {
+            Some((gv, uv)) => {
+                if let Some(x) = gv.iter().chain(&uv).find(|x| !x.is_finite()) {
+                    return Err(Error::Tensor {
+                        name: gb,
+                        msg: format!("holds the non-finite value {x}"),
+                    });
+                }
+                let mut v = Vec::with_capacity(2 * rows);
+                for (gp, upart) in gv.chunks(ff).zip(uv.chunks(ff)) {
+                    v.extend_from_slice(gp);
+                    v.extend_from_slice(upart);
+                }
+                Some(self.upload_vec(&v)?)
+            }
+            None => None,
+        };
+        Ok(ExpertsIn::GateUp(Linear { w, b }))
     }
 
     /// The token embedding table, in its stored type (the gather
