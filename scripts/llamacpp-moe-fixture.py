@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 
 import numpy as np
-from cyllama.llama import llama_cpp as cy
+from llamacpp_logits import llama_cpp_logits
 
 MODELS = ["qwen3moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"]
 TOP = 8
@@ -24,8 +24,6 @@ TOP = 8
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ref_dir = os.path.join(root, "tests", "data", "reference", "tiny")
 vkllm = os.path.join(root, "target", "release", "vkllm")
-cy.disable_logging()
-cy.ggml_backend_load_all()
 out = {"llama_cpp": "cyllama 0.7.0 (CPU), f32 KV cache, no flash attention", "top": TOP, "models": {}}
 with tempfile.TemporaryDirectory() as tmp:
     for name in MODELS:
@@ -33,29 +31,13 @@ with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, name + ".gguf")
         subprocess.run([vkllm, "convert", src, "-o", path], check=True, capture_output=True)
         ids = json.load(open(os.path.join(src, "reference.json")))["prompt_ids"]
-        mp = cy.LlamaModelParams()
-        mp.n_gpu_layers = 0
-        model = cy.LlamaModel(path, mp)
-        cp = cy.LlamaContextParams()
-        cp.n_ctx = 64
-        cp.n_batch = 64
-        cp.n_ubatch = 64
-        cp.type_k = 0
-        cp.type_v = 0
-        cp.flash_attn_type = 0
-        ctx = cy.LlamaContext(model, cp)
-        batch = cy.LlamaBatch(n_tokens=len(ids), embd=0, n_seq_max=1)
-        for i, t in enumerate(ids):
-            batch.add(t, i, [0], True)
-        assert ctx.decode(batch) == 0
-        logits = np.array([np.asarray(ctx.get_logits_ith(i)) for i in range(len(ids))], dtype=np.float64)
+        logits = llama_cpp_logits(path, ids)
         top = np.argsort(-logits, axis=1, kind="stable")[:, :TOP]
         out["models"][name] = {
             "prompt_ids": ids,
             "top_ids": top.tolist(),
             "top_logits": [[round(float(logits[p, i]), 7) for i in row] for p, row in enumerate(top)],
         }
-        ctx.close()
         print(name, "done", flush=True)
 with open(os.path.join(root, "tests", "data", "llamacpp_moe.json"), "w") as f:
     json.dump(out, f, separators=(",", ":"))

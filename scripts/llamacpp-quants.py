@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 import numpy as np
-from cyllama.llama import llama_cpp as cy
+from llamacpp_logits import llama_cpp_logits
 
 MIXES = ["q4_k_m", "q8_0", "q3_k_m", "q2_k", "iq4_xs"]
 IDS = [1, 17, 300, 5, 42, 900, 7, 64]
@@ -33,30 +33,6 @@ TOL = 0.1
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 vkllm = os.path.join(root, "target", "release", "vkllm")
-cy.disable_logging()
-cy.ggml_backend_load_all()
-
-
-def llama_cpp_logits(path, ids):
-    mp = cy.LlamaModelParams()
-    mp.n_gpu_layers = 0
-    model = cy.LlamaModel(path, mp)
-    cp = cy.LlamaContextParams()
-    cp.n_ctx = 64
-    cp.n_batch = 64
-    cp.n_ubatch = 64
-    cp.type_k = 0  # GGML_TYPE_F32
-    cp.type_v = 0
-    cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = cy.LlamaContext(model, cp)
-    batch = cy.LlamaBatch(n_tokens=len(ids), embd=0, n_seq_max=1)
-    for i, t in enumerate(ids):
-        batch.add(t, i, [0], True)
-    if ctx.decode(batch) != 0:
-        raise RuntimeError("llama_decode failed")
-    got = np.array([np.asarray(ctx.get_logits_ith(i)) for i in range(len(ids))], dtype=np.float64)
-    ctx.close()
-    return got
 
 
 failed = False
