@@ -43,17 +43,13 @@ pub(crate) fn run(
         ys.resize(chosen.len() * n, 0.0);
         let rows = match w.rows_view(e * n, n) {
             Some(v) => v,
-            None => {
-                // Repacked groups straddle two experts: read the rows back.
-                let bytes = w.rows_at(e * n, (e + 1) * n, &mut unpacked).to_vec();
-                unpacked = bytes;
-                WeightRows {
-                    data: &unpacked,
-                    rows: n,
-                    packed: false,
-                    ..w.all()
-                }
-            }
+            // Repacked groups straddle two experts: the rows read back.
+            None => WeightRows {
+                data: w.rows_at(e * n, (e + 1) * n, &mut unpacked),
+                rows: n,
+                packed: false,
+                ..w.all()
+            },
         };
         let b = bias.map(|b| &b[e * n..(e + 1) * n]);
         matmul::run(ctx, rows, b, &xs, &mut ys, chosen.len());

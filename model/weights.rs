@@ -173,16 +173,7 @@ impl<'a> Loader<'a> {
             });
         }
         let mut v = t.to_f32(name)?;
-        // Norm weights and biases are few values read once, so a corrupt
-        // one is refused here; in a matrix (or a block scale) the same
-        // corruption is accepted: finding it would cost a pass over every
-        // weight at load, and it gives wrong text, never a crash.
-        if let Some(x) = v.iter().find(|x| !x.is_finite()) {
-            return Err(Error::Tensor {
-                name: name.into(),
-                msg: format!("holds the non-finite value {x}"),
-            });
-        }
+        all_finite(name, &v)?;
         v.iter_mut().for_each(|x| *x += offset);
         self.upload_vec(&v).map(Some)
     }
@@ -361,32 +352,18 @@ impl<'a> Loader<'a> {
             });
         };
         let part = g.dtype.row_bytes(e)? * ff;
-        let mut data = Vec::with_capacity(g.data.len() + u.data.len());
-        for (gp, upart) in g.data.chunks(part).zip(u.data.chunks(part)) {
-            data.extend_from_slice(gp);
-            data.extend_from_slice(upart);
-        }
         let both = RawTensor {
             dtype: g.dtype,
             rows: 2 * rows,
             cols: e,
-            data: Cow::Owned(data),
+            data: Cow::Owned(interleave(&g.data, &u.data, part)),
         };
         let w = self.matrix(&gname, both)?;
         let b = match biases {
             Some((gv, uv)) => {
-                if let Some(x) = gv.iter().chain(&uv).find(|x| !x.is_finite()) {
-                    return Err(Error::Tensor {
-                        name: gb,
-                        msg: format!("holds the non-finite value {x}"),
-                    });
-                }
-                let mut v = Vec::with_capacity(2 * rows);
-                for (gp, upart) in gv.chunks(ff).zip(uv.chunks(ff)) {
-                    v.extend_from_slice(gp);
-                    v.extend_from_slice(upart);
-                }
-                Some(self.upload_vec(&v)?)
+                all_finite(&gb, &gv)?;
+                all_finite(&ub, &uv)?;
+                Some(self.upload_vec(&interleave(&gv, &uv, ff))?)
             }
             None => None,
         };
@@ -517,6 +494,31 @@ impl<'a> Loader<'a> {
             ffn_post_norm,
         })
     }
+}
+
+/// Norm weights and biases are few values read once, so a corrupt one is
+/// refused here; in a matrix (or a block scale) the same corruption is
+/// accepted: finding it would cost a pass over every weight at load, and
+/// it gives wrong text, never a crash.
+fn all_finite(name: &str, v: &[f32]) -> Result<()> {
+    match v.iter().find(|x| !x.is_finite()) {
+        Some(x) => Err(Error::Tensor {
+            name: name.into(),
+            msg: format!("holds the non-finite value {x}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `a`'s and `b`'s chunks of `part` values in turn (each expert's gate
+/// rows, then its up rows).
+fn interleave<T: Copy>(a: &[T], b: &[T], part: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    for (x, y) in a.chunks(part).zip(b.chunks(part)) {
+        out.extend_from_slice(x);
+        out.extend_from_slice(y);
+    }
+    out
 }
 
 /// A failed upload of tensor `name`. Memory and device failures keep their

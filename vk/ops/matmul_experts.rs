@@ -90,19 +90,12 @@ impl Encoder<'_> {
             x_div: if p.x_per_slot { 1 } else { p.k },
         };
         let gemv = self.takes_gemv(p.rows);
-        // The GEMV's GLU pairs rows without their biases.
-        if gemv && (p.glu.is_none() || bias.is_none()) {
-            let o = LinearOpts {
-                bias,
-                ..LinearOpts::default()
-            };
-            let r = routed(*ids);
-            return self.encode_gemv(w, x, y, x_rows, &o, p.glu, 0, n_out, false, Some(&r));
-        }
-        // Otherwise a GLU's gate and up rows go through a scratch buffer.
+        // The GEMV's GLU pairs rows without their biases; otherwise a GLU's
+        // gate and up rows go through a scratch buffer.
+        let fused = gemv && (p.glu.is_none() || bias.is_none());
         let out = match p.glu {
-            Some(_) => self.scratch(|b| &mut b.glu_scratch, floats(slots, n)?)?,
-            None => *y,
+            Some(_) if !fused => self.scratch(|b| &mut b.glu_scratch, floats(slots, n)?)?,
+            _ => *y,
         };
         if gemv {
             let o = LinearOpts {
@@ -110,7 +103,8 @@ impl Encoder<'_> {
                 ..LinearOpts::default()
             };
             let r = routed(*ids);
-            self.encode_gemv(w, x, &out, x_rows, &o, None, 0, n, false, Some(&r))?;
+            let (glu, ldy) = if fused { (p.glu, n_out) } else { (None, n) };
+            self.encode_gemv(w, x, &out, x_rows, &o, glu, 0, ldy, false, Some(&r))?;
         } else {
             let r = routed(self.encode_expert_slots(ids, slots, p.experts)?);
             let half = self.gemm_x_half(w.rows, w.cols);
@@ -118,8 +112,8 @@ impl Encoder<'_> {
             self.encode_gemm(w, bias, &x, half, &out, slots, 0, n, Some(&r))?;
         }
         match p.glu {
-            Some(act) => self.encode_glu_rows(act, &out, y, slots, n_out),
-            None => Ok(()),
+            Some(act) if !fused => self.encode_glu_rows(act, &out, y, slots, n_out),
+            _ => Ok(()),
         }
     }
 
