@@ -526,9 +526,9 @@ fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Resul
     let row_bytes = t.dtype.row_bytes(t.cols)?;
     let mut out = vec![0u8; row_bytes * rows.len()];
     let mut values = vec![0f32; t.cols];
+    // Norm weights near 1; the rest near 0, biases and sinks too (a sink
+    // well above the scores would swallow the attention).
     let offset = if t.role == Role::Norm { 1.0 } else { 0.0 };
-    // Sinks and biases stay small: a sink well above the scores would
-    // swallow the attention.
     for dst in out.chunks_exact_mut(row_bytes) {
         for v in values.iter_mut() {
             *v = offset + WEIGHT_STD * gaussian(rng.next_u64());
