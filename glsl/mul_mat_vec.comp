@@ -33,12 +33,12 @@
 // quantize dispatch before it either.
 //
 // Built with GEMV_LANES (build.rs passes the type's lanes from its row in
-// quants/types.rs: the anchor models' quant types), the kernel goes block
-// by block: a block is split into LANES slices, each invocation decodes its
-// block's header once and then all quants of its slice with wide loads, so
-// neighbouring invocations read consecutive bytes; the type's block below
-// must take exactly that many slices. Other types dequantize 4 elements at
-// a time through dequant.glsl.
+// quants/types.rs: the anchor models' quant types and MXFP4), the kernel
+// goes block by block: a block is split into LANES slices, each invocation
+// decodes its block's header once and then all quants of its slice with
+// wide loads, so neighbouring invocations read consecutive bytes; the
+// type's block below must take exactly that many slices. Other types
+// dequantize 4 elements at a time through dequant.glsl.
 //
 // Built with EXPERTS (mul_mat_vec_experts, and with Q8X too
 // mul_mat_vec_q8_experts; vk/ops/matmul_experts.rs), a GEMV per
@@ -75,9 +75,10 @@ const uint NORM = 4u;
 // Each subgroup takes NR rows of its own (k split over its lanes) instead of
 // the workgroup sharing NR rows (k split over all invocations).
 const uint SUBGROUP_ROWS = 8u;
-// GLU: the weight holds n gate rows then n up rows; output j is
-// act(gate_j · x) * (up_j · x), each group of NR weight rows yielding NR/2
-// outputs. GELU picks the tanh GELU over SiLU; SWIGLU_OAI gpt-oss's clamped
+// GLU: the weight holds n gate rows then n up rows (and the bias, if any,
+// n gate values then n up values); output j is
+// act(gate_j · x + bg_j) * (up_j · x + bu_j), each group of NR weight rows
+// yielding NR/2 outputs. GELU picks the tanh GELU over SiLU; SWIGLU_OAI gpt-oss's clamped
 // SwiGLU, act(g) * (clamp(u, -7, 7) + 1) (as glu.comp).
 const uint GLU = 16u;
 const uint GELU = 32u;
@@ -539,6 +540,42 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     return d * (dot(fbytes4(wdata[base + 1u + 2u * sub] ^ 0x80808080u, 128.0), xs[0])
               + dot(fbytes4(wdata[base + 2u + 2u * sub] ^ 0x80808080u, 128.0), xs[1]));
 }
+#elif defined(TYPE_MXFP4)
+const uint QK = 32u;
+const uint BWORDS = 5u;
+// Slice s: quant words WPS·s.. of the block's 4 (as q4_0's, word w holding
+// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), each
+// nibble's value looked up in mxfp4_lut.
+const uint WPS = 4u / LANES;
+const uint XN = 2u * WPS;
+
+// dequant.glsl's MXFP4_VALUES in shared memory (filled first thing in main):
+// 16 floats sit in 16 banks, so any mix of indices reads without conflicts,
+// where the constant array's divergent indices serialize.
+shared float mxfp4_lut[16];
+
+vec4 mxfp4_lut4(uint w) {
+    return vec4(mxfp4_lut[w & 0xFu], mxfp4_lut[(w >> 8) & 0xFu], mxfp4_lut[(w >> 16) & 0xFu],
+                mxfp4_lut[(w >> 24) & 0xFu]);
+}
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint col = col0 + 4u * (WPS * sub + w);
+        xs[w] = xv(r, col, ss);
+        xs[WPS + w] = xv(r, col + 16u, ss);
+    }
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    vec4 dq = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint q = wdata[base + 1u + WPS * sub + w];
+        dq += mxfp4_lut4(q) * xs[w] + mxfp4_lut4(q >> 4) * xs[WPS + w];
+    }
+    return mxfp4_d(base) * dot(dq, vec4(1.0));
+}
 #elif defined(Q8X)
 #error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
 #else
@@ -651,14 +688,19 @@ shared float qo[Q8OUT_ROWS];
 // round trip at the end, and the small decode GEMVs are bound by latency.
 struct Extra {
     float bias;
+    // GLU: the up row's bias (the weight's rows n on, like its rows).
+    float up_bias;
     float y;
     float sq;
 };
 
 Extra load_extra(uint row, uint r) {
-    Extra e = Extra(0.0, 0.0, 0.0);
+    Extra e = Extra(0.0, 0.0, 0.0, 0.0);
     if ((pc.flags & HAS_BIAS) != 0u) {
         e.bias = bias[pc.row0 + expert_w0 + row];
+        if ((pc.flags & GLU) != 0u) {
+            e.up_bias = bias[pc.row0 + expert_w0 + pc.n + row];
+        }
     }
     if ((pc.flags & ADD) != 0u) {
         e.y = y[YROW(r) * pc.ldy + pc.row0 + row];
@@ -689,14 +731,15 @@ void store(uint row, uint r, float total, float up, float sq, Extra e) {
         total *= inv;
         up *= inv;
     }
+    if ((pc.flags & HAS_BIAS) != 0u) {
+        total += e.bias;
+        up += e.up_bias;
+    }
     if ((pc.flags & GLU) != 0u) {
         if ((pc.flags & SWIGLU_OAI) != 0u) {
             up = clamp(up, -OAI_LIMIT, OAI_LIMIT) + 1.0;
         }
         total = act(total) * up;
-    }
-    if ((pc.flags & HAS_BIAS) != 0u) {
-        total += e.bias;
     }
     if ((pc.flags & ADD) != 0u) {
         total += e.y;
@@ -815,6 +858,12 @@ bool routed(uint wg_rows) {
 #endif
 
 void main() {
+#if defined(TYPE_MXFP4) && defined(BLOCKWISE)
+    for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
+        mxfp4_lut[i] = MXFP4_VALUES[i];
+    }
+    barrier();
+#endif
 #if defined(Q8IN)
     quantize_x(); // one x row (the host's condition)
 #endif
@@ -836,7 +885,7 @@ void main() {
         uint outs = out_rows();
         uint i = gl_SubgroupInvocationID;
         for (uint row0 = first + gl_SubgroupID * outs; row0 < last; row0 += gl_NumSubgroups * outs) {
-            Extra e = Extra(0.0, 0.0, 0.0);
+            Extra e = Extra(0.0, 0.0, 0.0, 0.0);
             if (i < NR * MAX_M && i % MAX_M < m && i / MAX_M < outs && row0 + i / MAX_M < last) {
                 e = load_extra(row0 + i / MAX_M, i % MAX_M);
             }
@@ -868,7 +917,7 @@ void main() {
     uint row = row0 + i / MAX_M;
     uint r = i % MAX_M;
     bool stores = i < out_rows() * MAX_M && r < m && row < pc.n;
-    Extra e = Extra(0.0, 0.0, 0.0);
+    Extra e = Extra(0.0, 0.0, 0.0, 0.0);
     if (stores) {
         e = load_extra(row, r);
     }

@@ -124,7 +124,7 @@ quant_types! {
     MXFP4 {
         name: "mxfp4", ggml_id: 39, block_elems: 32, block_bytes: 17,
         decode: mxfp4::dequant_mxfp4, encode: Some(mxfp4::quant_mxfp4), gpu: repack(1, 3, 20),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(4), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ2XXS {

@@ -119,15 +119,19 @@ impl Caps {
     }
 
     /// Invocations of a GEMV workgroup whose rows split into `slots` units:
-    /// one per unit up to 128 (idle invocations cost occupancy), and at
-    /// least a subgroup and 32. On a CPU device, one subgroup: there each
-    /// barrier costs per subgroup (benches/README.md, on a CPU device).
-    pub fn gemv_workgroup(&self, slots: usize) -> u32 {
+    /// one per unit up to 128 (idle invocations cost occupancy), or up to
+    /// 512 when the dispatch has too `few` workgroups to fill the GPU (then
+    /// each is bound by its invocations' loads in turn), and at least a
+    /// subgroup and 32. On a CPU device, one subgroup: there each barrier
+    /// costs per subgroup (benches/README.md, on a CPU device).
+    pub fn gemv_workgroup(&self, slots: usize, few: bool) -> u32 {
         if self.cpu_device {
             return self.subgroup_size.max(1);
         }
-        let want = slots.clamp(1, 128).next_power_of_two() as u32;
+        let cap = if few { 512 } else { 128 };
+        let want = slots.clamp(1, cap).next_power_of_two() as u32;
         want.max(self.subgroup_size.clamp(32, 128))
+            .min(self.max_workgroup_invocations)
     }
 }
 

@@ -40,6 +40,11 @@ fn shares_rows(bytes: usize, rows: usize, cols: usize) -> bool {
     bytes >= 4 << 20 && rows <= 2048 && cols >= 2 * rows
 }
 
+/// Below this many workgroups a GEMV leaves most of a large GPU idle, so its
+/// workgroups widen (vk/caps.rs gemv_workgroup): a MoE router's 32 rows
+/// (8 workgroups) took 8.4 µs a layer on an H200 at 128 invocations.
+const GEMV_FEW_GROUPS: usize = 64;
+
 /// Invocations of a workgroup whose subgroups take rows of their own (two
 /// subgroups on NVIDIA): faster than 128 or 256 (benches/README.md, decode
 /// GEMV rows).
@@ -426,7 +431,9 @@ impl Encoder<'_> {
         let (wg, rows_per_wg) = if yq.is_some() {
             (wg_q8out, 32)
         } else if own_rows {
-            let wg = self.caps().gemv_workgroup(GEMV_SUBGROUP_ROWS_INVOCATIONS);
+            let wg = self
+                .caps()
+                .gemv_workgroup(GEMV_SUBGROUP_ROWS_INVOCATIONS, false);
             let steps = if self.caps().cpu_device {
                 CPU_GEMV_ROW_STEPS
             } else {
@@ -438,9 +445,10 @@ impl Encoder<'_> {
             )
         } else {
             // An invocation per output (row, x row) finishes the sums.
+            let few = routed.is_none() && n_out.div_ceil(outs as usize) < GEMV_FEW_GROUPS;
             let wg = self
                 .caps()
-                .gemv_workgroup(gemv_slots(w.dtype, w.cols, q8))
+                .gemv_workgroup(gemv_slots(w.dtype, w.cols, q8), few)
                 .max(outs * max_m)
                 .next_multiple_of(self.caps().subgroup_size.max(1));
             (wg, outs)

@@ -90,30 +90,27 @@ impl Encoder<'_> {
             x_div: if p.x_per_slot { 1 } else { p.k },
         };
         let gemv = self.takes_gemv(p.rows);
-        // The GEMV's GLU pairs rows without their biases; otherwise a GLU's
-        // gate and up rows go through a scratch buffer.
-        let fused = gemv && (p.glu.is_none() || bias.is_none());
-        let out = match p.glu {
-            Some(_) if !fused => self.scratch(|b| &mut b.glu_scratch, floats(slots, n)?)?,
-            _ => *y,
-        };
         if gemv {
+            // The GEMV pairs a GLU's gate and up rows (and their biases).
             let o = LinearOpts {
                 bias,
                 ..LinearOpts::default()
             };
             let r = routed(*ids);
-            let (glu, ldy) = if fused { (p.glu, n_out) } else { (None, n) };
-            self.encode_gemv(w, x, &out, x_rows, &o, glu, 0, ldy, false, Some(&r))?;
-        } else {
-            let r = routed(self.encode_expert_slots(ids, slots, p.experts)?);
-            let half = self.gemm_x_half(w.rows, w.cols);
-            let x = self.gemm_input(x, None, x_rows, w.cols, half)?;
-            self.encode_gemm(w, bias, &x, half, &out, slots, 0, n, Some(&r))?;
+            return self.encode_gemv(w, x, y, x_rows, &o, p.glu, 0, n_out, false, Some(&r));
         }
+        // The GEMM's GLU goes through a scratch buffer.
+        let out = match p.glu {
+            Some(_) => self.scratch(|b| &mut b.glu_scratch, floats(slots, n)?)?,
+            None => *y,
+        };
+        let r = routed(self.encode_expert_slots(ids, slots, p.experts)?);
+        let half = self.gemm_x_half(w.rows, w.cols);
+        let x = self.gemm_input(x, None, x_rows, w.cols, half)?;
+        self.encode_gemm(w, bias, &x, half, &out, slots, 0, n, Some(&r))?;
         match p.glu {
-            Some(act) if !fused => self.encode_glu_rows(act, &out, y, slots, n_out),
-            _ => Ok(()),
+            Some(act) => self.encode_glu_rows(act, &out, y, slots, n_out),
+            None => Ok(()),
         }
     }
 

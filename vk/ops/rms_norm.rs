@@ -6,6 +6,13 @@ use crate::backend::{check, Buffer};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
+/// Invocations of a workgroup (one row): a decode step's few rows each get
+/// a wide one, as its loads' latency bounds it (an H200's 2880-value row
+/// took 15 µs with 128 scalar invocations); many rows fill the GPU anyway.
+const ROW_INVOCATIONS: u32 = 128;
+const FEW_ROWS: usize = 64;
+const FEW_ROWS_INVOCATIONS: u32 = 512;
+
 /// rms_norm.comp's and layer_norm.comp's push constants.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -57,9 +64,19 @@ impl Encoder<'_> {
             return Ok(());
         }
         let groups = self.split_groups(OP, push.rows)?;
+        let caps = self.caps();
+        let wg = if rows <= FEW_ROWS && !caps.cpu_device {
+            // One invocation per 4 values (the vec4 loop), a subgroup at least.
+            let want = dim.div_ceil(4).clamp(32, FEW_ROWS_INVOCATIONS as usize);
+            (want.next_power_of_two() as u32)
+                .min(FEW_ROWS_INVOCATIONS)
+                .min(caps.max_workgroup_invocations)
+        } else {
+            ROW_INVOCATIONS
+        };
         self.dispatch(
             OP,
-            plain("rms_norm"),
+            plain("rms_norm").spec(wg),
             &[read(x), read(w), write(out)],
             bytemuck::bytes_of(&push),
             groups,
