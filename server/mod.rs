@@ -1,6 +1,6 @@
 //! `vkllm serve`: an OpenAI-compatible HTTP server (axum on tokio).
 //! `/v1/chat/completions` and `/v1/completions`, streamed over server-sent
-//! events or not, `/v1/models`, `/health`. One model serves every client:
+//! events or not, `/v1/models`, `/health`, and a chat page at `/`. One model serves every client:
 //! up to `--parallel` requests generate together, continuously batched
 //! (a request joins at the next step); the rest wait in arrival order (see
 //! `worker` and `engine_loop`).
@@ -85,7 +85,11 @@ pub async fn serve(
         let keys = Arc::new(opts.api_keys);
         api = api.layer(middleware::from_fn_with_state(keys, auth::require_key));
     }
+    // The page is open even with API keys: a browser cannot send a bearer
+    // token when it navigates, and the page holds nothing of the server's;
+    // it asks for the key and sends it with every API call.
     let app = Router::new()
+        .route("/", get(page))
         .route("/health", get(health))
         .merge(api)
         .layer(body_limit)
@@ -123,6 +127,27 @@ async fn shutdown() {
 async fn health(State(s): State<Arc<AppState>>) -> Json<Value> {
     let (slots, kv_pages) = s.ready.slots.to_json();
     Json(json!({"status": "ok", "slots": slots, "kv_pages": kv_pages}))
+}
+
+/// The chat page: one self-contained file, no external requests (the CSP
+/// lets it reach only this server, and no one frame it).
+async fn page() -> impl IntoResponse {
+    use axum::http::header;
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+                 frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("page.html"),
+    )
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {

@@ -2,12 +2,14 @@
 //! official `openai` Python client (installed by scripts/install-deps.sh
 //! into .tools/openai) and `curl` against it; API keys and the server's
 //! limits, each refused with its status while the server goes on serving;
-//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`).
+//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`); the chat
+//! page at `/` in a headless browser (`page.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod http;
 mod logprobs;
+mod page;
 mod parallel;
 
 use serde_json::Value;
