@@ -2,7 +2,8 @@
 # Install the system packages vkllm needs to build and test, when missing:
 # glslc (shader compiler, used by build.rs), the Vulkan loader, Mesa's
 # drivers (lavapipe, a CPU Vulkan device, so Vulkan tests run anywhere), the
-# Khronos validation layer, pip (scripts/fetch-model.sh uses it) and curl.
+# Khronos validation layer, pip (scripts/fetch-model.sh uses it), curl, and
+# Chromium with its chromedriver (tests/server/page.rs drives the chat page).
 # Then, with pip, a glslangValidator that compiles GL_KHR_cooperative_matrix
 # (Debian's glslc does not) into .tools/glslang, where build.rs looks for it;
 # without it the build still works but leaves the KHR tensor-core GEMM out.
@@ -17,6 +18,9 @@ pkgs=(glslc libvulkan1 mesa-vulkan-drivers vulkan-validationlayers)
 python3 -m pip --version >/dev/null 2>&1 || { missing=1; pkgs+=(python3-pip); }
 # tests/server/ talks to the server with curl too.
 command -v curl >/dev/null 2>&1 || { missing=1; pkgs+=(curl); }
+# tests/server/page.rs: the chat page in a real headless browser.
+command -v chromium >/dev/null 2>&1 || { missing=1; pkgs+=(chromium); }
+command -v chromedriver >/dev/null 2>&1 || { missing=1; pkgs+=(chromium-driver); }
 if [ "$missing" = 1 ]; then
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo=sudo; fi

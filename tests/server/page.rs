@@ -48,7 +48,9 @@ fn the_page_streams_a_reply_stops_keeps_and_resets_the_chat() {
     let root = s.base.trim_end_matches("/v1").to_string();
     let d = browser.start();
     d.goto(&format!("{root}/"));
-    d.wait_for(&format!("document.getElementById('model').textContent === '{MODEL}'"));
+    d.wait_for(&format!(
+        "document.getElementById('model').textContent === '{MODEL}'"
+    ));
     d.click("#toggle-settings");
     d.type_into("#temperature", "0");
     d.type_into("#max_tokens", "64");
@@ -120,7 +122,9 @@ fn the_page_streams_a_reply_stops_keeps_and_resets_the_chat() {
 
     // Kept in the browser: a reload shows the conversation and settings.
     d.goto(&format!("{root}/"));
-    d.wait_for(&format!("document.getElementById('model').textContent === '{MODEL}'"));
+    d.wait_for(&format!(
+        "document.getElementById('model').textContent === '{MODEL}'"
+    ));
     assert_eq!(d.texts(".msg .text").len(), 4);
     assert_eq!(
         d.texts(".msg.user .text")[0],
@@ -130,7 +134,10 @@ fn the_page_streams_a_reply_stops_keeps_and_resets_the_chat() {
         d.texts(".msg.assistant .text"),
         [ANSWER.to_string(), partial.clone()]
     );
-    assert_eq!(d.script("return document.getElementById('temperature').value;"), "0");
+    assert_eq!(
+        d.script("return document.getElementById('temperature').value;"),
+        "0"
+    );
 
     // New chat: the conversation is gone, after a reload too; the settings
     // stay.
@@ -138,9 +145,38 @@ fn the_page_streams_a_reply_stops_keeps_and_resets_the_chat() {
     assert!(d.texts(".msg").is_empty());
     assert_eq!(d.texts("#empty").len(), 1);
     d.goto(&format!("{root}/"));
-    d.wait_for(&format!("document.getElementById('model').textContent === '{MODEL}'"));
+    d.wait_for(&format!(
+        "document.getElementById('model').textContent === '{MODEL}'"
+    ));
     assert!(d.texts(".msg").is_empty());
-    assert_eq!(d.script("return document.getElementById('max_tokens').value;"), "600");
+    assert_eq!(
+        d.script("return document.getElementById('max_tokens').value;"),
+        "600"
+    );
+
+    // A reply is text, never markup; ``` fences become code blocks.
+    let reply = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b>\n\
+                 ```python\nprint('<hi>')\n```\nafter";
+    let chat = json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": reply}]);
+    let js = format!(
+        "localStorage.setItem('vkllm.chat', {});",
+        json!(chat.to_string())
+    );
+    d.script(&js);
+    d.goto(&format!("{root}/"));
+    d.wait_for(&format!(
+        "document.getElementById('model').textContent === '{MODEL}'"
+    ));
+    assert_eq!(
+        d.script("return document.querySelectorAll('#messages img, #messages b').length;"),
+        0
+    );
+    assert_eq!(d.texts(".msg.assistant pre code"), ["print('<hi>')"]);
+    assert_eq!(
+        d.texts(".msg.assistant .text"),
+        ["<img src=x onerror=\"document.title='pwned'\"><b>bold</b>\nprint('<hi>')after"]
+    );
+    assert_ne!(d.script("return document.title;"), "pwned");
     assert!(s.child.try_wait().unwrap().is_none(), "the server died");
 }
 
@@ -154,8 +190,15 @@ fn the_page_asks_for_the_api_key_and_sends_it() {
     let d = browser.start();
     d.goto(&format!("{root}/"));
     d.wait_for("document.getElementById('model').textContent === '(API key needed)'");
-    assert!(d.text("#status").contains("API key"), "{}", d.text("#status"));
-    assert_eq!(d.script("return document.getElementById('settings').hidden;"), false);
+    assert!(
+        d.text("#status").contains("API key"),
+        "{}",
+        d.text("#status")
+    );
+    assert_eq!(
+        d.script("return document.getElementById('settings').hidden;"),
+        false
+    );
     // A question without the key is refused and handed back to retry.
     d.type_into("#prompt", "What is the capital of France?");
     d.click("#send");
@@ -169,7 +212,9 @@ fn the_page_asks_for_the_api_key_and_sends_it() {
     d.type_into("#temperature", "0");
     // Leaving the field commits the key: the model's name comes.
     d.click("#prompt");
-    d.wait_for(&format!("document.getElementById('model').textContent === '{MODEL}'"));
+    d.wait_for(&format!(
+        "document.getElementById('model').textContent === '{MODEL}'"
+    ));
     assert_eq!(
         d.script("return localStorage.getItem('vkllm.apiKey');"),
         "\"page-key\""
@@ -337,7 +382,11 @@ impl Driver {
     /// Keys typed into `css`, after what it holds.
     fn type_into(&self, css: &str, text: &str) {
         let e = self.element(css);
-        self.session_call("POST", &format!("/element/{e}/value"), &json!({"text": text}));
+        self.session_call(
+            "POST",
+            &format!("/element/{e}/value"),
+            &json!({"text": text}),
+        );
     }
 
     fn clear(&self, css: &str) {
@@ -398,7 +447,8 @@ fn webdriver_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, 
     .expect("send to chromedriver");
     let mut r = BufReader::new(s);
     let mut line = String::new();
-    r.read_line(&mut line).expect("read chromedriver's status line");
+    r.read_line(&mut line)
+        .expect("read chromedriver's status line");
     let status = line
         .split_whitespace()
         .nth(1)
