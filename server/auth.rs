@@ -1,5 +1,6 @@
-//! API keys: with any set, every endpoint but `/health` answers 401 unless
-//! the request carries `Authorization: Bearer KEY` with one of them.
+//! API keys: with any set, every endpoint but `/health` and `/` (the chat
+//! page, which asks for the key itself) answers 401 unless the request
+//! carries `Authorization: Bearer KEY` with one of them.
 
 use super::api::ApiError;
 use axum::extract::{Request, State};
