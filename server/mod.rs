@@ -14,6 +14,7 @@ pub mod limits;
 pub mod logprobs;
 pub mod sizing;
 pub mod slots;
+pub mod tools;
 pub mod worker;
 
 use crate::error::{ErrorKind, Result};
@@ -79,6 +80,7 @@ pub async fn serve(
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/apply-template", post(apply_template))
         .fallback(not_found);
     if !opts.api_keys.is_empty() {
         // Unknown paths too: without a key, nothing is told of the API.
@@ -182,12 +184,17 @@ async fn chat(
     let run = || -> std::result::Result<Asked, ApiError> {
         let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
         let ask = Ask::chat(&req)?;
-        let prompt = api::chat_prompt(&s.ready.tokenizer, &req.messages)?;
+        let tok = &s.ready.tokenizer;
+        let (text, tools) = tools::chat_prompt_text(tok, &req)?;
+        let prompt = tok
+            .encode(&text, false)
+            .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
         Ok(Asked {
             common: req.common,
             prompt,
             ask,
             prompt_text: String::new(),
+            tools,
         })
     };
     match run() {
@@ -219,6 +226,7 @@ async fn completions(
             prompt,
             ask,
             prompt_text,
+            tools: None,
         })
     };
     match run() {
@@ -234,6 +242,25 @@ struct Asked {
     ask: Ask,
     /// A completion's prompt as text, when it echoes or scores it.
     prompt_text: String,
+    /// How tool calls in the reply are parsed; `None` without tools.
+    tools: Option<tools::ToolFormat>,
+}
+
+/// llama.cpp's `/apply-template`: a chat request's prompt as the template
+/// renders it (tools included), without generating.
+async fn apply_template(
+    State(s): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = || -> std::result::Result<Value, ApiError> {
+        let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
+        let (text, _) = tools::chat_prompt_text(&s.ready.tokenizer, &req)?;
+        Ok(json!({"prompt": text}))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Queues the job and answers with one JSON object or an event stream.
@@ -243,6 +270,7 @@ async fn respond(s: Arc<AppState>, kind: Kind, asked: Asked) -> Response {
         prompt,
         ask,
         prompt_text,
+        tools,
     } = asked;
     let opts = match api::options(&common, &prompt, &s.ready, &s.limits, ask.echo) {
         Ok(o) => o,
@@ -277,6 +305,7 @@ async fn respond(s: Arc<AppState>, kind: Kind, asked: Asked) -> Response {
         kind,
         ask,
         prompt_text,
+        tools,
     };
     if common.stream.unwrap_or(false) {
         let usage = common.stream_options.is_some_and(|o| o.include_usage);
@@ -294,6 +323,7 @@ struct Meta {
     kind: Kind,
     ask: Ask,
     prompt_text: String,
+    tools: Option<tools::ToolFormat>,
 }
 
 impl Meta {
@@ -402,11 +432,14 @@ async fn collect(meta: Meta, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>
             } => {
                 let finish = finish_reason(stop);
                 let choice = match meta.kind {
-                    Kind::Chat => json!({
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": meta.chat_logprobs(&scores),
-                        "finish_reason": finish,
-                    }),
+                    Kind::Chat => {
+                        let (message, finish) = tools::chat_message(meta.tools, &text, finish);
+                        json!({
+                            "message": message,
+                            "logprobs": meta.chat_logprobs(&scores),
+                            "finish_reason": finish,
+                        })
+                    }
                     Kind::Text => {
                         let (lp, _) = meta.text_logprobs(&scores, meta.first_offset());
                         meta.text_choice(&text, lp, Some(finish))
@@ -439,8 +472,12 @@ fn stream(
         Kind::Text => None,
     };
     let mut offset = meta.first_offset();
-    let chunk = move |ev: Event| -> std::result::Result<SseEvent, Infallible> {
-        match ev {
+    // With tools, text from where a call may begin waits for the end (and
+    // its log-probabilities with it).
+    let mut calls = meta.tools.map(tools::ToolStream::new);
+    let mut held_scores: Vec<Scored> = Vec::new();
+    let chunk = move |ev: Event| -> Option<std::result::Result<SseEvent, Infallible>> {
+        Some(match ev {
             // Only completions echo.
             Event::Prompt(p) => {
                 let (lp, next) = meta.text_logprobs(&p, offset);
@@ -448,11 +485,24 @@ fn stream(
                 data(meta.wrap(true, meta.text_choice(&meta.prompt_text, lp, None), None))
             }
             Event::Text(t, s) => data(match meta.kind {
-                Kind::Chat => meta.wrap(
-                    true,
-                    json!({"delta": {"content": t}, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
-                    None,
-                ),
+                Kind::Chat => {
+                    let (t, s) = match calls.as_mut() {
+                        None => (t, s),
+                        Some(c) => {
+                            held_scores.extend(s);
+                            let shown = c.push(&t);
+                            if shown.is_empty() {
+                                return None;
+                            }
+                            (shown, std::mem::take(&mut held_scores))
+                        }
+                    };
+                    meta.wrap(
+                        true,
+                        json!({"delta": {"content": t}, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
+                        None,
+                    )
+                }
                 Kind::Text => {
                     let (lp, next) = meta.text_logprobs(&s, offset);
                     offset = next;
@@ -467,22 +517,46 @@ fn stream(
                 let finish = finish_reason(stop);
                 let u = include_usage.then(|| usage(prompt_tokens, completion_tokens));
                 data(match meta.kind {
-                    Kind::Chat => meta.wrap(
-                        true,
-                        json!({"delta": {}, "logprobs": null, "finish_reason": finish}),
-                        u,
-                    ),
+                    Kind::Chat => {
+                        // What was held, in the last chunk: its text, then
+                        // its calls (each whole, as OpenAI's first chunk of
+                        // a call carries id and name).
+                        let parsed = calls
+                            .take()
+                            .map(tools::ToolStream::finish)
+                            .unwrap_or_default();
+                        let mut delta = match parsed.calls.is_empty() {
+                            true => json!({}),
+                            false => tools::calls_delta(&parsed.calls),
+                        };
+                        if !parsed.content.is_empty() {
+                            delta["content"] = json!(parsed.content);
+                        }
+                        let finish = match parsed.calls.is_empty() {
+                            true => finish,
+                            false => "tool_calls",
+                        };
+                        let lp = match held_scores.is_empty() {
+                            true => Value::Null,
+                            false => meta.chat_logprobs(&held_scores),
+                        };
+                        meta.wrap(
+                            true,
+                            json!({"delta": delta, "logprobs": lp, "finish_reason": finish}),
+                            u,
+                        )
+                    }
                     Kind::Text => {
                         meta.wrap(true, meta.text_choice("", Value::Null, Some(finish)), u)
                     }
                 })
             }
             Event::Failed { kind, message } => data(failed(kind, message).body()),
-        }
+        })
     };
     let done = tokio_stream::once(Ok(SseEvent::default().data("[DONE]")));
     let events = tokio_stream::iter(first)
-        .chain(UnboundedReceiverStream::new(rx).map(chunk))
+        .chain(UnboundedReceiverStream::new(rx).filter_map(chunk))
         .chain(done);
     Sse::new(events).keep_alive(KeepAlive::default())
 }
