@@ -2,13 +2,15 @@
 //! official `openai` Python client (installed by scripts/install-deps.sh
 //! into .tools/openai) and `curl` against it; API keys and the server's
 //! limits, each refused with its status while the server goes on serving;
-//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`).
+//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`); tool
+//! calls (`tools.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod http;
 mod logprobs;
 mod parallel;
+mod tools;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -35,10 +37,18 @@ fn start() -> Server {
 
 /// A server given the extra flags `args` and environment `env`.
 fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let model = common::smollm2();
+    start_on(&common::smollm2(), args, env)
+}
+
+/// A server on `model`, given the extra flags `args`.
+fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
+    start_on(model, args, &[])
+}
+
+fn start_on(model: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vkllm"))
         .args(["serve", "--port", "0", "-b", "cpu", "-c", "1024", "-m"])
-        .arg(&model)
+        .arg(model)
         .args(args)
         .env_remove("VKLLM_API_KEY")
         .envs(env.iter().copied())
