@@ -442,5 +442,47 @@ fn a_tool_round_trip_through_the_server_renders_as_transformers() {
             "{v}"
         );
     }
+    openai_client_round_trip(&s);
     assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+}
+
+/// tests/server_client.py's tool round trip with the official client, when
+/// it is installed (CI installs it; elsewhere the test says it skipped).
+fn openai_client_round_trip(s: &Server) {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let lib = crate::common::root().join(".tools/openai");
+    let has_openai = Command::new(&python)
+        .args(["-c", "import openai"])
+        .env("PYTHONPATH", &lib)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_openai {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the openai Python package is missing from {}; run scripts/install-deps.sh",
+            lib.display()
+        );
+        eprintln!("SKIPPING the openai client's tool round trip: no openai package");
+        return;
+    }
+    let o = Command::new(&python)
+        .arg(crate::common::root().join("tests/server_client.py"))
+        .arg(&s.base)
+        .arg("--tools")
+        .env("PYTHONPATH", &lib)
+        .output()
+        .expect("run tests/server_client.py --tools");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "server_client.py --tools failed: {stderr}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["tools"]["role"], "assistant", "{v}");
+    // The random model's reply is no call, but it is read as one would be.
+    let finish = v["tools"]["finish_reason"].as_str().unwrap();
+    assert!(["stop", "length", "tool_calls"].contains(&finish), "{v}");
+    assert!(v["tools"]["prompt_tokens"].as_u64().unwrap() > 100, "{v}");
+    assert!(v["tools_stream"]["finish_reason"].is_string(), "{v}");
+    assert_eq!(v["tools_bad_choice"], 400, "{v}");
 }
