@@ -130,6 +130,12 @@ fn curl_gets_openai_shapes_streams_and_errors() {
             "400",
             "max_tokens",
         ),
+        // SmolLM2's template never reads `tools`: it would drop them.
+        (
+            r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}"#,
+            "400",
+            "does not take tools",
+        ),
     ] {
         let (body, got) = curl(&["-d", req, &chat]);
         assert!(got.starts_with(status), "{req}: {got} {body}");
