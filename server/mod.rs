@@ -560,3 +560,135 @@ fn stream(
         .chain(done);
     Sse::new(events).keep_alive(KeepAlive::default())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The chat response path with tools, fed scripted model output (a
+    //! random test model never calls a tool): one JSON object and the
+    //! event stream, as a client reads them.
+    use super::*;
+    use crate::model::generate::StopReason;
+
+    fn meta() -> Meta {
+        Meta {
+            id: "chatcmpl-1".into(),
+            created: 0,
+            model: "m".into(),
+            kind: Kind::Chat,
+            ask: Ask {
+                logprobs: None,
+                echo: false,
+            },
+            prompt_text: String::new(),
+            tools: Some(tools::ToolFormat::Hermes),
+        }
+    }
+
+    /// `pieces` as the model thread would send them, then `Done`.
+    fn scripted(pieces: &[&str]) -> tokio::sync::mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for p in pieces {
+            tx.send(Event::Text(p.to_string(), Vec::new())).unwrap();
+        }
+        tx.send(Event::Done {
+            stop: StopReason::StopToken,
+            prompt_tokens: 10,
+            completion_tokens: pieces.len(),
+        })
+        .unwrap();
+        rx
+    }
+
+    async fn body(r: Response) -> String {
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    const REPLY: [&str; 5] = [
+        "I will check.",
+        "\n<tool",
+        "_call>\n{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+    ];
+
+    #[test]
+    fn tool_calls_come_back_in_openai_shapes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let v: Value =
+                serde_json::from_str(&body(collect(meta(), scripted(&REPLY)).await).await).unwrap();
+            let choice = &v["choices"][0];
+            assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+            assert_eq!(choice["message"]["content"], "I will check.", "{v}");
+            let calls = choice["message"]["tool_calls"].as_array().unwrap();
+            assert_eq!(calls.len(), 2, "{v}");
+            assert_eq!(calls[0]["function"]["name"], "get_weather");
+            assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+            assert_eq!(calls[1]["function"]["arguments"], "{}");
+
+            let sse = body(stream(meta(), scripted(&REPLY), true).into_response()).await;
+            let chunks: Vec<Value> = sse
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .take_while(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+            let text: String = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            // The text before the first opener as it came; the held rest
+            // (blank between the calls) is trimmed away.
+            assert_eq!(text, "I will check.\n", "{sse}");
+            let last = chunks.last().unwrap();
+            assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{sse}");
+            assert_eq!(last["usage"]["prompt_tokens"], 10, "{sse}");
+            let calls = last["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .unwrap();
+            assert_eq!(calls.len(), 2, "{sse}");
+            assert_eq!(calls[1]["index"], 1);
+            assert_eq!(calls[1]["type"], "function");
+            assert_eq!(calls[1]["function"]["name"], "get_time");
+            // No chunk for the pieces that were held back.
+            assert_eq!(chunks.len(), 1 + 2 + 1, "{sse}");
+        });
+    }
+
+    #[test]
+    fn replies_without_calls_are_plain_text_with_tools_offered() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pieces = ["Sunny, ", "<tool", "> 21 degrees"];
+            let v: Value =
+                serde_json::from_str(&body(collect(meta(), scripted(&pieces)).await).await)
+                    .unwrap();
+            assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+            assert_eq!(
+                v["choices"][0]["message"],
+                json!({"role": "assistant", "content": "Sunny, <tool> 21 degrees"})
+            );
+            let sse = body(stream(meta(), scripted(&pieces), false).into_response()).await;
+            let text: String = sse
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .filter_map(|d| {
+                    let c: Value = serde_json::from_str(d).unwrap();
+                    c["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
+            assert_eq!(text, "Sunny, <tool> 21 degrees", "{sse}");
+        });
+    }
+}
