@@ -476,6 +476,7 @@ fn stream(
     // its log-probabilities with it).
     let mut calls = meta.tools.map(tools::ToolStream::new);
     let mut held_scores: Vec<Scored> = Vec::new();
+    let mut called = false;
     let chunk = move |ev: Event| -> Option<std::result::Result<SseEvent, Infallible>> {
         Some(match ev {
             // Only completions echo.
@@ -486,20 +487,28 @@ fn stream(
             }
             Event::Text(t, s) => data(match meta.kind {
                 Kind::Chat => {
-                    let (t, s) = match calls.as_mut() {
-                        None => (t, s),
-                        Some(c) => {
-                            held_scores.extend(s);
-                            let shown = c.push(&t);
-                            if shown.is_empty() {
-                                return None;
-                            }
-                            (shown, std::mem::take(&mut held_scores))
+                    let mut delta = json!({"content": t});
+                    let mut s = s;
+                    if let Some(c) = calls.as_mut() {
+                        held_scores.extend(s);
+                        let shown = c.push(&t);
+                        let closed = c.take_calls();
+                        if shown.is_empty() && closed.is_empty() {
+                            return None;
                         }
-                    };
+                        called |= !closed.is_empty();
+                        delta = match closed.is_empty() {
+                            true => json!({}),
+                            false => tools::calls_delta(&closed),
+                        };
+                        if !shown.is_empty() {
+                            delta["content"] = json!(shown);
+                        }
+                        s = std::mem::take(&mut held_scores);
+                    }
                     meta.wrap(
                         true,
-                        json!({"delta": {"content": t}, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
+                        json!({"delta": delta, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
                         None,
                     )
                 }
@@ -518,23 +527,22 @@ fn stream(
                 let u = include_usage.then(|| usage(prompt_tokens, completion_tokens));
                 data(match meta.kind {
                     Kind::Chat => {
-                        // What was held, in the last chunk: its text, then
-                        // its calls (each whole, as OpenAI's first chunk of
-                        // a call carries id and name).
-                        let parsed = calls
+                        // What was held to the end, in the last chunk:
+                        // its calls, then any text.
+                        let (rest, text) = calls
                             .take()
                             .map(tools::ToolStream::finish)
                             .unwrap_or_default();
-                        let mut delta = match parsed.calls.is_empty() {
+                        let mut delta = match rest.is_empty() {
                             true => json!({}),
-                            false => tools::calls_delta(&parsed.calls),
+                            false => tools::calls_delta(&rest),
                         };
-                        if !parsed.content.is_empty() {
-                            delta["content"] = json!(parsed.content);
+                        if !text.is_empty() {
+                            delta["content"] = json!(text);
                         }
-                        let finish = match parsed.calls.is_empty() {
-                            true => finish,
-                            false => "tool_calls",
+                        let finish = match called || !rest.is_empty() {
+                            true => "tool_calls",
+                            false => finish,
                         };
                         let lp = match held_scores.is_empty() {
                             true => Value::Null,
@@ -642,21 +650,30 @@ mod tests {
                 .iter()
                 .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
                 .collect();
-            // The text before the first opener as it came; the held rest
-            // (blank between the calls) is trimmed away.
+            // The text before the first opener as it came, each call in
+            // the chunk of the piece that closed it, the blank between
+            // them left out.
             assert_eq!(text, "I will check.\n", "{sse}");
+            let called: Vec<(u64, &str)> = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+                .flatten()
+                .map(|c| {
+                    assert_eq!(c["type"], "function");
+                    assert!(c["id"].as_str().unwrap().starts_with("call_"));
+                    (
+                        c["index"].as_u64().unwrap(),
+                        c["function"]["name"].as_str().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(called, vec![(0, "get_weather"), (1, "get_time")], "{sse}");
             let last = chunks.last().unwrap();
             assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{sse}");
             assert_eq!(last["usage"]["prompt_tokens"], 10, "{sse}");
-            let calls = last["choices"][0]["delta"]["tool_calls"]
-                .as_array()
-                .unwrap();
-            assert_eq!(calls.len(), 2, "{sse}");
-            assert_eq!(calls[1]["index"], 1);
-            assert_eq!(calls[1]["type"], "function");
-            assert_eq!(calls[1]["function"]["name"], "get_time");
-            // No chunk for the pieces that were held back.
-            assert_eq!(chunks.len(), 1 + 2 + 1, "{sse}");
+            // Role, text, a chunk per call, the finish; none for the
+            // pieces held back.
+            assert_eq!(chunks.len(), 1 + 2 + 2 + 1, "{sse}");
         });
     }
 

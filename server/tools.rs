@@ -262,16 +262,21 @@ fn opener_at(text: &str, openers: &[&str]) -> (usize, bool) {
 }
 
 /// A streamed reply's text as it comes: what may be sent at once, and the
-/// rest held back from where a call may begin until the reply ends, then
-/// parsed whole.
+/// rest held back from where a call may begin. A Hermes call is released
+/// as soon as it closes ([`ToolStream::take_calls`]); the other formats'
+/// held text waits for the end of the reply and is parsed whole.
 pub struct ToolStream {
     format: ToolFormat,
     /// Text not yet sent.
     held: String,
-    /// A call has begun: everything from now on waits for the end.
+    /// A call has begun: text waits until it closes (Hermes) or the end.
     holding: bool,
     /// A Llama 3 reply that began as text: it holds no call.
     plain: bool,
+    /// Calls closed and not yet taken.
+    closed: Vec<ToolCall>,
+    /// Calls released so far (taken or not): the next one's index.
+    count: usize,
 }
 
 impl ToolStream {
@@ -281,43 +286,96 @@ impl ToolStream {
             held: String::new(),
             holding: false,
             plain: false,
+            closed: Vec::new(),
+            count: 0,
         }
     }
 
     /// Adds `piece`; returns the text that can be sent now.
     pub fn push(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
-        if self.holding {
-            return String::new();
-        }
-        let (at, sure) = match self.format {
-            _ if self.plain => (self.held.len(), false),
-            ToolFormat::Llama3Json => {
-                let t = self.held.trim_start();
-                if t.starts_with('{') || t.starts_with(PYTHON_TAG) {
-                    (0, true)
-                } else if t.is_empty() || PYTHON_TAG.starts_with(t) {
-                    (0, false)
-                } else {
-                    self.plain = true;
-                    (self.held.len(), false)
+        let mut ready = String::new();
+        loop {
+            if self.holding {
+                if self.format != ToolFormat::Hermes {
+                    return ready;
                 }
+                // `held` starts with `<tool_call>`: release it once closed.
+                let Some(end) = self.held.find(HERMES_CLOSE) else {
+                    return ready;
+                };
+                let end = end + HERMES_CLOSE.len();
+                let block: String = self.held.drain(..end).collect();
+                let parsed = parse_hermes(&block);
+                match parsed.calls.is_empty() {
+                    true => ready.push_str(&block),
+                    false => {
+                        self.count += parsed.calls.len();
+                        self.closed.extend(parsed.calls);
+                    }
+                }
+                self.holding = false;
             }
-            ToolFormat::Hermes => opener_at(&self.held, &[HERMES_OPEN]),
-            ToolFormat::Harmony => opener_at(&self.held, &HARMONY_OPENERS),
-        };
-        self.holding = sure;
-        let ready = self.held[..at].to_string();
-        self.held.drain(..at);
-        ready
+            // Blank text after a call waits: it may separate two calls.
+            if self.count > 0 && self.held.trim().is_empty() {
+                return ready;
+            }
+            let (at, sure) = match self.format {
+                _ if self.plain => (self.held.len(), false),
+                ToolFormat::Llama3Json => {
+                    let t = self.held.trim_start();
+                    if t.starts_with('{') || t.starts_with(PYTHON_TAG) {
+                        (0, true)
+                    } else if t.is_empty() || PYTHON_TAG.starts_with(t) {
+                        (0, false)
+                    } else {
+                        self.plain = true;
+                        (self.held.len(), false)
+                    }
+                }
+                ToolFormat::Hermes => opener_at(&self.held, &[HERMES_OPEN]),
+                ToolFormat::Harmony => opener_at(&self.held, &HARMONY_OPENERS),
+            };
+            let before: String = self.held.drain(..at).collect();
+            // Blank text between calls is not content.
+            if !(self.count > 0 && sure && before.trim().is_empty()) {
+                ready.push_str(&before);
+            }
+            self.holding = sure;
+            if !sure {
+                return ready;
+            }
+        }
     }
 
-    /// The reply has ended: what was held, parsed.
-    pub fn finish(self) -> Parsed {
-        if self.held.is_empty() {
-            return Parsed::default();
+    /// The calls closed since the last take, each with its index in the
+    /// reply.
+    pub fn take_calls(&mut self) -> Vec<(usize, ToolCall)> {
+        let first = self.count - self.closed.len();
+        self.closed
+            .drain(..)
+            .enumerate()
+            .map(|(i, c)| (first + i, c))
+            .collect()
+    }
+
+    /// The reply has ended: what was held, parsed, its calls indexed after
+    /// those released before (calls not taken included).
+    pub fn finish(mut self) -> (Vec<(usize, ToolCall)>, String) {
+        let mut calls = self.take_calls();
+        if self.held.trim().is_empty() && self.count > 0 {
+            return (calls, String::new());
         }
-        parse(self.format, &self.held)
+        let parsed = parse(self.format, &self.held);
+        let first = self.count;
+        calls.extend(
+            parsed
+                .calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| (first + i, c)),
+        );
+        (calls, parsed.content)
     }
 }
 
@@ -497,13 +555,10 @@ pub fn chat_message(format: Option<ToolFormat>, text: &str, finish: &str) -> (Va
     )
 }
 
-/// The streamed `delta` of calls found at the end of a reply.
-pub fn calls_delta(calls: &[ToolCall]) -> Value {
-    let calls: Vec<Value> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| c.to_json(Some(i)))
-        .collect();
+/// The streamed `delta` of `calls`, each whole (as OpenAI's first chunk
+/// of a call carries its id and name) with its index in the reply.
+pub fn calls_delta(calls: &[(usize, ToolCall)]) -> Value {
+    let calls: Vec<Value> = calls.iter().map(|(i, c)| c.to_json(Some(*i))).collect();
     json!({"tool_calls": calls})
 }
 

@@ -163,55 +163,97 @@ fn harmony_calls_are_parsed_and_other_channels_stay_text() {
     }
 }
 
-/// `pieces` through a [`ToolStream`]: the text sent as it came, and the
-/// end's parse.
-fn streamed(format: ToolFormat, pieces: &[&str]) -> (String, Parsed) {
+/// `pieces` through a [`ToolStream`]: the text sent as it came, the calls
+/// released on the way (with the piece after which each came), and at the
+/// end the calls and text that were held.
+struct Streamed {
+    shown: String,
+    early: Vec<(usize, usize, String)>,
+    end_calls: Vec<(usize, String)>,
+    end_text: String,
+}
+
+fn streamed(format: ToolFormat, pieces: &[&str]) -> Streamed {
     let mut s = ToolStream::new(format);
-    let shown: String = pieces.iter().map(|p| s.push(p)).collect();
-    (shown, s.finish())
+    let mut shown = String::new();
+    let mut early = Vec::new();
+    for (k, p) in pieces.iter().enumerate() {
+        shown.push_str(&s.push(p));
+        for (i, c) in s.take_calls() {
+            early.push((k, i, c.name));
+        }
+    }
+    let (calls, end_text) = s.finish();
+    Streamed {
+        shown,
+        early,
+        end_calls: calls.into_iter().map(|(i, c)| (i, c.name)).collect(),
+        end_text,
+    }
 }
 
 #[test]
-fn streams_hold_back_from_an_opener_and_parse_at_the_end() {
-    // Text before the call goes out at once; the call, split anywhere
-    // (its opener too), comes at the end.
-    let (shown, end) = streamed(
+fn streams_hold_back_from_an_opener_and_release_calls() {
+    // Text before the call goes out at once; a Hermes call, split
+    // anywhere (its opener too), goes out as it closes, the next one too.
+    let r = streamed(
         ToolFormat::Hermes,
         &[
             "Sure",
             ". <tool",
             "_call>\n{\"name\": \"f\", ",
             "\"arguments\": {}}\n</tool_call>",
+            "\n",
+            "<tool_call>{\"name\": \"g\", \"arguments\": {\"a\": 1}}",
+            "</tool_call>",
         ],
     );
-    assert_eq!(shown, "Sure. ");
-    assert_eq!(calls(&end), vec![("f", json!({}))]);
+    assert_eq!(r.shown, "Sure. ");
+    assert_eq!(r.early, vec![(3, 0, "f".into()), (6, 1, "g".into())]);
+    assert!(r.end_calls.is_empty());
+    assert_eq!(r.end_text, "");
+    // Text after a call is sent; an unclosed call is parsed at the end.
+    let r = streamed(
+        ToolFormat::Hermes,
+        &[
+            "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+            " Done.",
+            "<tool_call>{\"name\": \"g\"}",
+        ],
+    );
+    assert_eq!(r.shown, " Done.");
+    assert_eq!(r.early, vec![(0, 0, "f".into())]);
+    assert_eq!(r.end_calls, vec![(1, "g".into())]);
+    // A malformed call is sent as text when it closes.
+    let r = streamed(ToolFormat::Hermes, &["<tool_call>oops", "</tool_call> ok"]);
+    assert_eq!(r.shown, "<tool_call>oops</tool_call> ok");
+    assert!(r.early.is_empty() && r.end_calls.is_empty());
     // A partial opener that turns out to be text is sent after all.
-    let (shown, end) = streamed(ToolFormat::Hermes, &["a <tool", "box> b"]);
-    assert_eq!(format!("{shown}{}", end.content), "a <toolbox> b");
-    assert!(end.calls.is_empty());
+    let r = streamed(ToolFormat::Hermes, &["a <tool", "box> b"]);
+    assert_eq!(format!("{}{}", r.shown, r.end_text), "a <toolbox> b");
+    assert!(r.end_calls.is_empty());
     // Text that never calls is sent whole.
-    let (shown, end) = streamed(ToolFormat::Hermes, &["Hello", " there"]);
-    assert_eq!(shown, "Hello there");
-    assert_eq!(end, Parsed::default());
-    // Llama: a reply that opens with `{` is held; one that opens with text
-    // is text throughout, braces included.
-    let (shown, end) = streamed(
+    let r = streamed(ToolFormat::Hermes, &["Hello", " there"]);
+    assert_eq!(r.shown, "Hello there");
+    assert_eq!(r.end_text, "");
+    // Llama: a reply that opens with `{` is held to the end; one that
+    // opens with text is text throughout, braces included.
+    let r = streamed(
         ToolFormat::Llama3Json,
         &[" ", "{\"name\"", ": \"f\", \"parameters\": {\"x\": 2}}"],
     );
-    assert_eq!(shown, "");
-    assert_eq!(calls(&end), vec![("f", json!({"x": 2}))]);
-    let (shown, end) = streamed(ToolFormat::Llama3Json, &["Use ", "{\"a\": 1}"]);
-    assert_eq!(shown, "Use {\"a\": 1}");
-    assert!(end.calls.is_empty());
-    // Malformed held text comes back as content at the end.
-    let (shown, end) = streamed(ToolFormat::Llama3Json, &["{\"oops\""]);
-    assert_eq!(shown, "");
-    assert_eq!(end.content, "{\"oops\"");
-    assert!(end.calls.is_empty());
-    // Harmony: held from the commentary channel.
-    let (shown, end) = streamed(
+    assert_eq!(r.shown, "");
+    assert_eq!(r.end_calls, vec![(0, "f".into())]);
+    let r = streamed(ToolFormat::Llama3Json, &["Use ", "{\"a\": 1}"]);
+    assert_eq!(r.shown, "Use {\"a\": 1}");
+    assert!(r.end_calls.is_empty());
+    // Malformed held text comes back as text at the end.
+    let r = streamed(ToolFormat::Llama3Json, &["{\"oops\""]);
+    assert_eq!(r.shown, "");
+    assert_eq!(r.end_text, "{\"oops\"");
+    assert!(r.end_calls.is_empty());
+    // Harmony: held from the commentary channel to the end.
+    let r = streamed(
         ToolFormat::Harmony,
         &[
             "<|channel|>analysis<|message|>hm<|end|><|start|>assistant",
@@ -220,10 +262,10 @@ fn streams_hold_back_from_an_opener_and_parse_at_the_end() {
         ],
     );
     assert_eq!(
-        shown,
+        r.shown,
         "<|channel|>analysis<|message|>hm<|end|><|start|>assistant"
     );
-    assert_eq!(calls(&end), vec![("f", json!({}))]);
+    assert_eq!(r.end_calls, vec![(0, "f".into())]);
 }
 
 #[test]
@@ -253,7 +295,8 @@ fn the_response_builder_writes_openai_tool_calls() {
     assert_eq!(message["content"], text);
     // Streamed: each call whole, with its index.
     let p = parse(ToolFormat::Hermes, &format!("{text}{text}"));
-    let d = calls_delta(&p.calls);
+    let indexed: Vec<_> = p.calls.into_iter().enumerate().collect();
+    let d = calls_delta(&indexed);
     assert_eq!(d["tool_calls"][1]["index"], 1);
     assert_eq!(d["tool_calls"][1]["function"]["name"], "get_weather");
 }
