@@ -34,6 +34,41 @@ pub fn render_chat(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String> {
+    let opts = RenderOptions {
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+        tools: None,
+    };
+    render_values(template, Value::from_serialize(messages), &opts)
+}
+
+/// What a render passes the template besides the messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderOptions<'a> {
+    pub add_generation_prompt: bool,
+    pub bos_token: &'a str,
+    pub eos_token: &'a str,
+    /// OpenAI function tools (`{"type": "function", "function": {...}}`),
+    /// the template's `tools`; `None` renders `tools` as none, as
+    /// transformers does without tools.
+    pub tools: Option<&'a [serde_json::Value]>,
+}
+
+/// [`render_chat`] over messages of any shape (OpenAI's: assistant
+/// messages with `tool_calls`, whose `function.arguments` templates expect
+/// as an object; `tool` messages with `tool_call_id`), and with tools.
+/// Object keys keep their order, as Python's dicts do, so `tojson` writes
+/// what transformers writes.
+pub fn render_chat_with(
+    template: &str,
+    messages: &[serde_json::Value],
+    opts: &RenderOptions,
+) -> Result<String> {
+    render_values(template, Value::from_serialize(messages), opts)
+}
+
+fn render_values(template: &str, messages: Value, opts: &RenderOptions) -> Result<String> {
     let mut env = Environment::new();
     env.set_fuel(Some(RENDER_FUEL));
     env.set_trim_blocks(true);
@@ -45,13 +80,19 @@ pub fn render_chat(
     let tmpl = env
         .template_from_str(template)
         .map_err(|e| Error::Template(format!("cannot parse the template: {}", one_line(&e))))?;
+    let tools = opts
+        .tools
+        .map(Value::from_serialize)
+        .unwrap_or(Value::from(()));
     let mut out = CappedOutput(Vec::new());
     tmpl.render_captured_to(
         minijinja::context! {
             messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => bos_token,
-            eos_token => eos_token,
+            tools => tools,
+            documents => Value::from(()),
+            add_generation_prompt => opts.add_generation_prompt,
+            bos_token => opts.bos_token,
+            eos_token => opts.eos_token,
         },
         &mut out,
     )

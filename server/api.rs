@@ -1,7 +1,7 @@
 //! OpenAI request bodies and their checks: what a request asks for becomes
 //! a prompt and [`GenerateOptions`], or an [`ApiError`] naming the field.
 
-use crate::model::chat::{render_chat, ChatMessage};
+use crate::model::chat::{render_chat_with, RenderOptions};
 use crate::model::generate::GenerateOptions;
 use crate::model::sampling::SamplerConfig;
 use crate::model::tokenizer::Tokenizer;
@@ -104,6 +104,11 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u64>,
+    /// OpenAI function tools and the choice among them (`tools.rs`).
+    #[serde(default)]
+    pub tools: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -113,6 +118,14 @@ pub struct Message {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's calls, fed back (`tools.rs`).
+    #[serde(default)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message's answer to a call.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// Message content: a string, or parts of which only text is understood.
@@ -155,48 +168,36 @@ pub enum PromptField {
 /// The chat template over `messages`, tokenized (the template writes its
 /// own special tokens, so no BOS is added).
 pub fn chat_prompt(tok: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>, ApiError> {
+    let text = chat_text(tok, messages, None)?;
+    tok.encode(&text, false)
+        .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
+}
+
+/// The chat template over `messages` (and `tools`, when given), as text.
+pub fn chat_text(
+    tok: &Tokenizer,
+    messages: &[Message],
+    tools: Option<&[serde_json::Value]>,
+) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(
             "messages must not be empty",
             Some("messages"),
         ));
     }
-    let mut msgs = Vec::with_capacity(messages.len());
-    for m in messages {
-        let content = match &m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t.clone(),
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for p in parts {
-                    match (p.kind.as_str(), &p.text) {
-                        ("text", Some(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::invalid(
-                                format!("content parts of type '{}' are not supported", p.kind),
-                                Some("messages"),
-                            ))
-                        }
-                    }
-                }
-                text
-            }
-        };
-        msgs.push(ChatMessage::new(m.role.clone(), content));
-    }
+    let msgs = crate::server::tools::template_messages(messages)?;
     let template = tok.chat_template().ok_or_else(|| {
         ApiError::invalid("the model has no chat template; use /v1/completions", None)
     })?;
     let piece = |id: Option<u32>| id.and_then(|i| tok.id_to_piece(i)).unwrap_or_default();
-    let text = render_chat(
-        template,
-        &msgs,
-        true,
-        &piece(tok.bos_id()),
-        &piece(tok.eos_id()),
-    )
-    .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
-    tok.encode(&text, false)
+    let (bos, eos) = (piece(tok.bos_id()), piece(tok.eos_id()));
+    let opts = RenderOptions {
+        add_generation_prompt: true,
+        bos_token: &bos,
+        eos_token: &eos,
+        tools,
+    };
+    render_chat_with(template, &msgs, &opts)
         .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
 }
 

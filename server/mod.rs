@@ -14,6 +14,7 @@ pub mod limits;
 pub mod logprobs;
 pub mod sizing;
 pub mod slots;
+pub mod tools;
 pub mod worker;
 
 use crate::error::{ErrorKind, Result};
@@ -79,6 +80,7 @@ pub async fn serve(
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/apply-template", post(apply_template))
         .fallback(not_found);
     if !opts.api_keys.is_empty() {
         // Unknown paths too: without a key, nothing is told of the API.
@@ -207,12 +209,17 @@ async fn chat(
     let run = || -> std::result::Result<Asked, ApiError> {
         let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
         let ask = Ask::chat(&req)?;
-        let prompt = api::chat_prompt(&s.ready.tokenizer, &req.messages)?;
+        let tok = &s.ready.tokenizer;
+        let (text, tools) = tools::chat_prompt_text(tok, &req)?;
+        let prompt = tok
+            .encode(&text, false)
+            .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
         Ok(Asked {
             common: req.common,
             prompt,
             ask,
             prompt_text: String::new(),
+            tools,
         })
     };
     match run() {
@@ -244,6 +251,7 @@ async fn completions(
             prompt,
             ask,
             prompt_text,
+            tools: None,
         })
     };
     match run() {
@@ -259,6 +267,25 @@ struct Asked {
     ask: Ask,
     /// A completion's prompt as text, when it echoes or scores it.
     prompt_text: String,
+    /// How tool calls in the reply are parsed; `None` without tools.
+    tools: Option<tools::ToolFormat>,
+}
+
+/// llama.cpp's `/apply-template`: a chat request's prompt as the template
+/// renders it (tools included), without generating.
+async fn apply_template(
+    State(s): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = || -> std::result::Result<Value, ApiError> {
+        let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
+        let (text, _) = tools::chat_prompt_text(&s.ready.tokenizer, &req)?;
+        Ok(json!({"prompt": text}))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Queues the job and answers with one JSON object or an event stream.
@@ -268,6 +295,7 @@ async fn respond(s: Arc<AppState>, kind: Kind, asked: Asked) -> Response {
         prompt,
         ask,
         prompt_text,
+        tools,
     } = asked;
     let opts = match api::options(&common, &prompt, &s.ready, &s.limits, ask.echo) {
         Ok(o) => o,
@@ -302,6 +330,7 @@ async fn respond(s: Arc<AppState>, kind: Kind, asked: Asked) -> Response {
         kind,
         ask,
         prompt_text,
+        tools,
     };
     if common.stream.unwrap_or(false) {
         let usage = common.stream_options.is_some_and(|o| o.include_usage);
@@ -319,6 +348,7 @@ struct Meta {
     kind: Kind,
     ask: Ask,
     prompt_text: String,
+    tools: Option<tools::ToolFormat>,
 }
 
 impl Meta {
@@ -427,11 +457,14 @@ async fn collect(meta: Meta, mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>
             } => {
                 let finish = finish_reason(stop);
                 let choice = match meta.kind {
-                    Kind::Chat => json!({
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": meta.chat_logprobs(&scores),
-                        "finish_reason": finish,
-                    }),
+                    Kind::Chat => {
+                        let (message, finish) = tools::chat_message(meta.tools, &text, finish);
+                        json!({
+                            "message": message,
+                            "logprobs": meta.chat_logprobs(&scores),
+                            "finish_reason": finish,
+                        })
+                    }
                     Kind::Text => {
                         let (lp, _) = meta.text_logprobs(&scores, meta.first_offset());
                         meta.text_choice(&text, lp, Some(finish))
@@ -464,8 +497,13 @@ fn stream(
         Kind::Text => None,
     };
     let mut offset = meta.first_offset();
-    let chunk = move |ev: Event| -> std::result::Result<SseEvent, Infallible> {
-        match ev {
+    // With tools, text from where a call may begin waits for the end (and
+    // its log-probabilities with it).
+    let mut calls = meta.tools.map(tools::ToolStream::new);
+    let mut held_scores: Vec<Scored> = Vec::new();
+    let mut called = false;
+    let chunk = move |ev: Event| -> Option<std::result::Result<SseEvent, Infallible>> {
+        Some(match ev {
             // Only completions echo.
             Event::Prompt(p) => {
                 let (lp, next) = meta.text_logprobs(&p, offset);
@@ -473,11 +511,32 @@ fn stream(
                 data(meta.wrap(true, meta.text_choice(&meta.prompt_text, lp, None), None))
             }
             Event::Text(t, s) => data(match meta.kind {
-                Kind::Chat => meta.wrap(
-                    true,
-                    json!({"delta": {"content": t}, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
-                    None,
-                ),
+                Kind::Chat => {
+                    let mut delta = json!({"content": t});
+                    let mut s = s;
+                    if let Some(c) = calls.as_mut() {
+                        held_scores.extend(s);
+                        let shown = c.push(&t);
+                        let closed = c.take_calls();
+                        if shown.is_empty() && closed.is_empty() {
+                            return None;
+                        }
+                        called |= !closed.is_empty();
+                        delta = match closed.is_empty() {
+                            true => json!({}),
+                            false => tools::calls_delta(&closed),
+                        };
+                        if !shown.is_empty() {
+                            delta["content"] = json!(shown);
+                        }
+                        s = std::mem::take(&mut held_scores);
+                    }
+                    meta.wrap(
+                        true,
+                        json!({"delta": delta, "logprobs": meta.chat_logprobs(&s), "finish_reason": null}),
+                        None,
+                    )
+                }
                 Kind::Text => {
                     let (lp, next) = meta.text_logprobs(&s, offset);
                     offset = next;
@@ -492,22 +551,186 @@ fn stream(
                 let finish = finish_reason(stop);
                 let u = include_usage.then(|| usage(prompt_tokens, completion_tokens));
                 data(match meta.kind {
-                    Kind::Chat => meta.wrap(
-                        true,
-                        json!({"delta": {}, "logprobs": null, "finish_reason": finish}),
-                        u,
-                    ),
+                    Kind::Chat => {
+                        // What was held to the end, in the last chunk:
+                        // its calls, then any text.
+                        let (rest, text) = calls
+                            .take()
+                            .map(tools::ToolStream::finish)
+                            .unwrap_or_default();
+                        let mut delta = match rest.is_empty() {
+                            true => json!({}),
+                            false => tools::calls_delta(&rest),
+                        };
+                        if !text.is_empty() {
+                            delta["content"] = json!(text);
+                        }
+                        let finish = match called || !rest.is_empty() {
+                            true => "tool_calls",
+                            false => finish,
+                        };
+                        let lp = match held_scores.is_empty() {
+                            true => Value::Null,
+                            false => meta.chat_logprobs(&held_scores),
+                        };
+                        meta.wrap(
+                            true,
+                            json!({"delta": delta, "logprobs": lp, "finish_reason": finish}),
+                            u,
+                        )
+                    }
                     Kind::Text => {
                         meta.wrap(true, meta.text_choice("", Value::Null, Some(finish)), u)
                     }
                 })
             }
             Event::Failed { kind, message } => data(failed(kind, message).body()),
-        }
+        })
     };
     let done = tokio_stream::once(Ok(SseEvent::default().data("[DONE]")));
     let events = tokio_stream::iter(first)
-        .chain(UnboundedReceiverStream::new(rx).map(chunk))
+        .chain(UnboundedReceiverStream::new(rx).filter_map(chunk))
         .chain(done);
     Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The chat response path with tools, fed scripted model output (a
+    //! random test model never calls a tool): one JSON object and the
+    //! event stream, as a client reads them.
+    use super::*;
+    use crate::model::generate::StopReason;
+
+    fn meta() -> Meta {
+        Meta {
+            id: "chatcmpl-1".into(),
+            created: 0,
+            model: "m".into(),
+            kind: Kind::Chat,
+            ask: Ask {
+                logprobs: None,
+                echo: false,
+            },
+            prompt_text: String::new(),
+            tools: Some(tools::ToolFormat::Hermes),
+        }
+    }
+
+    /// `pieces` as the model thread would send them, then `Done`.
+    fn scripted(pieces: &[&str]) -> tokio::sync::mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for p in pieces {
+            tx.send(Event::Text(p.to_string(), Vec::new())).unwrap();
+        }
+        tx.send(Event::Done {
+            stop: StopReason::StopToken,
+            prompt_tokens: 10,
+            completion_tokens: pieces.len(),
+        })
+        .unwrap();
+        rx
+    }
+
+    async fn body(r: Response) -> String {
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    const REPLY: [&str; 5] = [
+        "I will check.",
+        "\n<tool",
+        "_call>\n{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+    ];
+
+    #[test]
+    fn tool_calls_come_back_in_openai_shapes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let v: Value =
+                serde_json::from_str(&body(collect(meta(), scripted(&REPLY)).await).await).unwrap();
+            let choice = &v["choices"][0];
+            assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+            assert_eq!(choice["message"]["content"], "I will check.", "{v}");
+            let calls = choice["message"]["tool_calls"].as_array().unwrap();
+            assert_eq!(calls.len(), 2, "{v}");
+            assert_eq!(calls[0]["function"]["name"], "get_weather");
+            assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+            assert_eq!(calls[1]["function"]["arguments"], "{}");
+
+            let sse = body(stream(meta(), scripted(&REPLY), true).into_response()).await;
+            let chunks: Vec<Value> = sse
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .take_while(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+            let text: String = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            // The text before the first opener as it came, each call in
+            // the chunk of the piece that closed it, the blank between
+            // them left out.
+            assert_eq!(text, "I will check.\n", "{sse}");
+            let called: Vec<(u64, &str)> = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+                .flatten()
+                .map(|c| {
+                    assert_eq!(c["type"], "function");
+                    assert!(c["id"].as_str().unwrap().starts_with("call_"));
+                    (
+                        c["index"].as_u64().unwrap(),
+                        c["function"]["name"].as_str().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(called, vec![(0, "get_weather"), (1, "get_time")], "{sse}");
+            let last = chunks.last().unwrap();
+            assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{sse}");
+            assert_eq!(last["usage"]["prompt_tokens"], 10, "{sse}");
+            // Role, text, a chunk per call, the finish; none for the
+            // pieces held back.
+            assert_eq!(chunks.len(), 1 + 2 + 2 + 1, "{sse}");
+        });
+    }
+
+    #[test]
+    fn replies_without_calls_are_plain_text_with_tools_offered() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pieces = ["Sunny, ", "<tool", "> 21 degrees"];
+            let v: Value =
+                serde_json::from_str(&body(collect(meta(), scripted(&pieces)).await).await)
+                    .unwrap();
+            assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+            assert_eq!(
+                v["choices"][0]["message"],
+                json!({"role": "assistant", "content": "Sunny, <tool> 21 degrees"})
+            );
+            let sse = body(stream(meta(), scripted(&pieces), false).into_response()).await;
+            let text: String = sse
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .filter_map(|d| {
+                    let c: Value = serde_json::from_str(d).unwrap();
+                    c["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
+            assert_eq!(text, "Sunny, <tool> 21 degrees", "{sse}");
+        });
+    }
 }

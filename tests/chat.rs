@@ -256,3 +256,38 @@ fn gpt_oss_harmony_template_renders_like_transformers() {
     .unwrap_err();
     assert!(err.to_string().contains("<|channel|> tags"), "{err}");
 }
+
+/// Tools and tool calls rendered through Qwen3's, Llama 3.1's and gpt-oss's
+/// templates equal transformers' renders (tests/data/tool_templates.json,
+/// written by scripts/tool-template-fixtures.py) byte for byte; gpt-oss's
+/// date line aside (transformers takes the local date).
+#[test]
+fn tool_templates_render_as_transformers_does() {
+    use vkllm::model::chat::{render_chat_with, RenderOptions};
+    let data = common::root().join("tests/data");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("tool_templates.json")).unwrap())
+            .unwrap();
+    let cases = cases.as_array().unwrap();
+    assert_eq!(cases.len(), 13);
+    for c in cases {
+        let name = c["template"].as_str().unwrap();
+        let template =
+            std::fs::read_to_string(data.join(format!("{name}_chat_template.jinja"))).unwrap();
+        let tools = c["tools"].as_array().map(|t| t.as_slice());
+        let opts = RenderOptions {
+            add_generation_prompt: c["add_generation_prompt"].as_bool().unwrap(),
+            bos_token: c["bos_token"].as_str().unwrap(),
+            eos_token: c["eos_token"].as_str().unwrap(),
+            tools,
+        };
+        let messages = c["messages"].as_array().unwrap();
+        let got = render_chat_with(&template, messages, &opts).unwrap();
+        let want = c["rendered"].as_str().unwrap();
+        let (got, want) = match name {
+            "gpt_oss" => (undated(&got), undated(want)),
+            _ => (got, want.to_string()),
+        };
+        assert_eq!(got, want, "{name} {}", c["case"]);
+    }
+}

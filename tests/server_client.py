@@ -2,6 +2,7 @@
 JSON object of observations for tests/server/ to check.
 
 usage: server_client.py BASE_URL
+       server_client.py BASE_URL --tools   (a server whose template takes tools)
 """
 
 import json
@@ -14,6 +15,73 @@ import openai
 base = sys.argv[1]
 client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
 out = {}
+
+
+def tools_round_trip():
+    """A tool-call round trip as an agent runs it: tools offered, the
+    assistant's call and the tool's answer fed back, streamed and not."""
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+    ]
+    r = client.chat.completions.create(
+        model="any", messages=messages, tools=[weather], tool_choice="auto", temperature=0, max_tokens=8
+    )
+    m = r.choices[0].message
+    out["tools"] = {
+        "role": m.role,
+        "finish_reason": r.choices[0].finish_reason,
+        "tool_calls": [[c.function.name, json.loads(c.function.arguments)] for c in (m.tool_calls or [])],
+        "prompt_tokens": r.usage.prompt_tokens,
+    }
+    stream = client.chat.completions.create(
+        model="any", messages=messages, tools=[weather], temperature=0, max_tokens=8, stream=True
+    )
+    finish = None
+    for c in stream:
+        if c.choices and c.choices[0].finish_reason:
+            finish = c.choices[0].finish_reason
+    out["tools_stream"] = {"finish_reason": finish}
+    try:
+        client.chat.completions.create(
+            model="any",
+            messages=messages[:1],
+            tools=[weather],
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+            max_tokens=2,
+        )
+        out["tools_bad_choice"] = "accepted"
+    except openai.BadRequestError as e:
+        out["tools_bad_choice"] = e.status_code
+
+
+if sys.argv[2:] == ["--tools"]:
+    tools_round_trip()
+    print(json.dumps(out))
+    sys.exit(0)
 ask = [{"role": "user", "content": "What is the capital of France?"}]
 
 # Chat, not streamed: greedy, so the answer is fixed.

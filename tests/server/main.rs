@@ -2,8 +2,9 @@
 //! official `openai` Python client (installed by scripts/install-deps.sh
 //! into .tools/openai) and `curl` against it; API keys and the server's
 //! limits, each refused with its status while the server goes on serving;
-//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`); the chat
-//! page at `/` in a headless browser (`page.rs`).
+//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`); tool
+//! calls (`tools.rs`); the chat page at `/` in a headless browser
+//! (`page.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +12,7 @@ mod http;
 mod logprobs;
 mod page;
 mod parallel;
+mod tools;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -37,10 +39,18 @@ fn start() -> Server {
 
 /// A server given the extra flags `args` and environment `env`.
 fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let model = common::smollm2();
+    start_on(&common::smollm2(), args, env)
+}
+
+/// A server on `model`, given the extra flags `args`.
+fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
+    start_on(model, args, &[])
+}
+
+fn start_on(model: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vkllm"))
         .args(["serve", "--port", "0", "-b", "cpu", "-c", "1024", "-m"])
-        .arg(&model)
+        .arg(model)
         .args(args)
         .env_remove("VKLLM_API_KEY")
         .envs(env.iter().copied())
@@ -121,6 +131,12 @@ fn curl_gets_openai_shapes_streams_and_errors() {
             r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}"#,
             "400",
             "max_tokens",
+        ),
+        // SmolLM2's template never reads `tools`: it would drop them.
+        (
+            r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}"#,
+            "400",
+            "does not take tools",
         ),
     ] {
         let (body, got) = curl(&["-d", req, &chat]);
