@@ -15,7 +15,7 @@ use vkllm::model::chat::{render_chat, ChatMessage};
 use vkllm::model::generate::{check_prompt, generate, GenerateOptions};
 use vkllm::model::sampling::{Sampler, SamplerConfig};
 use vkllm::model::tokenizer::Tokenizer;
-use vkllm::model::{LoadOptions, Output, Want};
+use vkllm::model::{LoadOptions, Output, SeqId, Want};
 use vkllm::open::{BackendChoice, CpuOptions};
 use vkllm::DType;
 
@@ -156,6 +156,95 @@ impl Engine {
             input = vec![id];
         }
         Ok(out)
+    }
+}
+
+impl Engine {
+    /// Greedy ids after each of `prompts`, decoded together: groups of at
+    /// most `sequences` (the load option) sequences, one pass a step for
+    /// each group; each ends as [`Engine::generate_tokens`]'s does.
+    fn generate_batch(
+        &mut self,
+        prompts: &[Vec<u32>],
+        max_tokens: usize,
+    ) -> Result<Vec<Vec<u32>>, String> {
+        for p in prompts {
+            check_prompt(&self.model, p).map_err(|e| e.to_string())?;
+        }
+        let stop_ids: Vec<u32> = self
+            .tokenizer
+            .as_ref()
+            .map(|t| t.stop_ids().to_vec())
+            .unwrap_or_default();
+        let group = self.model.max_sequences().max(1);
+        let mut outs = Vec::with_capacity(prompts.len());
+        for chunk in prompts.chunks(group) {
+            let mut seqs = Vec::with_capacity(chunk.len());
+            let res = self.batch_group(chunk, max_tokens, &stop_ids, &mut seqs);
+            // The sequences end whatever happened, so the pool stays usable.
+            for seq in seqs {
+                let _ = self.model.free_sequence(seq);
+            }
+            outs.extend(res.map_err(|e| e.to_string())?);
+        }
+        Ok(outs)
+    }
+
+    fn batch_group(
+        &mut self,
+        prompts: &[Vec<u32>],
+        max_tokens: usize,
+        stop_ids: &[u32],
+        seqs: &mut Vec<SeqId>,
+    ) -> vkllm::Result<Vec<Vec<u32>>> {
+        let mut outs = vec![Vec::new(); prompts.len()];
+        if max_tokens == 0 {
+            return Ok(outs);
+        }
+        let capacity = self.model.capacity();
+        // (prompt index, its sequence, its last token) of the unfinished.
+        let mut live = Vec::with_capacity(prompts.len());
+        for (i, p) in prompts.iter().enumerate() {
+            let (seq, reused) = self.model.add_sequence(p)?;
+            seqs.push(seq);
+            let t = token_of(self.model.prefill(seq, &p[reused..], Want::Argmax)?);
+            outs[i].push(t);
+            if outs[i].len() < max_tokens
+                && !stop_ids.contains(&t)
+                && self.model.sequence_len(seq)? < capacity
+            {
+                live.push((i, seq, t));
+            }
+        }
+        while !live.is_empty() {
+            let rows: Vec<(SeqId, u32)> = live.iter().map(|&(_, s, t)| (s, t)).collect();
+            let next = self.model.decode_rows(&rows, Want::Argmax)?;
+            let mut still = Vec::with_capacity(live.len());
+            for (&(i, seq, _), out) in live.iter().zip(next) {
+                let t = token_of(out);
+                outs[i].push(t);
+                if outs[i].len() < max_tokens
+                    && !stop_ids.contains(&t)
+                    && self.model.sequence_len(seq)? < capacity
+                {
+                    still.push((i, seq, t));
+                }
+            }
+            live = still;
+        }
+        Ok(outs)
+    }
+}
+
+/// The greedy token of a step's output (the first of ties, as the device's
+/// argmax).
+fn token_of(out: Output) -> u32 {
+    match out {
+        Output::Token(t) => t,
+        Output::Logits(l) => l
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &x)| if x > l[b] { i } else { b }) as u32,
     }
 }
 
@@ -311,7 +400,7 @@ impl Model {
 impl Model {
     /// Loads a GGUF file or a Hugging Face directory.
     #[new]
-    #[pyo3(signature = (path, backend = "auto", context = None, threads = None, kv_cache = None))]
+    #[pyo3(signature = (path, backend = "auto", context = None, threads = None, kv_cache = None, sequences = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -319,6 +408,7 @@ impl Model {
         context: Option<usize>,
         threads: Option<usize>,
         kv_cache: Option<&str>,
+        sequences: Option<usize>,
     ) -> PyResult<Self> {
         let choice: BackendChoice = backend.parse().map_err(py_err)?;
         let kv_cache = match kv_cache {
@@ -341,6 +431,7 @@ impl Model {
                 let opts = LoadOptions {
                     context: context.filter(|&c| c > 0),
                     kv_cache,
+                    sequences: sequences.filter(|&n| n > 0),
                     ..LoadOptions::default()
                 };
                 let loaded = vkllm::open::load(vec![be], &path, &opts, &mut |_, _| {})?;
@@ -560,6 +651,21 @@ impl Model {
         );
         let engine = Arc::clone(&self.engine);
         py.allow_threads(move || lock(&engine)?.generate_tokens(&tokens, max_tokens, cfg))
+            .map_err(py_err)
+    }
+
+    /// Greedy token ids after each of `prompts`, the sequences decoded
+    /// together (one pass a step for up to `sequences` of them, the load
+    /// option); each ends at `max_tokens`, a full context or a stop id.
+    #[pyo3(signature = (prompts, max_tokens = 128))]
+    fn generate_batch(
+        &self,
+        py: Python<'_>,
+        prompts: Vec<Vec<u32>>,
+        max_tokens: usize,
+    ) -> PyResult<Vec<Vec<u32>>> {
+        let engine = Arc::clone(&self.engine);
+        py.allow_threads(move || lock(&engine)?.generate_batch(&prompts, max_tokens))
             .map_err(py_err)
     }
 

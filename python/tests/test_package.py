@@ -178,3 +178,28 @@ def test_tiny_models_match_transformers(arch, backend):
     assert model.generate_tokens(prompt, max_tokens=16, temperature=0) == ref["greedy_16"]
     with pytest.raises(vkllm.VkllmError, match="no tokenizer"):
         model.generate(prompt)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_batch_equals_alone(arch, backend):
+    """Sequences decoded together give each one's tokens alone; three
+    prompts on a model of two sequences run as two groups."""
+    ref = json.loads((TINY / arch / "reference.json").read_text())
+    p = ref["prompt_ids"]
+    prompts = [p, p[:9], p[4:]]
+    model = open_model(TINY / arch, backend, kv_cache="f32", sequences=2)
+    alone = [model.generate_tokens(q, max_tokens=12, temperature=0) for q in prompts]
+    assert alone[0] == ref["greedy_16"][:12]
+    assert model.generate_batch(prompts, max_tokens=12) == alone
+    # Again: the first prompt's cached pages are reused.
+    assert model.generate_batch(prompts, max_tokens=12) == alone
+    with pytest.raises(vkllm.VkllmError, match="outside the model's vocabulary"):
+        model.generate_batch([p, [10**6]], max_tokens=2)
+
+
+def test_batch_smollm2(backend):
+    model = open_model(SMOLLM2, backend, sequences=3)
+    prompts = [model.tokenize(t) for t in PROMPTS + ["Once upon a time"]]
+    n = min(N[backend], 12)
+    alone = [model.generate_tokens(q, max_tokens=n, temperature=0) for q in prompts]
+    assert model.generate_batch(prompts, max_tokens=n) == alone

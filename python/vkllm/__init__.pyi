@@ -40,12 +40,14 @@ class Model:
         context: Optional[int] = None,
         threads: Optional[int] = None,
         kv_cache: Optional[Literal["f16", "f32"]] = None,
+        sequences: Optional[int] = None,
     ) -> None:
         """``backend``: "auto", "cpu", "vulkan" or "vulkan:DEVICE";
         ``context``: KV-cache positions (default: the model's, at most
         8192); ``threads``: CPU threads (default: every core);
         ``kv_cache``: the cache's element type (default: f16 on Vulkan,
-        f32 on the CPU)."""
+        f32 on the CPU); ``sequences``: most sequences
+        ``generate_batch`` decodes in one pass (default 1)."""
 
     @property
     def backend(self) -> str: ...
@@ -139,3 +141,8 @@ class Model:
         repeat_last_n: int = 64,
         seed: Optional[int] = None,
     ) -> list[int]: ...
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_tokens: int = 128
+    ) -> list[list[int]]:
+        """Greedy ids after each prompt, decoded together (up to
+        ``sequences`` per pass)."""
