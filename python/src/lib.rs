@@ -207,7 +207,14 @@ impl Engine {
         for (i, p) in prompts.iter().enumerate() {
             let (seq, reused) = self.model.add_sequence(p)?;
             seqs.push(seq);
-            let t = token_of(self.model.prefill(seq, &p[reused..], Want::Argmax)?);
+            // add_sequence leaves at least the last prompt id to evaluate.
+            let rest = p.get(reused..).filter(|r| !r.is_empty()).ok_or_else(|| {
+                vkllm::Error::Invalid(format!(
+                    "{reused} reused positions leave nothing of a {}-token prompt to evaluate",
+                    p.len()
+                ))
+            })?;
+            let t = token_of(self.model.prefill(seq, rest, Want::Argmax)?);
             outs[i].push(t);
             if outs[i].len() < max_tokens
                 && !stop_ids.contains(&t)
@@ -378,11 +385,18 @@ impl Model {
         std::thread::Builder::new()
             .name("vkllm-generate".into())
             .spawn(move || {
-                let res = lock(&engine).and_then(|mut e| {
-                    // A dropped stream ends generation.
-                    e.generate(&prompt, &opts, &mut |piece| {
-                        tx.send(Ok(piece.to_string())).is_ok()
+                let run = std::panic::AssertUnwindSafe(|| {
+                    lock(&engine).and_then(|mut e| {
+                        // A dropped stream ends generation.
+                        e.generate(&prompt, &opts, &mut |piece| {
+                            tx.send(Ok(piece.to_string())).is_ok()
+                        })
                     })
+                });
+                // A panic must reach the reader as an error, not as the
+                // stream's quiet end.
+                let res = std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                    Err("internal error (a bug in vkllm) while generating".to_string())
                 });
                 if let Err(why) = res {
                     let _ = tx.send(Err(why));
