@@ -32,3 +32,5 @@ trap 'rm -f "$log"' EXIT
 VKLLM_VALIDATE=1 VKLLM_REQUIRE_VULKAN=1 cargo test --release 2>&1 | tee "$log"
 # One closing line over every test binary.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+echo "== python package (scripts/test-python.sh)"
+scripts/test-python.sh
