@@ -1,0 +1,226 @@
+//! Structured output: a JSON schema, "any JSON object", a Lark grammar or a
+//! regular expression enforced while sampling, through `llguidance` (the
+//! library llama.cpp and vLLM use). Each step the grammar's mask sets the
+//! logits of the tokens it forbids to minus infinity before the sampler
+//! sees them; once the grammar is complete only the stop ids remain, so
+//! generation ends with a stop token.
+//!
+//! [`GrammarVocab`] is the tokenizer as llguidance sees it (every id's
+//! bytes in a trie), built once per tokenizer and cached in it;
+//! [`Constraint`] is a checked grammar, cheap to clone into options;
+//! [`GrammarMatcher`] is one generation's parser state.
+
+use crate::error::{Error, Result};
+use crate::model::tokenizer::Tokenizer;
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
+use llguidance::{Matcher, ParserFactory};
+use std::sync::Arc;
+
+/// What the output must match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GrammarSpec {
+    /// Any JSON object (OpenAI's `response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// A value valid against this JSON schema (draft 2020-12; llguidance's
+    /// supported subset: types, properties/required, items, enum/const,
+    /// anyOf/oneOf/allOf, $ref, numeric ranges, string lengths, pattern,
+    /// format).
+    JsonSchema(serde_json::Value),
+    /// A grammar in llguidance's Lark-like syntax (`start: ...`; see
+    /// llguidance's docs/syntax.md). Not GBNF.
+    Lark(String),
+    /// A regular expression (Rust `regex` syntax) the whole output matches.
+    Regex(String),
+}
+
+impl GrammarSpec {
+    fn top_level(&self) -> TopLevelGrammar {
+        match self {
+            GrammarSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            }
+            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
+            GrammarSpec::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            GrammarSpec::JsonObject | GrammarSpec::JsonSchema(_) => "JSON schema",
+            GrammarSpec::Lark(_) => "Lark grammar",
+            GrammarSpec::Regex(_) => "regular expression",
+        }
+    }
+}
+
+/// A tokenizer's vocabulary as llguidance's token trie, with the parser
+/// factory over it (shared by every grammar compiled for this tokenizer).
+pub struct GrammarVocab {
+    factory: Arc<ParserFactory>,
+    stop_ids: Vec<u32>,
+}
+
+impl std::fmt::Debug for GrammarVocab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarVocab")
+            .field("stop_ids", &self.stop_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrammarVocab {
+    /// The vocabulary of `tok`, built on first use and cached in it (the
+    /// trie of a 128K vocabulary takes tens of milliseconds).
+    pub fn of(tok: &Tokenizer) -> Result<Arc<GrammarVocab>> {
+        if let Some(v) = tok.grammar_vocab_cache().get() {
+            return Ok(v.clone());
+        }
+        let built = Arc::new(GrammarVocab::build(tok)?);
+        // Another thread may have won the race; either copy is the same.
+        Ok(tok.grammar_vocab_cache().get_or_init(|| built).clone())
+    }
+
+    fn build(tok: &Tokenizer) -> Result<GrammarVocab> {
+        let stop_ids = tok.stop_ids().to_vec();
+        let Some(&eos) = stop_ids.first() else {
+            return Err(Error::Invalid(
+                "the model has no end-of-sequence token, so a grammar could never end".into(),
+            ));
+        };
+        let n = tok.vocab_size();
+        let vocab_size = u32::try_from(n)
+            .map_err(|_| Error::Invalid(format!("a vocabulary of {n} tokens is too large")))?;
+        let special: std::collections::HashSet<u32> = tok.special_ids().into_iter().collect();
+        // Special tokens are marked with 0xFF (never valid UTF-8), as
+        // llguidance expects: a grammar's text can then never produce
+        // `<|im_end|>` as characters.
+        let words: Vec<Vec<u8>> = (0..vocab_size)
+            .map(|id| {
+                let bytes = tok.token_bytes(id).unwrap_or_default();
+                if special.contains(&id) {
+                    let mut w = Vec::with_capacity(bytes.len() + 1);
+                    w.push(TokTrie::SPECIAL_TOKEN_MARKER);
+                    w.extend(tok.id_to_piece(id).unwrap_or_default().into_bytes());
+                    w
+                } else {
+                    bytes
+                }
+            })
+            .collect();
+        let info = TokRxInfo {
+            tok_bos: tok.bos_id(),
+            ..TokRxInfo::new(vocab_size, eos)
+        };
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(&stop_ids);
+        let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory = ParserFactory::new_simple(&env)
+            .map_err(|e| Error::Invalid(format!("cannot prepare the grammar vocabulary: {e}")))?;
+        factory.quiet();
+        Ok(GrammarVocab {
+            factory: Arc::new(factory),
+            stop_ids,
+        })
+    }
+}
+
+/// A grammar checked against a vocabulary, ready to start matchers.
+#[derive(Clone)]
+pub struct Constraint {
+    spec: GrammarSpec,
+    vocab: Arc<GrammarVocab>,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Constraint {
+    /// `spec` compiled once for `tok`'s vocabulary, so a bad schema or
+    /// grammar is refused here with llguidance's message.
+    pub fn new(tok: &Tokenizer, spec: GrammarSpec) -> Result<Constraint> {
+        let c = Constraint {
+            spec,
+            vocab: GrammarVocab::of(tok)?,
+        };
+        c.matcher()?;
+        Ok(c)
+    }
+
+    pub fn spec(&self) -> &GrammarSpec {
+        &self.spec
+    }
+
+    /// A fresh parser at the start of the output.
+    pub fn matcher(&self) -> Result<GrammarMatcher> {
+        let parser = self
+            .vocab
+            .factory
+            .create_parser(self.spec.top_level())
+            .map_err(|e| Error::Invalid(format!("invalid {}: {e}", self.spec.kind())))?;
+        Ok(GrammarMatcher {
+            inner: Matcher::new(Ok(parser)),
+            vocab: self.vocab.clone(),
+        })
+    }
+}
+
+/// One output's position in its grammar.
+pub struct GrammarMatcher {
+    inner: Matcher,
+    vocab: Arc<GrammarVocab>,
+}
+
+impl GrammarMatcher {
+    /// Sets the logits of the tokens the grammar forbids next to minus
+    /// infinity (ids past the tokenizer's vocabulary, padding rows of the
+    /// output matrix, are always forbidden). Once the grammar is complete
+    /// only the stop ids are left.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
+        let mask = self
+            .inner
+            .compute_mask_or_eos()
+            .map_err(|e| Error::Invalid(format!("the grammar cannot go on: {e}")))?;
+        let n = mask.len();
+        let mut any = false;
+        for (id, l) in logits.iter_mut().enumerate() {
+            if id < n && mask.get(id) {
+                any |= *l != f32::NEG_INFINITY;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        if !any {
+            return Err(Error::Invalid(
+                "the grammar allows no token the model can produce here".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Advances past `token` (which the last mask allowed).
+    pub fn accept(&mut self, token: u32) -> Result<()> {
+        // A stop id ends the output; the parser has nothing left to check.
+        if self.vocab.stop_ids.contains(&token) {
+            return Ok(());
+        }
+        self.inner
+            .consume_token(token)
+            .map_err(|e| Error::Invalid(format!("the grammar refused token {token}: {e}")))
+    }
+
+    /// Whether the grammar is complete and allows nothing but a stop id.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.is_stopped()
+    }
+
+    /// Whether the output so far is a complete match (a stop id allowed).
+    pub fn is_accepting(&mut self) -> bool {
+        self.inner.is_accepting().unwrap_or(false)
+    }
+}
