@@ -34,13 +34,21 @@ pub enum GrammarSpec {
     Regex(String),
 }
 
+/// Whitespace JSON may hold between tokens: one space, or a newline and
+/// up to 20 spaces or tabs of indentation (llama.cpp's JSON grammars allow
+/// the same). llguidance's default, any run of whitespace, lets a model
+/// write whitespace until `max_tokens`, even after the value is complete.
+const JSON_WHITESPACE: &str = r"[\x20]|[\n][\x20\x09]{0,20}";
+
 impl GrammarSpec {
     fn top_level(&self) -> TopLevelGrammar {
         match self {
-            GrammarSpec::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(with_whitespace(
+                serde_json::json!({"type": "object"}),
+            )),
+            GrammarSpec::JsonSchema(schema) => {
+                TopLevelGrammar::from_json_schema(with_whitespace(schema.clone()))
             }
-            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
             GrammarSpec::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
             GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
         }
@@ -53,6 +61,17 @@ impl GrammarSpec {
             GrammarSpec::Regex(_) => "regular expression",
         }
     }
+}
+
+/// `schema` with [`JSON_WHITESPACE`] as its whitespace, unless it sets
+/// llguidance's own options (an `x-guidance` object: separators,
+/// `whitespace_flexible`, `whitespace_pattern`, ...).
+fn with_whitespace(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(obj) = schema.as_object_mut() {
+        obj.entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
 }
 
 /// A tokenizer's vocabulary as llguidance's token trie, with the parser
