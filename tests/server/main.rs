@@ -2,13 +2,15 @@
 //! official `openai` Python client (installed by scripts/install-deps.sh
 //! into .tools/openai) and `curl` against it; API keys and the server's
 //! limits, each refused with its status while the server goes on serving;
-//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`).
+//! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`);
+//! structured output (`structured.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod http;
 mod logprobs;
 mod parallel;
+mod structured;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
