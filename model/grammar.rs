@@ -177,11 +177,11 @@ impl Constraint {
 
     /// A fresh parser at the start of the output.
     pub fn matcher(&self) -> Result<GrammarMatcher> {
-        let parser = self
-            .vocab
-            .factory
-            .create_parser(self.spec.top_level())
-            .map_err(|e| Error::Invalid(format!("invalid {}: {e}", self.spec.kind())))?;
+        let kind = self.spec.kind();
+        let parser = guarded(kind, || {
+            self.vocab.factory.create_parser(self.spec.top_level())
+        })
+        .map_err(|e| Error::Invalid(format!("invalid {kind}: {e}")))?;
         Ok(GrammarMatcher {
             inner: Matcher::new(Ok(parser)),
             vocab: self.vocab.clone(),
@@ -201,9 +201,8 @@ impl GrammarMatcher {
     /// output matrix, are always forbidden). Once the grammar is complete
     /// only the stop ids are left.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        let mask = self
-            .inner
-            .compute_mask_or_eos()
+        let inner = &mut self.inner;
+        let mask = guarded("grammar", || inner.compute_mask_or_eos())
             .map_err(|e| Error::Invalid(format!("the grammar cannot go on: {e}")))?;
         let n = mask.len();
         let mut any = false;
@@ -228,8 +227,8 @@ impl GrammarMatcher {
         if self.vocab.stop_ids.contains(&token) {
             return Ok(());
         }
-        self.inner
-            .consume_token(token)
+        let inner = &mut self.inner;
+        guarded("grammar", || inner.consume_token(token))
             .map_err(|e| Error::Invalid(format!("the grammar refused token {token}: {e}")))
     }
 
@@ -241,5 +240,17 @@ impl GrammarMatcher {
     /// Whether the output so far is a complete match (a stop id allowed).
     pub fn is_accepting(&mut self) -> bool {
         self.inner.is_accepting().unwrap_or(false)
+    }
+}
+
+/// `f`, with a panic inside llguidance (a schema it mishandles) turned into
+/// an error for this request instead of unwinding through the engine.
+fn guarded<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("llguidance failed internally on this {what}")),
     }
 }
