@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::chat::{render_chat, ChatMessage};
-use crate::model::grammar::Constraint;
+use crate::model::grammar::{Constraint, GrammarMatcher};
 use crate::model::runner::{Model, Output, Want, MAX_DECODE_STEPS};
 use crate::model::sampling::{Sampler, SamplerConfig};
 use crate::model::stop::StopMatcher;
@@ -257,20 +257,21 @@ pub fn generate_cached(
         want
     };
     let stop_ids = tok.stop_ids();
-    let mut pick = |logits: Vec<f32>, history: &[u32]| -> Result<u32> {
-        let mut l = logits;
-        if opts.ignore_eos {
-            bar(&mut l, stop_ids);
-        }
-        if let Some(g) = grammar.as_mut() {
-            g.mask(&mut l)?;
-        }
-        let id = sampler.sample(&l, history);
-        if let Some(g) = grammar.as_mut() {
-            g.accept(id)?;
-        }
-        Ok(id)
-    };
+    let mut pick =
+        |logits: Vec<f32>, history: &[u32], grammar: &mut Option<GrammarMatcher>| -> Result<u32> {
+            let mut l = logits;
+            if opts.ignore_eos {
+                bar(&mut l, stop_ids);
+            }
+            if let Some(g) = grammar.as_mut() {
+                g.mask(&mut l)?;
+            }
+            let id = sampler.sample(&l, history);
+            if let Some(g) = grammar.as_mut() {
+                g.accept(id)?;
+            }
+            Ok(id)
+        };
     let mut history = prompt.to_vec();
     let mut decoder = tok.stream_decoder();
     let mut stops = StopMatcher::new(&opts.stop);
@@ -285,10 +286,12 @@ pub fn generate_cached(
     'outer: while result.tokens.len() < opts.max_tokens {
         let start = Instant::now();
         let chunk: Vec<u32> = match result.tokens.last() {
-            None => vec![match model.forward(fresh, first_want)? {
-                Output::Token(t) => t,
-                Output::Logits(l) => pick(l, &history)?,
-            }],
+            None => vec![
+                match forward_beside(model, fresh, first_want, &mut grammar)? {
+                    Output::Token(t) => t,
+                    Output::Logits(l) => pick(l, &history, &mut grammar)?,
+                },
+            ],
             Some(&prev) if want == Want::Argmax => {
                 let room = model.capacity() - model.n_past();
                 let steps = chunk_len
@@ -305,9 +308,9 @@ pub fn generate_cached(
                 }
                 chunk
             }
-            Some(&prev) => match model.forward(&[prev], want)? {
+            Some(&prev) => match forward_beside(model, &[prev], want, &mut grammar)? {
                 Output::Token(t) => vec![t],
-                Output::Logits(l) => vec![pick(l, &history)?],
+                Output::Logits(l) => vec![pick(l, &history, &mut grammar)?],
             },
         };
         let secs = start.elapsed().as_secs_f64();
@@ -363,6 +366,34 @@ pub fn generate_cached(
         }
     }
     Ok(result)
+}
+
+/// `model.forward`, with the grammar's mask for the logits it makes
+/// computed on another thread meanwhile: the mask depends only on the
+/// tokens accepted so far, so its host time hides behind the pass (on a
+/// GPU, the host would otherwise wait for the device, then the device for
+/// the mask).
+fn forward_beside(
+    model: &mut Model,
+    ids: &[u32],
+    want: Want,
+    grammar: &mut Option<GrammarMatcher>,
+) -> Result<Output> {
+    let Some(g) = grammar.as_mut() else {
+        return model.forward(ids, want);
+    };
+    std::thread::scope(|s| {
+        let prep = s.spawn(|| g.prepare());
+        let out = model.forward(ids, want);
+        let prepared = prep.join().unwrap_or_else(|_| {
+            Err(Error::Invalid(
+                "the grammar's mask could not be computed".into(),
+            ))
+        });
+        let out = out?;
+        prepared?;
+        Ok(out)
+    })
 }
 
 /// Sets the logits of `ids` to minus infinity, so they are never picked.

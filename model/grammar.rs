@@ -13,7 +13,7 @@
 use crate::error::{Error, Result};
 use crate::model::tokenizer::Tokenizer;
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
+use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 use std::sync::Arc;
 
@@ -185,6 +185,7 @@ impl Constraint {
         Ok(GrammarMatcher {
             inner: Matcher::new(Ok(parser)),
             vocab: self.vocab.clone(),
+            ready: None,
         })
     }
 }
@@ -193,6 +194,8 @@ impl Constraint {
 pub struct GrammarMatcher {
     inner: Matcher,
     vocab: Arc<GrammarVocab>,
+    /// The next step's mask, computed ahead by [`GrammarMatcher::prepare`].
+    ready: Option<SimpleVob>,
 }
 
 impl GrammarMatcher {
@@ -201,9 +204,10 @@ impl GrammarMatcher {
     /// output matrix, are always forbidden). Once the grammar is complete
     /// only the stop ids are left.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        let inner = &mut self.inner;
-        let mask = guarded("grammar", || inner.compute_mask_or_eos())
-            .map_err(|e| Error::Invalid(format!("the grammar cannot go on: {e}")))?;
+        let mask = match self.ready.take() {
+            Some(m) => m,
+            None => self.compute()?,
+        };
         let n = mask.len();
         let mut any = false;
         for (id, l) in logits.iter_mut().enumerate() {
@@ -221,12 +225,29 @@ impl GrammarMatcher {
         Ok(())
     }
 
+    /// Computes the next step's mask now, so a caller can overlap it with
+    /// the forward pass that makes the next logits (it depends only on the
+    /// tokens accepted so far).
+    pub fn prepare(&mut self) -> Result<()> {
+        if self.ready.is_none() {
+            self.ready = Some(self.compute()?);
+        }
+        Ok(())
+    }
+
+    fn compute(&mut self) -> Result<SimpleVob> {
+        let inner = &mut self.inner;
+        guarded("grammar", || inner.compute_mask_or_eos())
+            .map_err(|e| Error::Invalid(format!("the grammar cannot go on: {e}")))
+    }
+
     /// Advances past `token` (which the last mask allowed).
     pub fn accept(&mut self, token: u32) -> Result<()> {
         // A stop id ends the output; the parser has nothing left to check.
         if self.vocab.stop_ids.contains(&token) {
             return Ok(());
         }
+        self.ready = None;
         let inner = &mut self.inner;
         guarded("grammar", || inner.consume_token(token))
             .map_err(|e| Error::Invalid(format!("the grammar refused token {token}: {e}")))
