@@ -479,7 +479,7 @@ impl Engine {
             } else {
                 Want::LastLogits
             };
-            match self.model.decode_rows(&feed, want) {
+            match decode_beside(&mut self.model, &mut self.running, &rows, &feed, want) {
                 Ok(outs) => {
                     // Backwards: emitting may remove a finished row.
                     for (&i, out) in rows.iter().zip(outs).rev() {
@@ -594,6 +594,36 @@ impl Engine {
         self.preemptions += 1;
         Ok(())
     }
+}
+
+/// `model.decode_rows`, with the next masks of the rows' grammars
+/// computed on another thread meanwhile (they depend only on the tokens
+/// accepted so far), so their host time hides behind the pass. A mask that
+/// fails here is computed again, and its error reported, when it is used.
+fn decode_beside(
+    model: &mut Model,
+    running: &mut [Entry],
+    rows: &[usize],
+    feed: &[(SeqId, u32)],
+    want: Want,
+) -> Result<Vec<Output>> {
+    let constrained: Vec<&mut GrammarMatcher> = running
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| rows.contains(i))
+        .filter_map(|(_, e)| e.grammar.as_mut())
+        .collect();
+    if constrained.is_empty() {
+        return model.decode_rows(feed, want);
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for g in constrained {
+                let _ = g.prepare();
+            }
+        });
+        model.decode_rows(feed, want)
+    })
 }
 
 /// Most steps [`Engine::decode_alone`] chains (`generate`'s default chunk).
