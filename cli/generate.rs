@@ -6,8 +6,10 @@ use serde::Serialize;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use vkllm::model::generate::{generate, prompt_ids, GenerateOptions, Prompt, DEFAULT_DECODE_CHUNK};
+use vkllm::model::grammar::{Constraint, GrammarSpec};
 use vkllm::model::runner::MAX_DECODE_STEPS;
 use vkllm::model::source::ModelSource;
+use vkllm::model::tokenizer::Tokenizer;
 use vkllm::{Error, Result};
 
 #[derive(Args)]
@@ -48,10 +50,43 @@ pub struct GenerateArgs {
     /// are read back (chunks grow 1, 2, 4, ... up to this; 1 = every token)
     #[arg(long, default_value_t = DEFAULT_DECODE_CHUNK, value_parser = parse_chunk)]
     decode_chunk: usize,
+    /// Structured output: the text is JSON valid against the JSON schema
+    /// in FILE (masked while sampling)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["grammar", "json_object"])]
+    json_schema: Option<PathBuf>,
+    /// Structured output: the text is one JSON object
+    #[arg(long, conflicts_with = "grammar")]
+    json_object: bool,
+    /// Structured output: the text matches the grammar in FILE, in
+    /// llguidance's Lark syntax (`start: ...`; not GBNF)
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<PathBuf>,
     /// Time every GPU dispatch and copy: write a Chrome trace (Perfetto,
     /// chrome://tracing) to FILE and print a per-op summary to stderr
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+}
+
+/// The grammar the structured-output flags ask for, checked before the
+/// model loads.
+fn constraint(a: &GenerateArgs, tok: &Tokenizer) -> Result<Option<Constraint>> {
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .map_err(|e| Error::Invalid(format!("cannot read {}: {e}", path.display())))
+    };
+    let spec = if let Some(path) = &a.json_schema {
+        let text = read(path)?;
+        let schema = serde_json::from_str(&text)
+            .map_err(|e| Error::Invalid(format!("{} is not valid JSON: {e}", path.display())))?;
+        GrammarSpec::JsonSchema(schema)
+    } else if let Some(path) = &a.grammar {
+        GrammarSpec::Lark(read(path)?)
+    } else if a.json_object {
+        GrammarSpec::JsonObject
+    } else {
+        return Ok(None);
+    };
+    Constraint::new(tok, spec).map(Some)
 }
 
 fn parse_chunk(s: &str) -> std::result::Result<usize, String> {
@@ -99,6 +134,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         (None, None) => return Err(Error::Invalid("give --prompt or --prompt-ids".into())),
     };
     let ids = prompt_ids(&tok, &prompt)?;
+    let constraint = constraint(&a, &tok)?;
     let bes = super::open_backends(&a.backend)?;
     let (mut model, load_s) = super::load_model(bes, &src, &a.backend)?;
     if a.profile.is_some() {
@@ -110,6 +146,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         stop: a.stop.clone(),
         sampler: a.sampler.config(),
+        constraint,
     };
     // A failed write (stdout closed) stops generation; the error is reported after.
     let mut write_err = None;

@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::generate::StopReason;
+use crate::model::grammar::{Constraint, GrammarMatcher};
 use crate::model::kv_pages::SeqId;
 use crate::model::logprobs::{TokenLogprobs, MAX_TOP_LOGPROBS};
 use crate::model::runner::{Model, Output, Want};
@@ -41,6 +42,9 @@ pub struct Request {
     /// first token, with `logprobs`' alternatives (none when it is `None`).
     /// With `max_tokens` 0 the request ends there, having generated nothing.
     pub echo_logprobs: bool,
+    /// Structured output: every token is sampled on the host from logits
+    /// the grammar has masked (see [`crate::model::grammar`]).
+    pub constraint: Option<Constraint>,
 }
 
 /// Names a request for its whole life (a preempted sequence gets a new
@@ -87,6 +91,9 @@ struct Entry {
     id: RequestId,
     req: Request,
     sampler: Sampler,
+    /// The request's grammar state (kept across a preemption, which
+    /// re-evaluates tokens already accepted).
+    grammar: Option<GrammarMatcher>,
     /// Tokens generated so far.
     out: Vec<u32>,
     /// The model's sequence, once admitted.
@@ -133,12 +140,13 @@ impl Entry {
             && !self.req.ignore_eos
             && self.req.logprobs.is_none()
             && !self.req.echo_logprobs
+            && self.grammar.is_none()
             && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
     }
 
     /// The next token from `logits`, and its log-probabilities (from the
     /// logits as they come, before the stop ids are masked) when asked.
-    fn pick(&mut self, logits: &mut [f32]) -> (u32, Option<TokenLogprobs>) {
+    fn pick(&mut self, logits: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
         let raw = self.req.logprobs.map(|_| logits.to_vec());
         if self.req.ignore_eos {
             for &id in &self.req.stop_ids {
@@ -147,12 +155,18 @@ impl Entry {
                 }
             }
         }
+        if let Some(g) = self.grammar.as_mut() {
+            g.mask(logits)?;
+        }
         let history = self.history();
         let token = self.sampler.sample(logits, &history);
+        if let Some(g) = self.grammar.as_mut() {
+            g.accept(token)?;
+        }
         let scores = raw
             .zip(self.req.logprobs)
             .map(|(l, k)| TokenLogprobs::of(&l, token, k));
-        (token, scores)
+        Ok((token, scores))
     }
 
     /// Scores prompt tokens `from + 1 ..` from the rows of `logits` fed at
@@ -247,6 +261,17 @@ impl Engine {
                 "max_tokens 0 generates nothing; it is only for scoring a prompt".into(),
             ));
         }
+        if req.constraint.is_some() && req.ignore_eos {
+            return Err(Error::Invalid(
+                "ignore_eos cannot be combined with a grammar, which ends generation with a stop token"
+                    .into(),
+            ));
+        }
+        let grammar = req
+            .constraint
+            .as_ref()
+            .map(Constraint::matcher)
+            .transpose()?;
         let m = &self.model;
         if req.prompt.is_empty() {
             return Err(Error::Invalid("the prompt is empty".into()));
@@ -264,6 +289,7 @@ impl Engine {
         self.waiting.push_back(Entry {
             id,
             sampler: Sampler::new(req.sampler.clone()),
+            grammar,
             req,
             out: Vec::new(),
             seq: None,
@@ -401,14 +427,17 @@ impl Engine {
                             return self.finish(i, StopReason::MaxTokens, events);
                         }
                     }
-                    let (token, scores) = match out {
-                        Output::Token(t) => (t, None),
+                    let picked = match out {
+                        Output::Token(t) => Ok((t, None)),
                         Output::Logits(mut l) => {
                             let at = l.len().saturating_sub(vocab);
                             e.pick(&mut l[at..])
                         }
                     };
-                    self.emit(i, token, scores, events)?;
+                    match picked {
+                        Ok((token, scores)) => self.emit(i, token, scores, events)?,
+                        Err(err) => self.fail(i, err, events)?,
+                    }
                 }
                 Ok(())
             }
@@ -450,17 +479,20 @@ impl Engine {
             } else {
                 Want::LastLogits
             };
-            match self.model.decode_rows(&feed, want) {
+            match decode_beside(&mut self.model, &mut self.running, &rows, &feed, want) {
                 Ok(outs) => {
                     // Backwards: emitting may remove a finished row.
                     for (&i, out) in rows.iter().zip(outs).rev() {
                         let e = &mut self.running[i];
                         e.evaluated += 1;
-                        let (token, scores) = match out {
-                            Output::Token(t) => (t, None),
+                        let picked = match out {
+                            Output::Token(t) => Ok((t, None)),
                             Output::Logits(mut l) => e.pick(&mut l),
                         };
-                        self.emit(i, token, scores, events)?;
+                        match picked {
+                            Ok((token, scores)) => self.emit(i, token, scores, events)?,
+                            Err(err) => self.fail(i, err, events)?,
+                        }
                     }
                     return Ok(());
                 }
@@ -562,6 +594,36 @@ impl Engine {
         self.preemptions += 1;
         Ok(())
     }
+}
+
+/// `model.decode_rows`, with the next masks of the rows' grammars
+/// computed on another thread meanwhile (they depend only on the tokens
+/// accepted so far), so their host time hides behind the pass. A mask that
+/// fails here is computed again, and its error reported, when it is used.
+fn decode_beside(
+    model: &mut Model,
+    running: &mut [Entry],
+    rows: &[usize],
+    feed: &[(SeqId, u32)],
+    want: Want,
+) -> Result<Vec<Output>> {
+    let constrained: Vec<&mut GrammarMatcher> = running
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| rows.contains(i))
+        .filter_map(|(_, e)| e.grammar.as_mut())
+        .collect();
+    if constrained.is_empty() {
+        return model.decode_rows(feed, want);
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for g in constrained {
+                let _ = g.prepare();
+            }
+        });
+        model.decode_rows(feed, want)
+    })
 }
 
 /// Most steps [`Engine::decode_alone`] chains (`generate`'s default chunk).

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::chat::{render_chat, ChatMessage};
+use crate::model::grammar::{Constraint, GrammarMatcher};
 use crate::model::runner::{Model, Output, Want, MAX_DECODE_STEPS};
 use crate::model::sampling::{Sampler, SamplerConfig};
 use crate::model::stop::StopMatcher;
@@ -97,6 +98,12 @@ pub struct GenerateOptions {
     /// Generation ends when the text reaches one of these; the text ends
     /// just before it.
     pub stop: Vec<String>,
+    /// Structured output: tokens the grammar forbids are masked out of
+    /// every step's logits (the host samples each token, never the
+    /// device's argmax), and generation ends with a stop token once the
+    /// grammar is complete. Reaching `max_tokens` first leaves the output
+    /// incomplete ([`StopReason::MaxTokens`]).
+    pub constraint: Option<Constraint>,
 }
 
 /// Default [`GenerateOptions::decode_chunk`].
@@ -110,6 +117,7 @@ impl Default for GenerateOptions {
             decode_chunk: DEFAULT_DECODE_CHUNK,
             ignore_eos: false,
             stop: Vec::new(),
+            constraint: None,
         }
     }
 }
@@ -217,6 +225,17 @@ pub fn generate_cached(
             prompt.len()
         )));
     }
+    if opts.constraint.is_some() && opts.ignore_eos {
+        return Err(Error::Invalid(
+            "ignore_eos cannot be combined with a grammar, which ends generation with a stop token"
+                .into(),
+        ));
+    }
+    let mut grammar = opts
+        .constraint
+        .as_ref()
+        .map(Constraint::matcher)
+        .transpose()?;
     model.set_n_past(cached)?;
     let fresh = &prompt[cached..];
     let mut sampler = Sampler::new(opts.sampler.clone());
@@ -224,7 +243,8 @@ pub fn generate_cached(
     // The device argmax sees raw logits, so it only stands in for the
     // sampler when no repetition penalty would change them.
     let penalty = cfg.repeat_penalty != 1.0 && cfg.repeat_last_n > 0;
-    let want = if sampler.is_greedy() && !penalty {
+    // A grammar's mask is applied to logits on the host.
+    let want = if sampler.is_greedy() && !penalty && grammar.is_none() {
         Want::Argmax
     } else {
         Want::LastLogits
@@ -237,13 +257,21 @@ pub fn generate_cached(
         want
     };
     let stop_ids = tok.stop_ids();
-    let mut pick = |logits: Vec<f32>, history: &[u32]| {
-        let mut l = logits;
-        if opts.ignore_eos {
-            bar(&mut l, stop_ids);
-        }
-        sampler.sample(&l, history)
-    };
+    let mut pick =
+        |logits: Vec<f32>, history: &[u32], grammar: &mut Option<GrammarMatcher>| -> Result<u32> {
+            let mut l = logits;
+            if opts.ignore_eos {
+                bar(&mut l, stop_ids);
+            }
+            if let Some(g) = grammar.as_mut() {
+                g.mask(&mut l)?;
+            }
+            let id = sampler.sample(&l, history);
+            if let Some(g) = grammar.as_mut() {
+                g.accept(id)?;
+            }
+            Ok(id)
+        };
     let mut history = prompt.to_vec();
     let mut decoder = tok.stream_decoder();
     let mut stops = StopMatcher::new(&opts.stop);
@@ -258,10 +286,12 @@ pub fn generate_cached(
     'outer: while result.tokens.len() < opts.max_tokens {
         let start = Instant::now();
         let chunk: Vec<u32> = match result.tokens.last() {
-            None => vec![match model.forward(fresh, first_want)? {
-                Output::Token(t) => t,
-                Output::Logits(l) => pick(l, &history),
-            }],
+            None => vec![
+                match forward_beside(model, fresh, first_want, &mut grammar)? {
+                    Output::Token(t) => t,
+                    Output::Logits(l) => pick(l, &history, &mut grammar)?,
+                },
+            ],
             Some(&prev) if want == Want::Argmax => {
                 let room = model.capacity() - model.n_past();
                 let steps = chunk_len
@@ -278,9 +308,9 @@ pub fn generate_cached(
                 }
                 chunk
             }
-            Some(&prev) => match model.forward(&[prev], want)? {
+            Some(&prev) => match forward_beside(model, &[prev], want, &mut grammar)? {
                 Output::Token(t) => vec![t],
-                Output::Logits(l) => vec![pick(l, &history)],
+                Output::Logits(l) => vec![pick(l, &history, &mut grammar)?],
             },
         };
         let secs = start.elapsed().as_secs_f64();
@@ -336,6 +366,34 @@ pub fn generate_cached(
         }
     }
     Ok(result)
+}
+
+/// `model.forward`, with the grammar's mask for the logits it makes
+/// computed on another thread meanwhile: the mask depends only on the
+/// tokens accepted so far, so its host time hides behind the pass (on a
+/// GPU, the host would otherwise wait for the device, then the device for
+/// the mask).
+fn forward_beside(
+    model: &mut Model,
+    ids: &[u32],
+    want: Want,
+    grammar: &mut Option<GrammarMatcher>,
+) -> Result<Output> {
+    let Some(g) = grammar.as_mut() else {
+        return model.forward(ids, want);
+    };
+    std::thread::scope(|s| {
+        let prep = s.spawn(|| g.prepare());
+        let out = model.forward(ids, want);
+        let prepared = prep.join().unwrap_or_else(|_| {
+            Err(Error::Invalid(
+                "the grammar's mask could not be computed".into(),
+            ))
+        });
+        let out = out?;
+        prepared?;
+        Ok(out)
+    })
 }
 
 /// Sets the logits of `ids` to minus infinity, so they are never picked.

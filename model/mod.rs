@@ -9,6 +9,7 @@ pub mod engine;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_write;
+pub mod grammar;
 pub mod hf;
 pub mod kv_pages;
 pub mod layer_split;

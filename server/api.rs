@@ -3,6 +3,7 @@
 
 use crate::model::chat::{render_chat_with, RenderOptions};
 use crate::model::generate::GenerateOptions;
+use crate::model::grammar::{Constraint, GrammarSpec};
 use crate::model::sampling::SamplerConfig;
 use crate::model::tokenizer::Tokenizer;
 use crate::server::limits::Limits;
@@ -91,6 +92,10 @@ pub struct Common {
     pub seed: Option<u64>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
+    /// Structured output: `{"type": "text" | "json_object" | "json_schema"}`.
+    pub response_format: Option<serde_json::Value>,
+    /// Structured output: a grammar in llguidance's Lark syntax (not GBNF).
+    pub grammar: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -325,11 +330,74 @@ pub fn options(
     sampler
         .validate()
         .map_err(|e| ApiError::invalid(e.to_string(), None))?;
+    let ignore_eos = c.ignore_eos.unwrap_or(false);
+    let constraint = constraint(c, &model.tokenizer)?;
+    if constraint.is_some() && ignore_eos {
+        return Err(ApiError::invalid(
+            "ignore_eos cannot be combined with response_format or grammar",
+            Some("ignore_eos"),
+        ));
+    }
     Ok(GenerateOptions {
         max_tokens: max,
         sampler,
-        ignore_eos: c.ignore_eos.unwrap_or(false),
+        ignore_eos,
         stop,
+        constraint,
         ..GenerateOptions::default()
     })
+}
+
+/// The grammar `response_format` or `grammar` asks for, compiled so a bad
+/// schema is a 400 naming the field.
+fn constraint(c: &Common, tok: &Tokenizer) -> Result<Option<Constraint>, ApiError> {
+    let spec = match (&c.response_format, &c.grammar) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "give response_format or grammar, not both",
+                Some("grammar"),
+            ))
+        }
+        (None, Some(g)) => Some(("grammar", GrammarSpec::Lark(g.clone()))),
+        (Some(f), None) => response_format(f)?.map(|s| ("response_format", s)),
+        (None, None) => None,
+    };
+    let Some((field, spec)) = spec else {
+        return Ok(None);
+    };
+    Constraint::new(tok, spec)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(e.to_string(), Some(field)))
+}
+
+/// OpenAI's `response_format` (and llama.cpp's `json_object` with a
+/// `schema`); `text` is no constraint.
+fn response_format(f: &serde_json::Value) -> Result<Option<GrammarSpec>, ApiError> {
+    let bad = |m: &str| ApiError::invalid(m.to_string(), Some("response_format"));
+    let kind = f
+        .get("type")
+        .and_then(|t| t.as_str())
+        .ok_or_else(|| bad("response_format must be an object with a string type"))?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(match f.get("schema") {
+            Some(schema) => GrammarSpec::JsonSchema(schema.clone()),
+            None => GrammarSpec::JsonObject,
+        })),
+        "json_schema" => {
+            let schema = f
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| bad("response_format json_schema needs json_schema.schema"))?;
+            if !schema.is_object() && !schema.is_boolean() {
+                return Err(bad(
+                    "response_format json_schema.schema must be a JSON object",
+                ));
+            }
+            Ok(Some(GrammarSpec::JsonSchema(schema.clone())))
+        }
+        other => Err(bad(&format!(
+            "response_format type '{other}' is not one of text, json_object, json_schema"
+        ))),
+    }
 }

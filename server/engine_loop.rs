@@ -187,6 +187,7 @@ fn take<'t>(
         ignore_eos: job.opts.ignore_eos,
         logprobs: job.ask.logprobs,
         echo_logprobs: job.ask.echo,
+        constraint: job.opts.constraint,
     };
     match engine.add(req) {
         Ok(id) => {

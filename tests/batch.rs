@@ -67,6 +67,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         ignore_eos: false,
         logprobs: None,
         echo_logprobs: false,
+        constraint: None,
     }
 }
 
@@ -368,6 +369,7 @@ fn smollm2_batch_equals_alone(dev: Device) {
                 ignore_eos: false,
                 logprobs: None,
                 echo_logprobs: false,
+                constraint: None,
             }
         })
         .collect();

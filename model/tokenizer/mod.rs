@@ -66,6 +66,8 @@ pub struct Tokenizer {
     chat_template: Option<String>,
     /// Cached: `tokenizers` rebuilds its whole vocabulary map to count it.
     vocab_size: usize,
+    /// The vocabulary's token trie for grammars, built on first use.
+    grammar_vocab: std::sync::OnceLock<std::sync::Arc<crate::model::grammar::GrammarVocab>>,
 }
 
 /// What the loaders found beside the vocabulary itself.
@@ -111,6 +113,7 @@ impl Tokenizer {
                 .chat_template
                 .or_else(|| builtin_template(|t| inner.token_to_id(t).is_some())),
             vocab_size: vocab,
+            grammar_vocab: std::sync::OnceLock::new(),
             inner,
         }
     }
@@ -204,6 +207,22 @@ impl Tokenizer {
             PieceBytes::SentencePiece { .. } => stream::sentencepiece_bytes(&piece),
             PieceBytes::Decoded => self.inner.decode(&[id], false).ok()?.into_bytes(),
         })
+    }
+
+    /// Ids of the special (control) tokens, which are never plain text.
+    pub(crate) fn special_ids(&self) -> Vec<u32> {
+        self.inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    pub(crate) fn grammar_vocab_cache(
+        &self,
+    ) -> &std::sync::OnceLock<std::sync::Arc<crate::model::grammar::GrammarVocab>> {
+        &self.grammar_vocab
     }
 
     pub(crate) fn piece_bytes(&self) -> PieceBytes {

@@ -3,8 +3,8 @@
 //! into .tools/openai) and `curl` against it; API keys and the server's
 //! limits, each refused with its status while the server goes on serving;
 //! `--parallel` (`parallel.rs`); log-probabilities (`logprobs.rs`); tool
-//! calls (`tools.rs`); the chat page at `/` in a headless browser
-//! (`page.rs`).
+//! calls (`tools.rs`); structured output (`structured.rs`); the chat page
+//! at `/` in a headless browser (`page.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +12,7 @@ mod http;
 mod logprobs;
 mod page;
 mod parallel;
+mod structured;
 mod tools;
 
 use serde_json::Value;
