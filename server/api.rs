@@ -96,6 +96,10 @@ pub struct Common {
     pub response_format: Option<serde_json::Value>,
     /// Structured output: a grammar in llguidance's Lark syntax (not GBNF).
     pub grammar: Option<String>,
+    /// The grammar a chat request's `tool_choice` ("required" or a named
+    /// function) enforces (`tools::call_grammar`); never read from JSON.
+    #[serde(skip)]
+    pub tool_grammar: Option<GrammarSpec>,
 }
 
 #[derive(Deserialize, Default)]
@@ -334,7 +338,7 @@ pub fn options(
     let constraint = constraint(c, &model.tokenizer)?;
     if constraint.is_some() && ignore_eos {
         return Err(ApiError::invalid(
-            "ignore_eos cannot be combined with response_format or grammar",
+            "ignore_eos cannot be combined with response_format, grammar or an enforced tool_choice",
             Some("ignore_eos"),
         ));
     }
@@ -361,6 +365,16 @@ fn constraint(c: &Common, tok: &Tokenizer) -> Result<Option<Constraint>, ApiErro
         (None, Some(g)) => Some(("grammar", GrammarSpec::Lark(g.clone()))),
         (Some(f), None) => response_format(f)?.map(|s| ("response_format", s)),
         (None, None) => None,
+    };
+    let spec = match (spec, &c.tool_grammar) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "tool_choice \"required\" or a named function cannot be combined with response_format or grammar",
+                Some("tool_choice"),
+            ))
+        }
+        (None, Some(g)) => Some(("tools", g.clone())),
+        (spec, None) => spec,
     };
     let Some((field, spec)) = spec else {
         return Ok(None);

@@ -210,12 +210,15 @@ async fn chat(
         let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
         let ask = Ask::chat(&req)?;
         let tok = &s.ready.tokenizer;
-        let (text, tools) = tools::chat_prompt_text(tok, &req)?;
+        let (text, tools, tool_grammar) = tools::chat_prompt_text(tok, &req)?;
         let prompt = tok
             .encode(&text, false)
             .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
         Ok(Asked {
-            common: req.common,
+            common: Common {
+                tool_grammar,
+                ..req.common
+            },
             prompt,
             ask,
             prompt_text: String::new(),
@@ -279,7 +282,7 @@ async fn apply_template(
 ) -> Response {
     let run = || -> std::result::Result<Value, ApiError> {
         let req: api::ChatRequest = api::parse(&read_body(&s, body)?)?;
-        let (text, _) = tools::chat_prompt_text(&s.ready.tokenizer, &req)?;
+        let (text, _, _) = tools::chat_prompt_text(&s.ready.tokenizer, &req)?;
         Ok(json!({"prompt": text}))
     };
     match run() {

@@ -6,10 +6,16 @@
 //! `<tool_call>{json}</tool_call>`, Llama 3.x's bare JSON object, or
 //! gpt-oss's harmony `to=functions.NAME ... <|message|>{args}<|call|>`.
 //!
-//! `tool_choice` "required" or a named function is rendered like "auto":
-//! nothing constrains sampling to a call (no grammar-constrained decoding
-//! here), so the model may still answer in text.
+//! `tool_choice` "required" or a named function is rendered like "auto"
+//! and enforced with a grammar ([`call_grammar`]): sampling is constrained
+//! so the reply is one or more calls (Hermes) or one call (Llama 3.x) in
+//! the template's format, naming one of the offered tools (or the named
+//! one) with arguments valid against its `parameters` schema. Harmony
+//! replies are not enforced (the header and channel structure around the
+//! call is left to the model).
 
+use crate::model::grammar::GrammarSpec;
+use crate::model::tokenizer::Tokenizer;
 use crate::server::api::{ApiError, Content, Message};
 use serde_json::{json, Map, Value};
 
@@ -562,18 +568,19 @@ pub fn calls_delta(calls: &[(usize, ToolCall)]) -> Value {
     json!({"tool_calls": calls})
 }
 
-/// A chat request's prompt text, and the format its replies are parsed in
-/// (`None`: no tools offered, or `tool_choice` "none", which renders none).
+/// A chat request's prompt text, the format its replies are parsed in
+/// (`None`: no tools offered, or `tool_choice` "none", which renders none),
+/// and the grammar that enforces a call when `tool_choice` asks for one.
 pub fn chat_prompt_text(
-    tok: &crate::model::tokenizer::Tokenizer,
+    tok: &Tokenizer,
     req: &crate::server::api::ChatRequest,
-) -> Result<(String, Option<ToolFormat>), ApiError> {
+) -> Result<(String, Option<ToolFormat>, Option<GrammarSpec>), ApiError> {
     let tools = req.tools.as_deref().unwrap_or_default();
     check_tools(tools)?;
     let choice = ToolChoice::read(req.tool_choice.as_ref(), tools)?;
     if tools.is_empty() || choice == ToolChoice::None {
         let text = crate::server::api::chat_text(tok, &req.messages, None)?;
-        return Ok((text, None));
+        return Ok((text, None, None));
     }
     let format = tok
         .chat_template()
@@ -584,6 +591,91 @@ pub fn chat_prompt_text(
                 Some("tools"),
             )
         })?;
+    let grammar = call_grammar(tok, format, &choice, tools)?;
     let text = crate::server::api::chat_text(tok, &req.messages, Some(tools))?;
-    Ok((text, Some(format)))
+    Ok((text, Some(format), grammar))
+}
+
+/// The grammar a reply must match for `choice`: `None` for "auto" and
+/// "none" (unconstrained) and for harmony (not enforced). Hermes: one or
+/// more `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
+/// blocks joined by a newline, as Qwen3's template writes an assistant's
+/// calls; Llama 3.x: the one object `{"name": ..., "parameters": {...}}`.
+/// The JSON uses the templates' separators (`", "`, `": "`, no other
+/// whitespace), the name is one of the allowed tools' (`anyOf` over them),
+/// and the arguments follow that tool's `parameters` schema.
+pub fn call_grammar(
+    tok: &Tokenizer,
+    format: ToolFormat,
+    choice: &ToolChoice,
+    tools: &[Value],
+) -> Result<Option<GrammarSpec>, ApiError> {
+    let wanted: Option<&str> = match choice {
+        ToolChoice::None | ToolChoice::Auto => return Ok(None),
+        ToolChoice::Required => None,
+        ToolChoice::Named(n) => Some(n.as_str()),
+    };
+    let args_key = match format {
+        ToolFormat::Hermes => "arguments",
+        ToolFormat::Llama3Json => "parameters",
+        ToolFormat::Harmony => return Ok(None),
+    };
+    let mut alternatives = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let Some(f) = t.get("function") else { continue };
+        let Some(name) = f.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        if wanted.is_some_and(|w| w != name) {
+            continue;
+        }
+        let params = match f.get("parameters") {
+            None | Some(Value::Null) => json!({"type": "object"}),
+            Some(p @ (Value::Object(_) | Value::Bool(_))) => p.clone(),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    format!("tools[{i}] function.parameters must be a JSON schema object"),
+                    Some("tools"),
+                ))
+            }
+        };
+        alternatives.push(json!({
+            "type": "object",
+            "properties": {"name": {"const": name}, args_key: params},
+            "required": ["name", args_key],
+            "additionalProperties": false,
+        }));
+    }
+    let schema = json!({
+        "anyOf": alternatives,
+        // The separators `tojson` writes in the templates' own calls.
+        "x-guidance": {
+            "item_separator": ", ",
+            "key_separator": ": ",
+            "whitespace_flexible": false,
+        },
+    });
+    Ok(Some(match format {
+        ToolFormat::Hermes => {
+            // Where the vocabulary marks `<tool_call>` special, the grammar
+            // names the token (text can never spell a special token).
+            let special = |piece: &str| {
+                tok.special_ids()
+                    .into_iter()
+                    .any(|id| tok.id_to_piece(id).as_deref() == Some(piece))
+            };
+            let mark = |piece: &str| match special(piece) {
+                true => piece.to_string(),
+                false => format!("{piece:?}"),
+            };
+            GrammarSpec::Lark(format!(
+                "start: tool_call (\"\\n\" tool_call)*\n\
+                 tool_call: {open} \"\\n\" call_json \"\\n\" {close}\n\
+                 call_json: %json {schema}\n",
+                open = mark(HERMES_OPEN),
+                close = mark(HERMES_CLOSE),
+            ))
+        }
+        _ => GrammarSpec::JsonSchema(schema),
+    }))
 }

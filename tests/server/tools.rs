@@ -529,3 +529,177 @@ fn openai_client_round_trip(s: &Server) {
     assert!(v["tools_stream"]["finish_reason"].is_string(), "{v}");
     assert_eq!(v["tools_bad_choice"], 400, "{v}");
 }
+
+// ---- tool_choice "required" and a named function, enforced
+
+fn tool(name: &str, parameters: Value) -> Value {
+    json!({"type": "function", "function": {"name": name, "parameters": parameters}})
+}
+
+/// Two tool sets whose arguments a random model finishes quickly (bounded
+/// strings and numbers, no free extra properties).
+fn enforced_tool_sets() -> Vec<Vec<Value>> {
+    vec![
+        vec![
+            tool(
+                "get_weather",
+                json!({"type": "object", "properties": {
+                    "city": {"type": "string", "maxLength": 10},
+                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                  "required": ["city"], "additionalProperties": false}),
+            ),
+            tool(
+                "get_time",
+                json!({"type": "object", "properties": {
+                    "zone": {"enum": ["UTC", "Europe/Paris", "Asia/Tokyo"]}},
+                  "required": ["zone"], "additionalProperties": false}),
+            ),
+        ],
+        vec![
+            tool(
+                "add",
+                json!({"type": "object", "properties": {
+                    "a": {"type": "integer", "minimum": 0, "maximum": 99},
+                    "b": {"type": "integer", "minimum": -9, "maximum": 9}},
+                  "required": ["a", "b"], "additionalProperties": false}),
+            ),
+            tool(
+                "stop_timer",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            ),
+            tool(
+                "flag",
+                json!({"type": "object", "properties": {"on": {"type": "boolean"}},
+                  "required": ["on"], "additionalProperties": false}),
+            ),
+        ],
+    ]
+}
+
+/// Checks `calls` (OpenAI `tool_calls`) name tools of `tools` (only `only`
+/// when given) with arguments valid against their parameters.
+fn check_enforced_calls(calls: &[Value], tools: &[Value], only: Option<&str>, ctx: &str) {
+    assert!(!calls.is_empty(), "{ctx}");
+    for c in calls {
+        assert_eq!(c["type"], "function", "{ctx}");
+        let name = c["function"]["name"].as_str().unwrap();
+        if let Some(o) = only {
+            assert_eq!(name, o, "{ctx}");
+        }
+        let t = tools
+            .iter()
+            .find(|t| t["function"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not a tool: {ctx}"));
+        let args: Value = serde_json::from_str(c["function"]["arguments"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {ctx}"));
+        let validator = jsonschema::validator_for(&t["function"]["parameters"]).unwrap();
+        assert!(validator.is_valid(&args), "{args} for {name}: {ctx}");
+    }
+}
+
+#[test]
+fn tool_choice_required_and_named_are_enforced_by_a_grammar() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_qwen3(dir.path());
+    let s = start_model(&model, &[]);
+    let ask = json!([{"role": "user", "content": "Do something useful."}]);
+    let root = s.base.trim_end_matches("/v1");
+    for (set, tools) in enforced_tool_sets().iter().enumerate() {
+        let named = tools[set]["function"]["name"].as_str().unwrap();
+        let choices = [
+            (json!("required"), None),
+            (
+                json!({"type": "function", "function": {"name": named}}),
+                Some(named),
+            ),
+        ];
+        for (choice, only) in &choices {
+            for seed in [1u64, 2, 3] {
+                let mut req = json!({
+                    "messages": ask, "tools": tools, "tool_choice": choice,
+                    "temperature": 1, "seed": seed, "max_tokens": 600,
+                });
+                let ctx = format!("set {set}, {choice}, seed {seed}");
+                let (v, status) = post(&s, "/v1/chat/completions", &req);
+                assert!(status.starts_with("200"), "{ctx}: {status} {v}");
+                let choice0 = &v["choices"][0];
+                assert_eq!(choice0["finish_reason"], "tool_calls", "{ctx}: {v}");
+                assert!(choice0["message"]["content"].is_null(), "{ctx}: {v}");
+                let calls = choice0["message"]["tool_calls"].as_array().unwrap();
+                check_enforced_calls(calls, tools, *only, &format!("{ctx}: {v}"));
+
+                // Streamed: the same calls, each in a tool_calls delta.
+                req["stream"] = json!(true);
+                let (body, status) = curl(&[
+                    "-N",
+                    "-d",
+                    &req.to_string(),
+                    &format!("{root}/v1/chat/completions"),
+                ]);
+                assert!(status.contains("text/event-stream"), "{status} {body}");
+                let chunks: Vec<Value> = body
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter(|d| *d != "[DONE]")
+                    .map(|d| serde_json::from_str(d).unwrap())
+                    .collect();
+                let streamed: Vec<Value> = chunks
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+                    .flatten()
+                    .cloned()
+                    .collect();
+                check_enforced_calls(&streamed, tools, *only, &format!("{ctx}: {body}"));
+                let finish = chunks
+                    .iter()
+                    .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+                assert_eq!(finish, Some("tool_calls"), "{ctx}: {body}");
+                // Same seed, same calls.
+                let names = |cs: &[Value]| -> Vec<(Value, Value)> {
+                    cs.iter()
+                        .map(|c| {
+                            let args: Value =
+                                serde_json::from_str(c["function"]["arguments"].as_str().unwrap())
+                                    .unwrap();
+                            (c["function"]["name"].clone(), args)
+                        })
+                        .collect()
+                };
+                assert_eq!(names(calls), names(&streamed), "{ctx}: {body}");
+            }
+        }
+    }
+    // "auto" stays unconstrained: the random model answers in text.
+    let (v, _) = post(
+        &s,
+        "/v1/chat/completions",
+        &json!({"messages": ask, "tools": enforced_tool_sets()[0], "tool_choice": "auto",
+                "temperature": 1, "seed": 1, "max_tokens": 8}),
+    );
+    assert_ne!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    // Enforced tool_choice with response_format or grammar is a 400.
+    for extra in [
+        json!({"response_format": {"type": "json_object"}}),
+        json!({"grammar": "start: \"x\""}),
+    ] {
+        let mut req = json!({"messages": ask, "tools": enforced_tool_sets()[0],
+                             "tool_choice": "required"});
+        for (k, val) in extra.as_object().unwrap() {
+            req[k] = val.clone();
+        }
+        let (v, status) = post(&s, "/v1/chat/completions", &req);
+        assert!(status.starts_with("400"), "{req}: {status} {v}");
+        assert_eq!(v["error"]["param"], "tool_choice", "{v}");
+    }
+    // A parameters schema llguidance cannot compile is a 400 on tools.
+    let (v, status) = post(
+        &s,
+        "/v1/chat/completions",
+        &json!({"messages": ask, "tool_choice": "required",
+                "tools": [tool("f", json!({"type": "object", "properties": {"x": {"type": "nonsense"}}}))]}),
+    );
+    assert!(status.starts_with("400"), "{status} {v}");
+    assert_eq!(v["error"]["param"], "tools", "{v}");
+    let mut s = s;
+    assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+}
