@@ -6,7 +6,9 @@
 //! against tests/data/tool_templates.json), a chat request with tools
 //! answered in OpenAI's shape, streamed or not, and bad tool requests
 //! refused with 400. (A random model does not call tools by itself, so the
-//! reply side is tested through the parsers and the response builder.)
+//! reply side is tested through the parsers and the response builder, and
+//! through `tool_choice` "required" / a named function, which a grammar
+//! enforces: Qwen3's and Llama 3.1's templates, streamed or not.)
 
 use crate::{curl, start_model, Server};
 use serde_json::{json, Value};
@@ -306,6 +308,11 @@ fn the_response_builder_writes_openai_tool_calls() {
 /// A tiny random Qwen3 with SmolLM2's vocabulary (it has `<|im_start|>`
 /// and `<|im_end|>`) and Qwen3's chat template.
 fn tiny_qwen3(dir: &Path) -> PathBuf {
+    tiny_with_template(dir, "qwen3_chat_template.jinja")
+}
+
+/// The tiny random model with the chat template of tests/data/`file`.
+fn tiny_with_template(dir: &Path, file: &str) -> PathBuf {
     let raw = dir.join("raw.gguf");
     let o = Command::new(env!("CARGO_BIN_EXE_vkllm"))
         .args([
@@ -325,8 +332,7 @@ fn tiny_qwen3(dir: &Path) -> PathBuf {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let template =
-        std::fs::read_to_string(crate::common::root().join("tests/data/qwen3_chat_template.jinja"))
-            .unwrap();
+        std::fs::read_to_string(crate::common::root().join("tests/data").join(file)).unwrap();
     let g = GgufFile::open(&raw).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
@@ -601,7 +607,20 @@ fn check_enforced_calls(calls: &[Value], tools: &[Value], only: Option<&str>, ct
 fn tool_choice_required_and_named_are_enforced_by_a_grammar() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_qwen3(dir.path());
-    let s = start_model(&model, &[]);
+    enforced_calls_on(&model);
+}
+
+/// The same with Llama 3.1's template: the reply is one JSON object
+/// `{"name": ..., "parameters": {...}}`.
+#[test]
+fn tool_choice_required_is_enforced_in_llama3_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_with_template(dir.path(), "llama31_chat_template.jinja");
+    enforced_calls_on(&model);
+}
+
+fn enforced_calls_on(model: &Path) {
+    let s = start_model(model, &[]);
     let ask = json!([{"role": "user", "content": "Do something useful."}]);
     let root = s.base.trim_end_matches("/v1");
     for (set, tools) in enforced_tool_sets().iter().enumerate() {
