@@ -722,3 +722,64 @@ fn enforced_calls_on(model: &Path) {
     let mut s = s;
     assert!(s.child.try_wait().unwrap().is_none(), "the server died");
 }
+
+/// The Hermes grammar accepts the call exactly as Qwen3's template writes
+/// an assistant's call (tests/data/tool_templates.json), and not the same
+/// call with other spacing or an unknown name.
+#[test]
+fn the_hermes_call_grammar_matches_qwen3s_rendered_call() {
+    use vkllm::model::grammar::Constraint;
+    use vkllm::server::tools::{call_grammar, ToolChoice};
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_qwen3(dir.path());
+    let be = Box::new(vkllm::cpu::CpuBackend::new(None));
+    let loaded = vkllm::open::load(
+        vec![be],
+        &model,
+        &vkllm::model::LoadOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let tok = loaded.tokenizer.unwrap();
+    let tools = vec![tool(
+        "get_weather",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+          "required": ["city"]}),
+    )];
+    let accepts = |choice: &ToolChoice, text: &str| {
+        let spec = call_grammar(&tok, ToolFormat::Hermes, choice, &tools)
+            .unwrap()
+            .unwrap();
+        let mut m = Constraint::new(&tok, spec).unwrap().matcher().unwrap();
+        let ok = tok
+            .encode(text, false)
+            .unwrap()
+            .into_iter()
+            .all(|id| m.accept(id).is_ok());
+        ok && m.is_accepting()
+    };
+    let rendered = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+    let required = ToolChoice::Required;
+    let named = ToolChoice::Named("get_weather".into());
+    assert!(accepts(&required, rendered));
+    assert!(accepts(&named, rendered));
+    assert!(accepts(&required, &format!("{rendered}\n{rendered}")));
+    assert!(!accepts(&required, &rendered.replace(", \"", ",\"")));
+    assert!(!accepts(
+        &required,
+        &rendered.replace("get_weather", "get_time")
+    ));
+    assert!(!accepts(&required, &rendered.replace("celsius", "kelvin")));
+    assert!(!accepts(&required, &format!("Sure. {rendered}")));
+    // "auto" and harmony are not enforced.
+    assert!(
+        call_grammar(&tok, ToolFormat::Hermes, &ToolChoice::Auto, &tools)
+            .unwrap()
+            .is_none()
+    );
+    assert!(call_grammar(&tok, ToolFormat::Harmony, &required, &tools)
+        .unwrap()
+        .is_none());
+}
