@@ -604,6 +604,25 @@ pub fn chat_prompt_text(
 /// The JSON uses the templates' separators (`", "`, `": "`, no other
 /// whitespace), the name is one of the allowed tools' (`anyOf` over them),
 /// and the arguments follow that tool's `parameters` schema.
+/// Every local `$ref` in `v` (`#` or `#/...`) prefixed with the JSON
+/// pointer `at`, the place its schema moved to.
+fn rebase_refs(v: &mut Value, at: &str) {
+    match v {
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                match item {
+                    Value::String(r) if key == "$ref" && r.starts_with('#') => {
+                        *r = format!("#{at}{}", &r[1..]);
+                    }
+                    _ => rebase_refs(item, at),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| rebase_refs(item, at)),
+        _ => {}
+    }
+}
+
 pub fn call_grammar(
     tok: &Tokenizer,
     format: ToolFormat,
@@ -639,6 +658,12 @@ pub fn call_grammar(
                 ))
             }
         };
+        let mut params = params;
+        // The schema now sits inside the wrapper: its local references
+        // (`#/$defs/...`, as pydantic writes them, or `#` itself) point
+        // from the wrapper's root to where it moved.
+        let at = format!("/anyOf/{}/properties/{args_key}", alternatives.len());
+        rebase_refs(&mut params, &at);
         alternatives.push(json!({
             "type": "object",
             "properties": {"name": {"const": name}, args_key: params},

@@ -773,6 +773,33 @@ fn the_hermes_call_grammar_matches_qwen3s_rendered_call() {
     ));
     assert!(!accepts(&required, &rendered.replace("celsius", "kelvin")));
     assert!(!accepts(&required, &format!("Sure. {rendered}")));
+    // Parameters with local references, as pydantic writes them: they
+    // still resolve inside the call's schema.
+    let with_refs = vec![
+        tools[0].clone(),
+        tool(
+            "book",
+            json!({"type": "object", "$defs": {"Seat": {"type": "string", "enum": ["aisle", "window"]}},
+                   "properties": {"seat": {"$ref": "#/$defs/Seat"}}, "required": ["seat"]}),
+        ),
+    ];
+    let accepts_refs = |text: &str| {
+        let spec = call_grammar(&tok, ToolFormat::Hermes, &required, &with_refs)
+            .unwrap()
+            .unwrap();
+        let mut m = Constraint::new(&tok, spec).unwrap().matcher().unwrap();
+        let ok = tok
+            .encode(text, false)
+            .unwrap()
+            .into_iter()
+            .all(|id| m.accept(id).is_ok());
+        ok && m.is_accepting()
+    };
+    let booked =
+        "<tool_call>\n{\"name\": \"book\", \"arguments\": {\"seat\": \"aisle\"}}\n</tool_call>";
+    assert!(accepts_refs(booked));
+    assert!(accepts_refs(rendered));
+    assert!(!accepts_refs(&booked.replace("aisle", "middle")));
     // "auto" and harmony are not enforced.
     assert!(
         call_grammar(&tok, ToolFormat::Hermes, &ToolChoice::Auto, &tools)
