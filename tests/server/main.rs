@@ -157,38 +157,65 @@ fn curl_gets_openai_shapes_streams_and_errors() {
     assert!(got.starts_with("404"), "{got}");
 }
 
-#[test]
-fn the_official_openai_client_works_unchanged() {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let lib = common::root().join(".tools/openai");
-    let has_openai = Command::new(&python)
-        .args(["-c", "import openai"])
-        .env("PYTHONPATH", &lib)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_openai {
-        // CI installs it (scripts/install-deps.sh); there it must run.
+/// The official `openai` Python client (scripts/install-deps.sh installs it
+/// into .tools/openai) running tests/server_client.py.
+struct OpenAiClient {
+    python: String,
+    lib: std::path::PathBuf,
+}
+
+impl OpenAiClient {
+    /// The client, or None after saying that `what` skipped; CI installs
+    /// it, so there a missing client is a failure.
+    fn find(what: &str) -> Option<Self> {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let lib = common::root().join(".tools/openai");
+        let has_openai = Command::new(&python)
+            .args(["-c", "import openai"])
+            .env("PYTHONPATH", &lib)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if has_openai {
+            return Some(OpenAiClient { python, lib });
+        }
         assert!(
             std::env::var_os("CI").is_none(),
             "the openai Python package is missing from {}; run scripts/install-deps.sh",
             lib.display()
         );
         eprintln!(
-            "SKIPPING the openai client test: no openai package in {} (run scripts/install-deps.sh)",
+            "SKIPPING {what}: no openai package in {} (run scripts/install-deps.sh)",
             lib.display()
         );
-        return;
+        None
     }
+
+    /// tests/server_client.py against the server at `base` with `args`: the
+    /// one JSON object it prints.
+    fn run(&self, base: &str, args: &[&str]) -> Value {
+        let o = Command::new(&self.python)
+            .arg(common::root().join("tests/server_client.py"))
+            .arg(base)
+            .args(args)
+            .env("PYTHONPATH", &self.lib)
+            .output()
+            .expect("run tests/server_client.py");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "server_client.py {args:?} failed: {stderr}"
+        );
+        serde_json::from_slice(&o.stdout).expect("one JSON object")
+    }
+}
+
+#[test]
+fn the_official_openai_client_works_unchanged() {
+    let Some(client) = OpenAiClient::find("the openai client test") else {
+        return;
+    };
     let mut s = start();
-    let o = Command::new(&python)
-        .arg(common::root().join("tests/server_client.py"))
-        .arg(&s.base)
-        .env("PYTHONPATH", &lib)
-        .output()
-        .expect("run tests/server_client.py");
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "server_client.py failed: {stderr}");
-    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let v = client.run(&s.base, &[]);
     println!("{}", serde_json::to_string_pretty(&v).unwrap());
     let answer = "The capital of France is Paris.";
     assert_eq!(v["chat"]["content"], answer, "{v}");

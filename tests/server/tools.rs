@@ -10,7 +10,7 @@
 //! through `tool_choice` "required" / a named function, which a grammar
 //! enforces: Qwen3's and Llama 3.1's templates, streamed or not.)
 
-use crate::{curl, start_model, Server};
+use crate::{curl, start_model, OpenAiClient, Server};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -498,35 +498,10 @@ fn a_tool_round_trip_through_the_server_renders_as_transformers() {
 /// tests/server_client.py's tool round trip with the official client, when
 /// it is installed (CI installs it; elsewhere the test says it skipped).
 fn openai_client_round_trip(s: &Server) {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let lib = crate::common::root().join(".tools/openai");
-    let has_openai = Command::new(&python)
-        .args(["-c", "import openai"])
-        .env("PYTHONPATH", &lib)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_openai {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the openai Python package is missing from {}; run scripts/install-deps.sh",
-            lib.display()
-        );
-        eprintln!("SKIPPING the openai client's tool round trip: no openai package");
+    let Some(client) = OpenAiClient::find("the openai client's tool round trip") else {
         return;
-    }
-    let o = Command::new(&python)
-        .arg(crate::common::root().join("tests/server_client.py"))
-        .arg(&s.base)
-        .arg("--tools")
-        .env("PYTHONPATH", &lib)
-        .output()
-        .expect("run tests/server_client.py --tools");
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success(),
-        "server_client.py --tools failed: {stderr}"
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    };
+    let v = client.run(&s.base, &["--tools"]);
     assert_eq!(v["tools"]["role"], "assistant", "{v}");
     // The random model's reply is no call, but it is read as one would be.
     let finish = v["tools"]["finish_reason"].as_str().unwrap();
@@ -748,8 +723,9 @@ fn the_hermes_call_grammar_matches_qwen3s_rendered_call() {
             "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
           "required": ["city"]}),
     )];
-    let accepts = |choice: &ToolChoice, text: &str| {
-        let spec = call_grammar(&tok, ToolFormat::Hermes, choice, &tools)
+    // Whether the forced call's grammar over `tools` takes `text` whole.
+    let accepts_with = |tools: &[Value], choice: &ToolChoice, text: &str| {
+        let spec = call_grammar(&tok, ToolFormat::Hermes, choice, tools)
             .unwrap()
             .unwrap();
         let mut m = Constraint::new(&tok, spec).unwrap().matcher().unwrap();
@@ -760,6 +736,7 @@ fn the_hermes_call_grammar_matches_qwen3s_rendered_call() {
             .all(|id| m.accept(id).is_ok());
         ok && m.is_accepting()
     };
+    let accepts = |choice: &ToolChoice, text: &str| accepts_with(&tools, choice, text);
     let rendered = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
     let required = ToolChoice::Required;
     let named = ToolChoice::Named("get_weather".into());
@@ -783,18 +760,7 @@ fn the_hermes_call_grammar_matches_qwen3s_rendered_call() {
                    "properties": {"seat": {"$ref": "#/$defs/Seat"}}, "required": ["seat"]}),
         ),
     ];
-    let accepts_refs = |text: &str| {
-        let spec = call_grammar(&tok, ToolFormat::Hermes, &required, &with_refs)
-            .unwrap()
-            .unwrap();
-        let mut m = Constraint::new(&tok, spec).unwrap().matcher().unwrap();
-        let ok = tok
-            .encode(text, false)
-            .unwrap()
-            .into_iter()
-            .all(|id| m.accept(id).is_ok());
-        ok && m.is_accepting()
-    };
+    let accepts_refs = |text: &str| accepts_with(&with_refs, &required, text);
     let booked =
         "<tool_call>\n{\"name\": \"book\", \"arguments\": {\"seat\": \"aisle\"}}\n</tool_call>";
     assert!(accepts_refs(booked));
