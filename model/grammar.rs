@@ -208,13 +208,31 @@ impl GrammarMatcher {
             Some(m) => m,
             None => self.compute()?,
         };
+        // 32 ids a mask word; most words are all forbidden or all allowed.
         let n = mask.len();
+        let words = mask.as_slice();
         let mut any = false;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if id < n && mask.get(id) {
-                any |= *l != f32::NEG_INFINITY;
-            } else {
-                *l = f32::NEG_INFINITY;
+        for (w, run) in logits.chunks_mut(32).enumerate() {
+            let first = w * 32;
+            let mut bits = words.get(w).copied().unwrap_or(0);
+            if first + 32 > n {
+                bits &= 1u32
+                    .checked_shl(n.saturating_sub(first) as u32)
+                    .unwrap_or(0)
+                    .wrapping_sub(1);
+            }
+            match bits {
+                0 => run.fill(f32::NEG_INFINITY),
+                u32::MAX => any |= run.iter().any(|&l| l != f32::NEG_INFINITY),
+                _ => {
+                    for (j, l) in run.iter_mut().enumerate() {
+                        if bits >> j & 1 == 1 {
+                            any |= *l != f32::NEG_INFINITY;
+                        } else {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
         if !any {

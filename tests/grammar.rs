@@ -436,3 +436,41 @@ fn vulkan_schemas_validate() {
     .unwrap();
     check_schema("vulkan greedy", &schemas()[7], &res);
 }
+
+/// The mask word by word: on SmolLM2's byte-level vocabulary, a digits
+/// regex leaves exactly the tokens that are digits only (checked id by id
+/// from their text), and ids past the vocabulary (an output matrix's
+/// padding rows) are forbidden.
+#[test]
+fn the_mask_allows_exactly_the_tokens_the_grammar_can_take() {
+    let loaded = vkllm::open::load(
+        vec![common::cpu()],
+        &common::smollm2(),
+        &LoadOptions {
+            context: Some(64),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let tok = loaded.tokenizer.unwrap();
+    let n = tok.vocab_size();
+    let constraint = Constraint::new(&tok, GrammarSpec::Regex("[0-9]+".into())).unwrap();
+    let mut matcher = constraint.matcher().unwrap();
+    let mut logits = vec![0.0f32; n + 45];
+    logits[7] = f32::NEG_INFINITY;
+    matcher.mask(&mut logits).unwrap();
+    let mut allowed = 0;
+    for (id, &l) in logits.iter().enumerate() {
+        let text = if id < n {
+            tok.decode(&[id as u32]).unwrap()
+        } else {
+            String::new()
+        };
+        let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+        let want = digits && id != 7;
+        assert_eq!(l == 0.0, want, "id {id} {text:?}: logit {l}");
+        allowed += want as usize;
+    }
+    assert!(allowed >= 10, "{allowed} digit tokens");
+}

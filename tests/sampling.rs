@@ -292,3 +292,42 @@ fn defaults_are_llama_cpp_like() {
     );
     assert_eq!(SamplerConfig::greedy().temperature, 0.0);
 }
+
+/// Top-k over a large vocabulary full of ties (the sampler selects it in
+/// one pass, cutting a buffer back as it fills): every draw is one of the
+/// k ids a full sort by (logit, then id) keeps, and the kept ids are drawn
+/// at their softmax shares.
+#[test]
+fn top_k_over_a_large_vocabulary_keeps_the_sorted_first_k() {
+    let mut x = 99u64;
+    let logits: Vec<f32> = (0..20_000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) % 9) as f32 * 0.5 // nine levels: thousands of ties each
+        })
+        .collect();
+    for k in [40, 300, 1000] {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let kept = &order[..k];
+        let cfg = SamplerConfig {
+            top_k: k,
+            ..plain()
+        };
+        let got = frequencies(cfg, &logits, &[], DRAWS);
+        let mut want = vec![0.0; logits.len()];
+        let z: f64 = kept.iter().map(|&i| (logits[i] as f64).exp()).sum();
+        for &i in kept {
+            want[i] = (logits[i] as f64).exp() / z;
+        }
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                w > 0.0 || g == 0.0,
+                "k {k}: id {i} drawn but not among the top k"
+            );
+        }
+        assert_close(&got, &want);
+    }
+}
