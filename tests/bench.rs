@@ -161,6 +161,60 @@ fn synth_weights_are_well_scaled() {
 }
 
 #[test]
+fn synth_fast_writes_well_scaled_random_blocks_that_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = synth::shape("tiny").unwrap();
+    let write = |quant: Quant, values| {
+        let path = dir.path().join(format!("{}-{values:?}.gguf", quant.name()));
+        synth::write_values(shape, quant, values, &path, 4, None, &mut |_, _| {}).unwrap();
+        path
+    };
+    for quant in [
+        Quant::Q4KM,
+        Quant::IQ2XXS,
+        Quant::TQ1_0,
+        Quant::Mxfp4,
+        Quant::Q2KS,
+    ] {
+        let fast = write(quant, synth::Values::Random);
+        let g = GgufFile::open(&fast).unwrap();
+        let got = tensor_map(&g);
+        for t in synth::plan(shape, quant) {
+            assert_eq!(got.get(&t.name).map(|x| x.1), Some(t.dtype), "{}", t.name);
+        }
+        let t = g.tensor("blk.1.attn_q.weight").unwrap();
+        let mut q = vec![0f32; t.n_elements()];
+        vkllm::quants::dequantize_row(t.dtype, g.tensor_data(t), &mut q).unwrap();
+        let n = q.len() as f32;
+        let mean = q.iter().sum::<f32>() / n;
+        let std = (q.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n).sqrt();
+        assert!(
+            (0.01..0.04).contains(&std) && mean.abs() < 0.01,
+            "{} attn_q mean {mean} std {std}",
+            quant.name()
+        );
+        forward_on_cpu(&fast);
+    }
+    // The grid types are random blocks either way, from the same streams;
+    // the types vkllm quantizes are not.
+    let (slow, fast) = (
+        write(Quant::IQ2XXS, synth::Values::Quantized),
+        write(Quant::IQ2XXS, synth::Values::Random),
+    );
+    let (slow, fast) = (
+        GgufFile::open(&slow).unwrap(),
+        GgufFile::open(&fast).unwrap(),
+    );
+    let data = |g: &GgufFile, name: &str| g.tensor_data(g.tensor(name).unwrap()).to_vec();
+    let grid = "blk.0.attn_q.weight";
+    assert_eq!(slow.tensor(grid).unwrap().dtype, DType::IQ2XXS);
+    assert_eq!(data(&slow, grid), data(&fast, grid));
+    let k = "blk.0.attn_v.weight";
+    assert_eq!(slow.tensor(k).unwrap().dtype, DType::Q2K);
+    assert_ne!(data(&slow, k), data(&fast, k));
+}
+
+#[test]
 fn synth_rejects_a_bad_donor_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let donor = dir.path().join("donor.gguf");
