@@ -12,10 +12,16 @@ q2_k_s) are the files vkllm writes, so where llama.cpp's choice depends on
 the matrix (iq3_xxs's attn_v and ffn_down) the two may differ, and those
 are reported apart, not as failures.
 
-    /tmp/cy/bin/python scripts/llamacpp-mixes.py [SHAPE ...]
+    /tmp/cy/bin/python scripts/llamacpp-mixes.py [--json OUT] [SHAPE ...]
     (default: tiny smollm2-135m tiny-qwen3moe; llama3.2-1b and
     tinyllama-1.1b write 2.5 GB F16 files first)
+
+`--json OUT` also writes llama.cpp's choices, the fixture
+tests/data/llamacpp_mix_types.json that tests/bench.rs checks `synth::plan`
+against: per shape, its quantized tensors' names and, per mix, their types
+in that order.
 """
+import json
 import os
 import re
 import struct
@@ -116,7 +122,12 @@ def llama_cpp_types(src, mix):
 
 
 def main():
-    shapes = sys.argv[1:] or ["tiny", "smollm2-135m", "tiny-qwen3moe"]
+    args = sys.argv[1:]
+    out_json = None
+    if args[:1] == ["--json"]:
+        out_json, args = args[1], args[2:]
+    shapes = args or ["tiny", "smollm2-135m", "tiny-qwen3moe"]
+    fixture = {}
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         for shape in shapes:
@@ -135,6 +146,12 @@ def main():
                     print(f"{shape:14} {mix:9} FAIL: {e}", flush=True)
                     failed = True
                     continue
+                # Only what a recipe decides: the tensors llama.cpp quantizes.
+                names = [n for n in sorted(theirs) if theirs[n] != "f32"]
+                entry = fixture.setdefault(shape, {"tensors": names, "mixes": {}})
+                if entry["tensors"] != names:
+                    raise RuntimeError(f"{shape} {mix}: another set of quantized tensors")
+                entry["mixes"][mix] = " ".join(theirs[n] for n in names)
                 skip = IMATRIX_DEPENDENT.get(mix, ())
                 diff, apart = [], []
                 for name in sorted(set(ours) | set(theirs)):
@@ -148,6 +165,11 @@ def main():
                     print(f"    {d}")
                 failed |= bool(diff)
             os.remove(base)
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump({"llama_cpp": "cyllama's llama.cpp (b11669), llama_model_quantize dry run, no imatrix",
+                       "shapes": fixture}, f, indent=1)
+            f.write("\n")
     sys.exit(1 if failed else 0)
 
 

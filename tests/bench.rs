@@ -112,6 +112,49 @@ fn synth_tiny_shapes_reload_with_planned_types_and_run() {
     }
 }
 
+/// Every mix's type for every tensor llama.cpp quantizes is the one
+/// llama.cpp's quantizer picks (tests/data/llamacpp_mix_types.json, from
+/// `scripts/llamacpp-mixes.py --json`: its dry run on synth F16 files).
+#[test]
+fn synth_types_are_llama_cpps_for_every_mix() {
+    let path = common::root().join("tests/data/llamacpp_mix_types.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut checked = 0;
+    for (shape_name, entry) in v["shapes"].as_object().unwrap() {
+        let shape = synth::shape(shape_name).unwrap();
+        let names: Vec<&str> = entry["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        for (mix, types) in entry["mixes"].as_object().unwrap() {
+            let quant = Quant::from_name(mix).unwrap();
+            let plan = synth::plan(shape, quant);
+            let mut ours: Vec<&str> = plan
+                .iter()
+                .filter(|t| t.dtype != DType::F32)
+                .map(|t| t.name.as_str())
+                .collect();
+            ours.sort_unstable();
+            assert_eq!(ours, names, "{shape_name} {mix}: quantized tensors");
+            for (name, want) in names.iter().zip(types.as_str().unwrap().split(' ')) {
+                // The dry run has no importance matrix, which iq3_xxs is
+                // written with: its attn_v and ffn_down are the matrix's call.
+                if quant == Quant::IQ3XXS
+                    && (name.contains("attn_v.weight") || name.contains("ffn_down"))
+                {
+                    continue;
+                }
+                let got = plan.iter().find(|t| t.name == *name).unwrap().dtype;
+                assert_eq!(got.name(), want, "{shape_name} {mix}: {name}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 10_000, "only {checked} tensors checked");
+}
+
 #[test]
 fn synth_is_deterministic_in_the_seed() {
     let dir = tempfile::tempdir().unwrap();
