@@ -6,7 +6,7 @@
 //! - 1-D tensors (norms), the MoE router and biases are F32; `f16` / `bf16`
 //!   make every matrix F16 / BF16 (llama.cpp applies no recipe to float
 //!   types), `mxfp4` every matrix MXFP4 (`llama-quantize --pure` to
-//!   MXFP4_MOE, llama.cpp's only way to MXFP4 weights in a dense model);
+//!   MXFP4_MOE: without `--pure`, a dense model's matrices are all Q8_0);
 //! - the output matrix, and the token embeddings when they are tied to it:
 //!   Q8_0 for mxfp4_moe and where the rows are not whole blocks of the mix's
 //!   type, Q5_K for the IQ2 mixes and iq3_xxs, else Q6_K (Q8_0 stays Q8_0);
@@ -21,15 +21,17 @@
 //!
 //! Importance matrix: llama.cpp refuses to write the IQ2 mixes, iq3_xxs,
 //! iq3_xs and q2_k_s without one (`tensor_requires_imatrix`), so those are
-//! the files it writes with one; the other mixes are written as without
-//! (the two differ in iq4_nl / iq4_xs's first ffn_down layers). Types
+//! the files it writes with one (iq3_xxs's attn_v and ffn_down are what
+//! the matrix changes); the other mixes are written as without (one would
+//! change q4_0 / q5_0 / iq4_nl / iq4_xs's first ffn_down layers). Types
 //! vkllm has no quantizer for (the IQ2 / IQ3 grids) get random valid
 //! blocks ([`super::blocks`]).
 //!
 //! Left out: Falcon's cases (no Falcon shape) and llama.cpp's tensor order
 //! (tensors are written in layer order; loaders look them up by name).
 //! `scripts/llamacpp-mixes.py` compares every tensor's type with what
-//! llama.cpp's own quantizer picks.
+//! llama.cpp's own quantizer picks; `tests/bench.rs` checks the plans
+//! against its stored choices (`tests/data/llamacpp_mix_types.json`).
 
 use super::Shape;
 use crate::dtype::DType;
