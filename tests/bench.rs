@@ -1,5 +1,6 @@
-//! `vkllm synth` files and `vkllm bench`: synthetic models reload through our
-//! GGUF reader with the planned shapes and types and run on the CPU; the bench
+//! `vkllm synth` files and `vkllm bench`: synthetic models of every mix
+//! (quantized and `--fast`) reload through our GGUF reader with the planned
+//! shapes and types, which are llama.cpp's, and run on the CPU; the bench
 //! command's arguments and JSON records.
 
 mod common;
