@@ -10,8 +10,12 @@
 //! file on any number of threads.
 //!
 //! The storage type of each tensor follows llama.cpp's recipe for the mix
-//! ([`recipe`]).
+//! ([`recipe`]). Types vkllm cannot quantize to (the IQ2 / IQ3 grids) are
+//! written as random valid blocks ([`blocks`]), and so is every quantized
+//! type with [`Values::Random`] (`synth --fast`): a 30B-parameter Q4_K file
+//! takes minutes of quantizer search, its random blocks seconds.
 
+mod blocks;
 mod recipe;
 
 pub use recipe::{tensor_type, Quant, Role};
@@ -429,13 +433,40 @@ const BLOCKS_PER_BATCH: usize = 32;
 /// Standard deviation of matrix weights (and of the noise on norm weights).
 const WEIGHT_STD: f32 = 0.02;
 
-/// Write `shape` under `quant` to `path`. The tokenizer comes from `donor`
-/// (a GGUF whose `tokenizer.*` keys are copied, the vocabulary cut or padded
-/// to the shape's size), or is a minimal byte-level gpt2 vocabulary.
-/// `progress(done, total)` reports tensor-data bytes written.
+/// How the quantized tensors' values are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Values {
+    /// Gaussian weights quantized with ggml's reference quantizers (random
+    /// valid blocks for the types vkllm has no quantizer for).
+    #[default]
+    Quantized,
+    /// Random valid blocks for every quantized type, scaled like the
+    /// weights: the same file layout in seconds (float tensors stay
+    /// Gaussian).
+    Random,
+}
+
+/// Write `shape` under `quant` to `path`, quantizing the weights. The
+/// tokenizer comes from `donor` (a GGUF whose `tokenizer.*` keys are copied,
+/// the vocabulary cut or padded to the shape's size), or is a minimal
+/// byte-level gpt2 vocabulary. `progress(done, total)` reports tensor-data
+/// bytes written.
 pub fn write(
     shape: &Shape,
     quant: Quant,
+    path: &Path,
+    seed: u64,
+    donor: Option<&Path>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Summary> {
+    write_values(shape, quant, Values::Quantized, path, seed, donor, progress)
+}
+
+/// [`write`], with the quantized tensors' values made as `values` says.
+pub fn write_values(
+    shape: &Shape,
+    quant: Quant,
+    values: Values,
     path: &Path,
     seed: u64,
     donor: Option<&Path>,
@@ -452,7 +483,10 @@ pub fn write(
         .map(TensorPlan::bytes)
         .collect::<Result<Vec<usize>>>()?;
     let total: u64 = sizes.iter().map(|&b| b as u64).sum();
-    let result = stream(path, seed, &metadata, &tensors, &sizes, total, progress);
+    let fast = values == Values::Random;
+    let result = stream(
+        path, seed, fast, &metadata, &tensors, &sizes, total, progress,
+    );
     if result.is_err() {
         // A truncated model must not be left behind to be loaded later.
         let _ = std::fs::remove_file(path);
@@ -467,9 +501,11 @@ pub fn write(
 }
 
 /// Write the file; returns its size.
+#[allow(clippy::too_many_arguments)]
 fn stream(
     path: &Path,
     seed: u64,
+    fast: bool,
     metadata: &[(String, GgufValue)],
     tensors: &[TensorPlan],
     sizes: &[usize],
@@ -494,7 +530,7 @@ fn stream(
                 .into_par_iter()
                 .map(|b| {
                     let rows = b * rows_per_block..((b + 1) * rows_per_block).min(t.rows);
-                    block_bytes(t, rows, block_seed(seed, index, b))
+                    block_bytes(t, rows, block_seed(seed, index, b), fast)
                 })
                 .collect::<Result<_>>()?;
             for data in &batch {
@@ -520,11 +556,26 @@ fn block_seed(seed: u64, tensor: usize, block: usize) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Rows `rows` of tensor `t`, generated and quantized.
-fn block_bytes(t: &TensorPlan, rows: std::ops::Range<usize>, seed: u64) -> Result<Vec<u8>> {
+/// Rows `rows` of tensor `t`, generated and quantized (random blocks where
+/// [`blocks::random_blocks`] says).
+fn block_bytes(
+    t: &TensorPlan,
+    rows: std::ops::Range<usize>,
+    seed: u64,
+    fast: bool,
+) -> Result<Vec<u8>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let row_bytes = t.dtype.row_bytes(t.cols)?;
     let mut out = vec![0u8; row_bytes * rows.len()];
+    if blocks::random_blocks(t.dtype, fast) {
+        blocks::fill_random(t.dtype, &mut rng, WEIGHT_STD, &mut out).map_err(|e| {
+            Error::Tensor {
+                name: t.name.clone(),
+                msg: e.to_string(),
+            }
+        })?;
+        return Ok(out);
+    }
     let mut values = vec![0f32; t.cols];
     // Norm weights near 1; the rest near 0, biases and sinks too (a sink
     // well above the scores would swallow the attention).

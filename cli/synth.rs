@@ -27,6 +27,11 @@ pub struct SynthArgs {
     /// GGUF to copy the tokenizer from [default: a minimal byte-level vocabulary]
     #[arg(long, value_name = "FILE")]
     donor: Option<PathBuf>,
+    /// Random valid blocks of each quantized type instead of quantized
+    /// weights: the same layout and speed, written in seconds rather than
+    /// minutes (values are not a model's; for benchmarks only)
+    #[arg(long)]
+    fast: bool,
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -44,9 +49,15 @@ pub fn run(a: SynthArgs) -> Result<()> {
     {
         bar.set_style(style);
     }
-    let summary = synth::write(
+    let values = if a.fast {
+        synth::Values::Random
+    } else {
+        synth::Values::Quantized
+    };
+    let summary = synth::write_values(
         shape,
         quant,
+        values,
         &a.output,
         a.seed,
         a.donor.as_deref(),

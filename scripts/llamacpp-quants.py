@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Proof that llama.cpp reads the new block formats as vkllm does: for each
-low-bit mix `vkllm synth` writes (Q3_K_M, Q2_K, IQ4_XS; the `tiny` shape,
+mix `vkllm synth` writes (Q3_K_M, Q2_K, IQ4_XS, ..., every one; the `tiny` shape,
 whose 256-wide rows take every type of the mix), llama.cpp (its wheel
 cyllama 0.7.0, Python 3.12) loads the file, and its logits at every prompt
 position match `vkllm logits` on the CPU (f32 activations). llama.cpp's CPU
@@ -26,8 +26,15 @@ import tempfile
 import numpy as np
 from llamacpp_logits import llama_cpp_logits
 
-MIXES = ["q4_k_m", "q8_0", "q3_k_m", "q2_k", "iq4_xs"]
+MIXES = ["q4_k_m", "q8_0", "q3_k_m", "q2_k", "iq4_xs",
+         # The rest of `vkllm synth`'s mixes; the IQ2 / IQ3 grids are random
+         # valid blocks (vkllm has no quantizer for them).
+         "bf16", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_s", "q3_k_l", "q3_k_s",
+         "q2_k_s", "iq4_nl", "iq3_m", "iq3_s", "iq3_xs", "iq3_xxs", "iq2_m", "iq2_s", "iq2_xs",
+         "iq2_xxs", "tq2_0", "tq1_0", "mxfp4", "mxfp4_moe", "q4_0", "q4_1", "f16"]
 IDS = [1, 17, 300, 5, 42, 900, 7, 64]
+# FAST=1: the files of `vkllm synth --fast` (random valid blocks of every type).
+FAST = ["--fast"] if os.environ.get("FAST") == "1" else []
 # Of the logits' standard deviation (the baseline mixes measure 0.04-0.06).
 TOL = 0.1
 
@@ -40,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for mix in MIXES:
         out = os.path.join(tmp, mix + ".gguf")
         try:
-            subprocess.run([vkllm, "synth", "--shape", "tiny", "--quant", mix, "-o", out],
+            subprocess.run([vkllm, "synth", *FAST, "--shape", "tiny", "--quant", mix, "-o", out],
                            check=True, capture_output=True)
             ours = subprocess.run([vkllm, "logits", "-m", out, "-b", "cpu", "--activations", "f32",
                                    "--prompt-ids", ",".join(map(str, IDS)), "--json"],

@@ -11,6 +11,8 @@
 # synthetic models' tokenizer).
 #
 # usage: scripts/vs-llama-cpp.sh [SHAPE:QUANT ...]
+#        scripts/vs-llama-cpp.sh --formats SHAPE   (every mix on SHAPE, one table;
+#                                                   README's "Every format" table)
 #   default: smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m
 # env: PP (512), TG (128), DEPTH (0), REPS (3), BACKEND (vulkan), WORK (/tmp/vs-llama-cpp),
 #      PARALLEL (empty; e.g. 4,16,64: many sequences at once too, llama-batched-bench's
@@ -19,7 +21,11 @@
 #      single-stream pp/tg comparison),
 #      KEEP (0; 1 keeps the model files in WORK and reuses them: a second
 #      depth on the same machine skips the minutes the 8B takes to write),
-#      WARM (1; 0 skips the untimed run of each engine on each file)
+#      WARM (1; 0 skips the untimed run of each engine on each file),
+#      FAST (0, 1 with --formats: `vkllm synth --fast`, random valid blocks
+#      instead of quantized weights: the same speed, files in seconds),
+#      MIXES (with --formats: the mixes, space-separated; default every mix
+#      `vkllm synth` writes)
 #
 # Each engine first runs once untimed on each file, in a process of its own:
 # on an H100, a process whose pipelines neither vkllm's pipeline cache nor
@@ -51,7 +57,22 @@ PARALLEL=${PARALLEL:-}
 BPP=${BPP:-128}
 BTG=${BTG:-64}
 SINGLE=${SINGLE:-1}
-models=("$@")
+# Every mix `vkllm synth --quant` writes (bench/synth/recipe.rs), the
+# issue-60 formats first.
+ALL_MIXES="f16 bf16 q8_0 q6_k q5_k_m q5_k_s q5_0 q5_1 q4_k_m q4_k_s q4_0 q4_1 q3_k_l q3_k_m q3_k_s
+q2_k q2_k_s iq4_xs iq4_nl iq3_m iq3_s iq3_xs iq3_xxs iq2_m iq2_s iq2_xs iq2_xxs tq2_0 tq1_0
+mxfp4 mxfp4_moe"
+if [ "${1:-}" = "--formats" ]; then
+    [ -n "${2:-}" ] || { echo "vs-llama-cpp: --formats needs a shape" >&2; exit 1; }
+    FAST=${FAST:-1}
+    models=()
+    for mix in ${MIXES:-$ALL_MIXES}; do models+=("$2:$mix"); done
+else
+    models=("$@")
+fi
+FAST=${FAST:-0}
+synth_flags=()
+[ "$FAST" = 1 ] && synth_flags=(--fast)
 [ ${#models[@]} -gt 0 ] || models=(smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m)
 
 die() { echo "vs-llama-cpp: $*" >&2; exit 1; }
@@ -89,7 +110,7 @@ for spec in "${models[@]}"; do
     if [ "$KEEP" = 1 ] && [ -f "$file" ]; then
         echo "reusing $file" >&2
     else
-        "$VKLLM" synth --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
+        "$VKLLM" synth ${synth_flags[@]+"${synth_flags[@]}"} --shape "$shape" --quant "$quant" --donor "$DONOR" -o "$file" || die "vkllm synth $shape $quant failed"
     fi
     if [ "$WARM" = 1 ]; then
         python3 $ANCHORS/llamacpp_bench.py "$file" --pp "$PP" --tg 16 --reps 1 --depth "$DEPTH" > /dev/null 2>&1

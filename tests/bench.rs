@@ -1,5 +1,6 @@
-//! `vkllm synth` files and `vkllm bench`: synthetic models reload through our
-//! GGUF reader with the planned shapes and types and run on the CPU; the bench
+//! `vkllm synth` files and `vkllm bench`: synthetic models of every mix
+//! (quantized and `--fast`) reload through our GGUF reader with the planned
+//! shapes and types, which are llama.cpp's, and run on the CPU; the bench
 //! command's arguments and JSON records.
 
 mod common;
@@ -112,6 +113,49 @@ fn synth_tiny_shapes_reload_with_planned_types_and_run() {
     }
 }
 
+/// Every mix's type for every tensor llama.cpp quantizes is the one
+/// llama.cpp's quantizer picks (tests/data/llamacpp_mix_types.json, from
+/// `scripts/llamacpp-mixes.py --json`: its dry run on synth F16 files).
+#[test]
+fn synth_types_are_llama_cpps_for_every_mix() {
+    let path = common::root().join("tests/data/llamacpp_mix_types.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut checked = 0;
+    for (shape_name, entry) in v["shapes"].as_object().unwrap() {
+        let shape = synth::shape(shape_name).unwrap();
+        let names: Vec<&str> = entry["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        for (mix, types) in entry["mixes"].as_object().unwrap() {
+            let quant = Quant::from_name(mix).unwrap();
+            let plan = synth::plan(shape, quant);
+            let mut ours: Vec<&str> = plan
+                .iter()
+                .filter(|t| t.dtype != DType::F32)
+                .map(|t| t.name.as_str())
+                .collect();
+            ours.sort_unstable();
+            assert_eq!(ours, names, "{shape_name} {mix}: quantized tensors");
+            for (name, want) in names.iter().zip(types.as_str().unwrap().split(' ')) {
+                // The dry run has no importance matrix, which iq3_xxs is
+                // written with: its attn_v and ffn_down are the matrix's call.
+                if quant == Quant::IQ3XXS
+                    && (name.contains("attn_v.weight") || name.contains("ffn_down"))
+                {
+                    continue;
+                }
+                let got = plan.iter().find(|t| t.name == *name).unwrap().dtype;
+                assert_eq!(got.name(), want, "{shape_name} {mix}: {name}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 10_000, "only {checked} tensors checked");
+}
+
 #[test]
 fn synth_is_deterministic_in_the_seed() {
     let dir = tempfile::tempdir().unwrap();
@@ -158,6 +202,60 @@ fn synth_weights_are_well_scaled() {
         norm.iter().all(|x| (x - 1.0).abs() < 0.1),
         "norm weights should be near 1"
     );
+}
+
+#[test]
+fn synth_fast_writes_well_scaled_random_blocks_that_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = synth::shape("tiny").unwrap();
+    let write = |quant: Quant, values| {
+        let path = dir.path().join(format!("{}-{values:?}.gguf", quant.name()));
+        synth::write_values(shape, quant, values, &path, 4, None, &mut |_, _| {}).unwrap();
+        path
+    };
+    for quant in [
+        Quant::Q4KM,
+        Quant::IQ2XXS,
+        Quant::TQ1_0,
+        Quant::Mxfp4,
+        Quant::Q2KS,
+    ] {
+        let fast = write(quant, synth::Values::Random);
+        let g = GgufFile::open(&fast).unwrap();
+        let got = tensor_map(&g);
+        for t in synth::plan(shape, quant) {
+            assert_eq!(got.get(&t.name).map(|x| x.1), Some(t.dtype), "{}", t.name);
+        }
+        let t = g.tensor("blk.1.attn_q.weight").unwrap();
+        let mut q = vec![0f32; t.n_elements()];
+        vkllm::quants::dequantize_row(t.dtype, g.tensor_data(t), &mut q).unwrap();
+        let n = q.len() as f32;
+        let mean = q.iter().sum::<f32>() / n;
+        let std = (q.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n).sqrt();
+        assert!(
+            (0.01..0.04).contains(&std) && mean.abs() < 0.01,
+            "{} attn_q mean {mean} std {std}",
+            quant.name()
+        );
+        forward_on_cpu(&fast);
+    }
+    // The grid types are random blocks either way, from the same streams;
+    // the types vkllm quantizes are not.
+    let (slow, fast) = (
+        write(Quant::IQ2XXS, synth::Values::Quantized),
+        write(Quant::IQ2XXS, synth::Values::Random),
+    );
+    let (slow, fast) = (
+        GgufFile::open(&slow).unwrap(),
+        GgufFile::open(&fast).unwrap(),
+    );
+    let data = |g: &GgufFile, name: &str| g.tensor_data(g.tensor(name).unwrap()).to_vec();
+    let grid = "blk.0.attn_q.weight";
+    assert_eq!(slow.tensor(grid).unwrap().dtype, DType::IQ2XXS);
+    assert_eq!(data(&slow, grid), data(&fast, grid));
+    let k = "blk.0.attn_v.weight";
+    assert_eq!(slow.tensor(k).unwrap().dtype, DType::Q2K);
+    assert_ne!(data(&slow, k), data(&fast, k));
 }
 
 #[test]
