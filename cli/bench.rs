@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// prints aggregate and per-sequence rates
     #[arg(long, value_name = "B", value_delimiter = ',')]
     parallel: Vec<NonZeroUsize>,
+    /// Busy threads spinning beside the tests, a competing CPU load (a
+    /// compiler, a browser): run once with and once without to see how the
+    /// CPU backend's speed degrades on a busy machine
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    contend: usize,
     /// Seed of the random prompt tokens
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -110,6 +115,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(trace) = &a.profile {
         super::check_output(trace)?;
     }
+    let _load = CompetingLoad::start(a.contend);
     let mut protocol = Protocol::new(&a.prompt, &a.gen, &a.depth, a.repetitions.get())?;
     protocol.seed = a.seed;
     let models = if a.model.is_empty() {
@@ -336,5 +342,40 @@ fn probe(model: &mut Model, backend: &str, mib: usize, threads: Option<usize>) -
         host_copy_gbs(bytes, threads)
     } else {
         backend_copy_gbs(model.backend(), bytes, DEVICE_COPIES)
+    }
+}
+
+/// Threads that spin until dropped: a competing CPU load.
+struct CompetingLoad {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CompetingLoad {
+    fn start(n: usize) -> CompetingLoad {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map_while(|_| {
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name("vkllm-contend".into())
+                    .spawn(move || {
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            std::hint::spin_loop();
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        CompetingLoad { stop, threads }
+    }
+}
+
+impl Drop for CompetingLoad {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
