@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Instant;
 use vkllm::backend::ComputeBackend;
-use vkllm::cpu::{CpuBackend, Isa};
+use vkllm::cpu::{ActivationPrecision, CpuBackend, Isa};
 use vkllm::quants::quantize_row;
 use vkllm::DType;
 
@@ -21,6 +21,10 @@ const PASSES: usize = 5;
 /// (rows, cols): TinyLlama / Llama-3.2-1B's decode matmuls (K or V, Q or O,
 /// TinyLlama's gate or up, Llama's down).
 const SHAPES: [(usize, usize); 4] = [(256, 2048), (2048, 2048), (5632, 2048), (2048, 8192)];
+
+/// BitNet b1.58 2B's (ffn 6912, hidden 2560) for the ternary types: gate or
+/// up, down, Q or O.
+const TERNARY_SHAPES: [(usize, usize); 3] = [(6912, 2560), (2560, 6912), (2560, 2560)];
 
 fn gbs(b: &mut CpuBackend, dtype: DType, rows: usize, cols: usize) -> f64 {
     let bytes = dtype.row_bytes(cols).unwrap() * rows;
@@ -75,27 +79,41 @@ fn main() {
         DType::Q8_0,
         DType::Q4K,
         DType::Q6K,
+        DType::TQ1_0,
+        DType::TQ2_0,
     ];
-    println!("| isa | type | rows x cols | GB/s GGUF rows | GB/s repacked |");
-    println!("|---|---|---|---:|---:|");
+    // The last column: f32 activations (the float kernels, which were the
+    // ternary types' only path before their integer dots).
+    println!("| isa | type | rows x cols | GB/s GGUF rows | GB/s repacked | GB/s f32 x |");
+    println!("|---|---|---|---:|---:|---:|");
     for isa in [Isa::Avx512, Isa::Avx2] {
-        let (Ok(rows_b), Ok(packed_b)) = (
+        let (Ok(rows_b), Ok(packed_b), Ok(f32_b)) = (
+            CpuBackend::with_isa(threads, isa),
             CpuBackend::with_isa(threads, isa),
             CpuBackend::with_isa(threads, isa),
         ) else {
             continue;
         };
-        let mut b = [rows_b.with_repack(false), packed_b.with_repack(true)];
+        let mut b = [
+            rows_b.with_repack(false),
+            packed_b.with_repack(true),
+            f32_b.with_activations(ActivationPrecision::F32),
+        ];
         for dtype in dtypes {
             if !want.is_empty() && !want.contains(&dtype.to_string().to_ascii_lowercase()) {
                 continue;
             }
-            for (rows, cols) in SHAPES {
+            let shapes: &[(usize, usize)] = if matches!(dtype, DType::TQ1_0 | DType::TQ2_0) {
+                &TERNARY_SHAPES
+            } else {
+                &SHAPES
+            };
+            for &(rows, cols) in shapes {
                 let g = b.each_mut().map(|b| gbs(b, dtype, rows, cols));
                 let name = isa.name();
                 println!(
-                    "| {name} | {dtype} | {rows} x {cols} | {:.1} | {:.1} |",
-                    g[0], g[1]
+                    "| {name} | {dtype} | {rows} x {cols} | {:.1} | {:.1} | {:.1} |",
+                    g[0], g[1], g[2]
                 );
             }
         }

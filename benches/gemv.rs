@@ -142,6 +142,8 @@ fn main() {
         DType::Q4_1,
         DType::Q8_0,
         DType::F16,
+        DType::TQ1_0,
+        DType::TQ2_0,
     ];
     println!(
         "{:<8} {:>12} {:>9} {:>9} {:>9} {:>9}  (GB/s of weights; copy {copy:.0}; stream: scale moving as many bytes per dispatch)",

@@ -1,8 +1,9 @@
 //! Activations quantized per 32-value block to 16-bit or 8-bit integers
 //! (ggml's Q8_1 layout idea, with f32 scales), for the CPU's integer-dot
 //! decode, and the scalar block dots of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
-//! Q4_K / Q5_K / Q6_K weights with them. The SIMD kernels (`cpu::simd`) compute the same exact integer sums
-//! and combine them with the same formulas.
+//! Q4_K / Q5_K / Q6_K / TQ1_0 / TQ2_0 weights with them. The SIMD kernels
+//! (`cpu::simd`) compute the same exact integer sums and combine them with
+//! the same formulas.
 
 use crate::dtype::DType;
 
@@ -324,6 +325,27 @@ pub fn block_weights(dtype: DType, w: &[u8], b: usize) -> ([i32; ACT_BLOCK], [f3
                 (sc[j / 16] as i8 as i32) * ((lo | hi << 4) as i32 - 32)
             });
             (q, [f16(blk, 208), 0.0])
+        }
+        // Ternary digits as `t + 1` (0..=2), the −1 in the offset term.
+        DType::TQ1_0 => {
+            let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
+            let e0 = 32 * (b % 8);
+            let d = f16(blk, 52);
+            (
+                std::array::from_fn(|j| crate::quants::tq1_0_digit(blk, e0 + j)),
+                [d, -d],
+            )
+        }
+        DType::TQ2_0 => {
+            // Block b % 8 is bit pair (b % 4) of bytes 32·(b % 8 / 4)..+32.
+            let blk = &w[(b / 8) * bb..(b / 8 + 1) * bb];
+            let s = b % 8;
+            let qs = &blk[32 * (s / 4)..32 * (s / 4) + 32];
+            let d = f16(blk, 64);
+            (
+                std::array::from_fn(|j| ((qs[j] >> (2 * (s % 4))) & 3) as i32),
+                [d, -d],
+            )
         }
         // Rows without `cpu.int_dot` never come here (`supports`).
         _ => unreachable!("no integer weights for this type"),

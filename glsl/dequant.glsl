@@ -378,6 +378,15 @@ float tq1_d(uint base) {
 uint tq1_pow3(uint n) {
     return n == 0u ? 1u : n == 1u ? 3u : n == 2u ? 9u : n == 3u ? 27u : 81u;
 }
+// Trit n of each of the four bytes of w, as t + 1 in the same byte. The
+// bytes go two at a time, 16 bits apart, so every product (at most
+// 255 · 81, then 255 · 3) stays inside its half-word.
+uint tq1_trits4(uint w, uint n) {
+    uint p = tq1_pow3(n);
+    uint e = ((w & 0x00FF00FFu) * p) & 0x00FF00FFu;
+    uint o = (((w >> 8) & 0x00FF00FFu) * p) & 0x00FF00FFu;
+    return (((e * 3u) >> 8) & 0x00030003u) | ((((o * 3u) >> 8) & 0x00030003u) << 8);
+}
 float dq1(uint i) {
     uint base = (i >> 8) * 14u;
     uint e = i & 255u;

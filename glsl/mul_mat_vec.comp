@@ -14,7 +14,7 @@
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
 // Built with Q8X (mul_mat_vec_q8, for the types whose row in quants/types.rs
-// gives integer-dot lanes: q4_k, q6_k, q4_0, q4_1 and q8_0), x comes
+// gives integer-dot lanes: q4_k, q6_k, q4_0, q4_1, q8_0, tq1_0 and tq2_0), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -33,7 +33,7 @@
 // quantize dispatch before it either.
 //
 // Built with GEMV_LANES (build.rs passes the type's lanes from its row in
-// quants/types.rs: the anchor models' quant types and MXFP4), the kernel
+// quants/types.rs: the anchor models' quant types, MXFP4, TQ1_0 and TQ2_0), the kernel
 // goes block by block: a block is split into LANES slices, each invocation
 // decodes its block's header once and then all quants of its slice with
 // wide loads, so neighbouring invocations read consecutive bytes; the
@@ -414,6 +414,113 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
 #endif
 }
 
+#elif defined(Q8X) && defined(TYPE_TQ1_0)
+const uint QK = 256u;
+const uint BWORDS = 14u;
+// Slot s (of 4), as the f32 slices below: quant bytes 8s..8s+7 (elements
+// 32n + 8s..+7, activation block n), bytes 32 + 4s..+3 (elements
+// 160 + 16n + 4s..+3, block 5 + n/2) and trit s of the qh bytes
+// (elements 240 + 4s..+3, block 7).
+const uint XN = 9u;
+
+// xs[n], n < 5: hi, hi, lo, lo digits of elements 32n + 8s..+7; xs[5 + j/2]:
+// hi and lo digits of the middle bytes' trit j (x, y for even j, z, w for
+// odd), j = 5 being the qh trit; sums: blocks 0..3's scales d, xs[8]
+// blocks 4..7's (as float bits: eight scales, one vec4 of sums).
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
+    [[unroll]] for (uint n = 0u; n < 5u; n++) {
+        uint at = q8_at(col0 / 16u + 2u * n + (sub >> 1), pc.k);
+        uvec4 h = X_HI4(r, at);
+        uvec4 l = X_LO4(r, at);
+        xs[n] = (sub & 1u) == 0u ? uvec4(h.xy, l.xy) : uvec4(h.zw, l.zw);
+    }
+    [[unroll]] for (uint j = 0u; j < 6u; j += 2u) {
+        uint a = q8_at(col0 / 16u + 10u + j, pc.k);
+        uint b = q8_at(col0 / 16u + 11u + j, pc.k);
+        xs[5u + j / 2u] = uvec4(X_HI4(r, a)[sub], X_LO4(r, a)[sub], X_HI4(r, b)[sub],
+                                X_LO4(r, b)[sub]);
+    }
+    [[unroll]] for (uint b = 0u; b < 4u; b++) {
+        sums[b] = X_FLOAT(d + 2u * b);
+        xs[8][b] = floatBitsToUint(X_FLOAT(d + 8u + 2u * b));
+    }
+}
+
+// Trit n of each byte of w as the signed byte t (see the TQ2_0 slot below).
+uint tq1_signed(uint w, uint n) {
+    return (tq1_trits4(w, n) + 0x7F7F7F7Fu) ^ 0x80808080u;
+}
+
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uvec2 a = uvec2(wdata[base + 2u * sub], wdata[base + 2u * sub + 1u]);
+    uint b = wdata[base + 8u + sub];
+    // Per activation block: hi0 / lo0 blocks 0..3, hi1 / lo1 blocks 4..7.
+    ivec4 hi0 = ivec4(0), lo0 = ivec4(0), hi1 = ivec4(0), lo1 = ivec4(0);
+    [[unroll]] for (uint n = 0u; n < 5u; n++) {
+        uint t0 = tq1_signed(a.x, n);
+        uint t1 = tq1_signed(a.y, n);
+        int h = dot8(t1, xs[n].y, dot8(t0, xs[n].x, 0));
+        int l = dot8(t1, xs[n].w, dot8(t0, xs[n].z, 0));
+        if (n < 4u) {
+            hi0[n] += h;
+            lo0[n] += l;
+        } else {
+            hi1.x += h;
+            lo1.x += l;
+        }
+        uint tm = tq1_signed(b, n);
+        uvec2 xm = (n & 1u) == 0u ? xs[5u + n / 2u].xy : xs[5u + n / 2u].zw;
+        hi1[1u + n / 2u] = dot8(tm, xm.x, hi1[1u + n / 2u]);
+        lo1[1u + n / 2u] = dot8(tm, xm.y, lo1[1u + n / 2u]);
+    }
+    uint tq = tq1_signed(wdata[base + 12u], sub);
+    hi1.w = dot8(tq, xs[7].z, hi1.w);
+    lo1.w = dot8(tq, xs[7].w, lo1.w);
+    vec4 d0 = vec4(hi0) + vec4(lo0) * (1.0 / 254.0);
+    vec4 d1 = vec4(hi1) + vec4(lo1) * (1.0 / 254.0);
+    return tq1_d(base) * (dot(sums, d0) + dot(uintBitsToFloat(xs[8]), d1));
+}
+
+#elif defined(Q8X) && defined(TYPE_TQ2_0)
+const uint QK = 256u;
+const uint BWORDS = 17u;
+// Slot s (of 4): quant words 4s..4s+3, bytes 16(s%2)..+15 of half c = s/2,
+// all four bit pairs p: elements 128c + 32p + 16(s%2)..+15, half of
+// activation block 4c + p.
+const uint XN = 8u;
+
+// xs[p]: hi digits of bit pair p's 16 values, xs[4 + p] their lo digits;
+// sums[p]: the scale d of their block.
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint col = col0 + 128u * (sub >> 1) + 16u * (sub & 1u);
+    uint d = r * xq_stride() + pc.k / 2u;
+    [[unroll]] for (uint p = 0u; p < 4u; p++) {
+        uint at = q8_at((col + 32u * p) / 16u, pc.k);
+        xs[p] = X_HI4(r, at);
+        xs[4u + p] = X_LO4(r, at);
+        sums[p] = X_FLOAT(d + 2u * ((col + 32u * p) / 32u));
+    }
+}
+
+// The stored t + 1 becomes the signed byte t ((q + 127) ^ 128, no carry
+// between bytes), so the packed dots need no zero-point term.
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 4u * sub + w];
+        [[unroll]] for (uint p = 0u; p < 4u; p++) {
+            uint t = (((q >> (2u * p)) & 0x03030303u) + 0x7F7F7F7Fu) ^ 0x80808080u;
+            hi[p] = dot8(t, xs[p][w], hi[p]);
+            lo[p] = dot8(t, xs[4u + p][w], lo[p]);
+        }
+    }
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z),
+                     digits(hi.w, lo.w));
+    return unpackHalf2x16(wdata[base + 16u]).x * dot(sums, dots);
+}
+
 #elif defined(TYPE_Q4_K)
 const uint QK = 256u;
 const uint BWORDS = 36u;
@@ -494,6 +601,67 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
         part.w += dot(fbytes4(hi2 | (((b >> 6) & 0x03030303u) << 4), 32.0), xs[6u + w]);
     }
     return d * dot(part, st);
+}
+
+#elif defined(TYPE_TQ1_0)
+const uint QK = 256u;
+const uint BWORDS = 14u;
+// Slice s (of 4): quant bytes 8s..8s+7 (all five trits: elements
+// 32n + 8s..+7), bytes 32 + 4s..+3 (elements 160 + 16n + 4s..+3) and
+// trit s of the four qh bytes (elements 240 + 4s..+3): 64 elements, the
+// same work in every slice.
+const uint XN = 16u;
+
+// xs[2n], xs[2n + 1]: the first bytes' trit n; xs[10 + n]: the middle
+// bytes' trit n; xs[15]: the qh trit.
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    [[unroll]] for (uint n = 0u; n < 5u; n++) {
+        xs[2u * n] = xv(r, col0 + 32u * n + 8u * sub, ss);
+        xs[2u * n + 1u] = xv(r, col0 + 32u * n + 8u * sub + 4u, ss);
+        xs[10u + n] = xv(r, col0 + 160u + 16u * n + 4u * sub, ss);
+    }
+    xs[15] = xv(r, col0 + 240u + 4u * sub, ss);
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uvec2 a = uvec2(wdata[base + 2u * sub], wdata[base + 2u * sub + 1u]);
+    uint b = wdata[base + 8u + sub];
+    vec4 acc = fbytes4(tq1_trits4(wdata[base + 12u], sub), 1.0) * xs[15];
+    [[unroll]] for (uint n = 0u; n < 5u; n++) {
+        acc += fbytes4(tq1_trits4(a.x, n), 1.0) * xs[2u * n]
+             + fbytes4(tq1_trits4(a.y, n), 1.0) * xs[2u * n + 1u]
+             + fbytes4(tq1_trits4(b, n), 1.0) * xs[10u + n];
+    }
+    return tq1_d(base) * dot(acc, vec4(1.0));
+}
+
+#elif defined(TYPE_TQ2_0)
+const uint QK = 256u;
+const uint BWORDS = 17u;
+// Slice s (of 8): quant bytes 8s..8s+7, i.e. bytes 8(s%4).. of half
+// c = s/4, all four bit pairs p: elements 128c + 32p + 8(s%4)..+7.
+const uint XN = 8u;
+
+// xs[2p], xs[2p + 1]: bit pair p's 8 elements.
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 128u * (sub >> 2) + 8u * (sub & 3u);
+    [[unroll]] for (uint p = 0u; p < 4u; p++) {
+        xs[2u * p] = xv(r, col + 32u * p, ss);
+        xs[2u * p + 1u] = xv(r, col + 32u * p + 4u, ss);
+    }
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uvec2 q = uvec2(wdata[base + 2u * sub], wdata[base + 2u * sub + 1u]);
+    vec4 acc = vec4(0.0);
+    [[unroll]] for (uint p = 0u; p < 4u; p++) {
+        // fbytes4's bias turns the stored t + 1 into t.
+        acc += fbytes4((q.x >> (2u * p)) & 0x03030303u, 1.0) * xs[2u * p]
+             + fbytes4((q.y >> (2u * p)) & 0x03030303u, 1.0) * xs[2u * p + 1u];
+    }
+    return unpackHalf2x16(wdata[base + 16u]).x * dot(acc, vec4(1.0));
 }
 
 #elif defined(TYPE_Q4_0) || defined(TYPE_Q4_1)

@@ -25,6 +25,7 @@ mod table;
 mod ternary;
 
 pub(crate) use kquants::scale_min_k4;
+pub(crate) use ternary::tq1_0_digit;
 // Block pieces the CPU's SIMD decoders share with the scalar codecs.
 #[cfg(target_arch = "x86_64")]
 pub(crate) use {

@@ -19,6 +19,16 @@ fn trit(q: u8, n: usize) -> i32 {
     ((q.wrapping_mul(POW3[n]) as u16 * 3) >> 8) as i32
 }
 
+/// Element `e` (0..256) of a TQ1_0 block as `t + 1`, for the CPU's
+/// integer dots (`cpu::act::block_weights`).
+pub(crate) fn tq1_0_digit(b: &[u8], e: usize) -> i32 {
+    match e {
+        0..160 => trit(b[e % 32], e / 32),
+        160..240 => trit(b[32 + (e - 160) % 16], (e - 160) / 16),
+        _ => trit(b[48 + (e - 240) % 4], (e - 240) / 4),
+    }
+}
+
 pub(super) fn dequant_tq1_0(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 52);
     for n in 0..5 {

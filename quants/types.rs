@@ -112,14 +112,14 @@ quant_types! {
     TQ1_0 {
         name: "tq1_0", ggml_id: 34, block_elems: QK_K, block_bytes: 54,
         decode: ternary::dequant_tq1_0, encode: Some(ternary::quant_tq1_0), gpu: repack(54, 0, 56),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
-        cpu: CpuKernels { simd: false, int_dot: false, repack: false },
+        gemv: GpuGemv { rows: 4, lanes: Some(4), int_dot_lanes: Some(4) },
+        cpu: CpuKernels { simd: false, int_dot: true, repack: false },
     },
     TQ2_0 {
         name: "tq2_0", ggml_id: 35, block_elems: QK_K, block_bytes: 66,
         decode: ternary::dequant_tq2_0, encode: Some(ternary::quant_tq2_0), gpu: repack(66, 0, 68),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
-        cpu: CpuKernels { simd: true, int_dot: false, repack: false },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
+        cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     MXFP4 {
         name: "mxfp4", ggml_id: 39, block_elems: 32, block_bytes: 17,

@@ -196,7 +196,7 @@ test_device!(
 );
 
 /// Integer-dot weight types.
-const INT_DTYPES: [DType; 8] = [
+const INT_DTYPES: [DType; 10] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
@@ -205,6 +205,8 @@ const INT_DTYPES: [DType; 8] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::TQ1_0,
+    DType::TQ2_0,
 ];
 
 /// `matmul` of `wb` (`[rows, cols]` of `dtype`) with `x` (`[m, cols]`) on `b`,

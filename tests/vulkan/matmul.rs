@@ -94,10 +94,18 @@ fn matmul_gemv_model_sized_rows_every_m() {
         DType::Q4_0,
         DType::Q4_1,
         DType::Q8_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
     ] {
         shapes.push((d, 5, 14336));
     }
-    for d in [DType::Q4K, DType::Q6K, DType::Q4_0] {
+    for d in [
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q4_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
+    ] {
         shapes.push((d, 2048, 4096));
     }
     for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {

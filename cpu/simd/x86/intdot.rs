@@ -1,5 +1,5 @@
 //! Integer-dot decode kernels: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K /
-//! Q6_K weight rows against activations quantized per 32-value block to 16 or
+//! Q6_K / TQ1_0 / TQ2_0 weight rows against activations quantized per 32-value block to 16 or
 //! 8 bits ([`ActRows`]).
 //! Per block the products are summed exactly in i32, then scaled in f32 as
 //! `cpu::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
@@ -17,6 +17,8 @@ const Q5_0: u8 = 4;
 const Q5_1: u8 = 5;
 const Q5_K: u8 = 6;
 const Q6_K: u8 = 7;
+const TQ1_0: u8 = 8;
+const TQ2_0: u8 = 9;
 
 macro_rules! intdot_kernels {
     ($feat:literal) => {
@@ -105,6 +107,76 @@ macro_rules! intdot_kernels {
             )
         }
 
+        /// Each byte times 3 (8-bit wrapping).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn times3(v: __m256i) -> __m256i {
+            _mm256_add_epi8(v, _mm256_add_epi8(v, v))
+        }
+
+        /// Each byte times 9 (8-bit wrapping): `8v` per byte is a 16-bit
+        /// shift with the bits crossing from the byte below masked off.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn times9(v: __m256i) -> __m256i {
+            let v8 = _mm256_and_si256(_mm256_slli_epi16(v, 3), _mm256_set1_epi8(-8));
+            _mm256_add_epi8(v8, v)
+        }
+
+        /// Each byte times 3ⁿ (8-bit wrapping), `n` in 0..5.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn times_pow3(v: __m256i, n: usize) -> __m256i {
+            match n {
+                0 => v,
+                1 => times3(v),
+                2 => times9(v),
+                3 => times9(times3(v)),
+                _ => times9(times9(v)),
+            }
+        }
+
+        /// TQ1_0's trit of each byte `v` already multiplied by 3ⁿ: `(3v) >> 8`,
+        /// as `t + 1`, without a byte multiply (ggml's trick): with `u = v − 1`
+        /// saturated, `avg(u, avg(u, 0))` has the top two bits of `3v / 4`
+        /// for each of the 256 byte values.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn top_trit(v: __m256i) -> __m256i {
+            let v = _mm256_subs_epu8(v, _mm256_set1_epi8(1));
+            let v = _mm256_avg_epu8(v, _mm256_avg_epu8(v, _mm256_setzero_si256()));
+            _mm256_and_si256(_mm256_srli_epi16(v, 6), _mm256_set1_epi8(3))
+        }
+
+        /// TQ1_0's 32 digits (`t + 1`) of block `s` (0..8) of the 256-value
+        /// block at `p` (see `quants::ternary`): blocks 0..5 are trit `s` of
+        /// bytes 0..32; 5 and 6 trits `2(s − 5)` and `2(s − 5) + 1` of bytes
+        /// 32..48 in the low and high 16 values; 7 trit 4 of bytes 32..48,
+        /// then trit `n` of the four `qh` bytes for values `16 + 4n..+4`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn tq1_0_digits(p: *const u8, s: usize) -> __m256i {
+            let v = match s {
+                0..5 => times_pow3(_mm256_loadu_si256(p as *const __m256i), s),
+                5 | 6 => {
+                    let h =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(32) as *const __m128i));
+                    let n = 2 * (s - 5);
+                    _mm256_blend_epi32::<0xF0>(times_pow3(h, n), times_pow3(h, n + 1))
+                }
+                _ => {
+                    let h = _mm256_castsi128_si256(_mm_loadu_si128(p.add(32) as *const __m128i));
+                    let qh = _mm256_set1_epi32(core::ptr::read_unaligned(p.add(48) as *const i32));
+                    // Dword 4 + n of `q` holds the qh bytes times 3ⁿ.
+                    let q = _mm256_blend_epi32::<0x22>(qh, times3(qh));
+                    let q = _mm256_blend_epi32::<0x44>(q, times9(qh));
+                    let q = _mm256_blend_epi32::<0x88>(q, times9(times3(qh)));
+                    _mm256_blend_epi32::<0x0F>(q, times_pow3(h, 4))
+                }
+            };
+            top_trit(v)
+        }
+
         /// The 32 weight values meeting activation block `b` of the row at
         /// `w`, as bytes (unsigned 0..16 for the 4-bit types, signed for
         /// Q8_0), and `[s, o]`: each value is `s·q + o` (see
@@ -148,6 +220,26 @@ macro_rules! intdot_kernels {
                     let p = w.add(b * 34);
                     let d = f16(core::ptr::read_unaligned(p as *const u16) as i32);
                     (_mm256_loadu_si256(p.add(2) as *const __m256i), d)
+                }
+                // Ternary digits t + 1 (0..=2): d·(t + 1) − d, the −d into
+                // the offset term, so the digits go through the unsigned
+                // byte dots as the 4-bit types' do.
+                TQ1_0 | TQ2_0 => {
+                    let bytes = if D == TQ1_0 { 54 } else { 66 };
+                    let p = w.add((b / 8) * bytes);
+                    let s = b % 8;
+                    let q = if D == TQ1_0 {
+                        tq1_0_digits(p, s)
+                    } else {
+                        // Bit pair s % 4 of bytes 32·(s / 4)..+32.
+                        let q = load_shr(p.add(32 * (s / 4)), 2 * (s % 4));
+                        _mm256_and_si256(q, _mm256_set1_epi8(3))
+                    };
+                    let d = f16(core::ptr::read_unaligned(p.add(bytes - 2) as *const u16) as i32);
+                    (
+                        q,
+                        _mm_mul_ps(_mm_moveldup_ps(d), _mm_set_ps(0.0, 0.0, -1.0, 1.0)),
+                    )
                 }
                 // Sub-block s of a 256-value block: d·sc·q − dmin·m, the
                 // low (even s) or high (odd s) nibbles of 32 bytes; Q5_K adds
@@ -241,7 +333,7 @@ macro_rules! intdot_kernels {
             let mut acc = [[_mm256_setzero_ps(); 2]; M];
             let mut off = [[_mm_setzero_ps(); 2]; M];
             let mut b = 0;
-            if matches!(D, Q4_K | Q5_K | Q6_K) {
+            if matches!(D, Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0) {
                 // The 8 sub-blocks of each 256-value block spelled out: their
                 // index is then a constant (shifts, scale unpacking and the
                 // block's d fold or are shared across the 8).
@@ -388,6 +480,8 @@ macro_rules! intdot_kernels {
                     return 8;
                 }
                 DType::Q8_0 => pack_panel::<Q8_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::TQ1_0 => pack_panel::<TQ1_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
+                DType::TQ2_0 => pack_panel::<TQ2_0, NR>(a.0, a.1, a.2, a.3, a.4, a.5, a.6),
                 // Rows without `cpu.int_dot` never come here (`act::supports`).
                 _ => unreachable!("no integer-dot kernel for this type"),
             }
@@ -413,6 +507,8 @@ macro_rules! intdot_kernels {
                 DType::Q5K => dot_rows::<T, Q5_K>(w, row_bytes, x, out),
                 DType::Q6K => dot_rows::<T, Q6_K>(w, row_bytes, x, out),
                 DType::Q8_0 => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
+                DType::TQ1_0 => dot_rows::<T, TQ1_0>(w, row_bytes, x, out),
+                DType::TQ2_0 => dot_rows::<T, TQ2_0>(w, row_bytes, x, out),
                 // Rows without `cpu.int_dot` never come here (`act::supports`).
                 _ => unreachable!("no integer-dot kernel for this type"),
             }
