@@ -325,22 +325,26 @@ vec4 iq4_values(uint w) {
 // [d f16, pad][16 bytes of nibbles]: 5 words, nibbles as q4_0.
 const uint BW = 5u;
 const uint QK = 32u;
-float iq4_scale(uint base, uint e) {
+// The scale of 32-value sub-block b (the block's one).
+float iq4_sub_scale(uint base, uint b) {
     return unpackHalf2x16(wdata[base]).x;
 }
 #else
 // [d f16, scales_h u16][4 scales_l bytes][128 bytes of nibbles]: 34 words.
 // Sub-block b = e/32 holds its nibbles as q4_0 in quant bytes 16b..16b+15,
-// its scale is (nibble b of scales_l | bits 2b..2b+1 of scales_h << 4) - 32.
+// its scale is (nibble b of scales_l, bits 4b.. of word 1 | bits 2b..2b+1
+// of scales_h << 4) - 32.
 const uint BW = 34u;
 const uint QK = 256u;
-float iq4_scale(uint base, uint e) {
-    uint b = e >> 5;
-    uint lo = (byte_at(base + 1u, b >> 1) >> (4u * (b & 1u))) & 0xFu;
-    uint hi = (wdata[base] >> (16u + 2u * b)) & 3u;
-    return unpackHalf2x16(wdata[base]).x * float(int(lo | (hi << 4)) - 32);
+float iq4_sub_scale(uint base, uint b) {
+    uint h = wdata[base];
+    uint sc = ((wdata[base + 1u] >> (4u * b)) & 0xFu) | (((h >> (16u + 2u * b)) & 3u) << 4);
+    return unpackHalf2x16(h).x * float(int(sc) - 32);
 }
 #endif
+float iq4_scale(uint base, uint e) {
+    return iq4_sub_scale(base, e >> 5);
+}
 // The quant word holding element e (and its 3 neighbours); their nibble
 // sits at bit 4 * ((e / 16) % 2) of each byte.
 uint iq4_word(uint base, uint e) {

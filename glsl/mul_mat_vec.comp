@@ -33,7 +33,7 @@
 // quantize dispatch before it either.
 //
 // Built with GEMV_LANES (build.rs passes the type's lanes from its row in
-// quants/types.rs: the anchor models' quant types and MXFP4), the kernel
+// quants/types.rs: the anchor models' quant types, MXFP4 and IQ4), the kernel
 // goes block by block: a block is split into LANES slices, each invocation
 // decodes its block's header once and then all quants of its slice with
 // wide loads, so neighbouring invocations read consecutive bytes; the
@@ -540,28 +540,46 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     return d * (dot(fbytes4(wdata[base + 1u + 2u * sub] ^ 0x80808080u, 128.0), xs[0])
               + dot(fbytes4(wdata[base + 2u + 2u * sub] ^ 0x80808080u, 128.0), xs[1]));
 }
-#elif defined(TYPE_MXFP4)
+#elif defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
+// 4-bit indices into a 16-value table (dequant.glsl's), in 32-value
+// sub-blocks of 4 quant words each laid out as q4_0's (word w holding
+// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), each
+// sub-block with one scale. Slice s: quant words WPS·s..WPS·s+WPS-1 of the
+// block's QWORDS, within one sub-block (WPS <= 4: MXFP4 and IQ4_NL take 1,
+// 2 or 4 lanes, IQ4_XS 8, 16 or 32), so its scale is decoded once.
+#if defined(TYPE_MXFP4)
 const uint QK = 32u;
 const uint BWORDS = 5u;
-// Slice s: quant words WPS·s.. of the block's 4 (as q4_0's, word w holding
-// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), each
-// nibble's value looked up in mxfp4_lut.
-const uint WPS = 4u / LANES;
+const float LUT16_VALUES[16] = MXFP4_VALUES;
+float lut16_scale(uint base, uint b) {
+    return mxfp4_d(base);
+}
+#else
+const uint BWORDS = BW; // QK and BW: dequant.glsl's
+const float LUT16_VALUES[16] = IQ4_VALUES;
+float lut16_scale(uint base, uint b) {
+    return iq4_sub_scale(base, b);
+}
+#endif
+const uint QWORDS = QK / 8u;
+const uint QW0 = BWORDS - QWORDS; // the quants end the block
+const uint WPS = QWORDS / LANES;
 const uint XN = 2u * WPS;
 
-// dequant.glsl's MXFP4_VALUES in shared memory (filled first thing in main):
-// 16 floats sit in 16 banks, so any mix of indices reads without conflicts,
-// where the constant array's divergent indices serialize.
-shared float mxfp4_lut[16];
+// The table in shared memory (filled first thing in main): 16 floats sit in
+// 16 banks, so any mix of indices reads without conflicts, where the
+// constant array's divergent indices serialize.
+shared float lut16[16];
 
-vec4 mxfp4_lut4(uint w) {
-    return vec4(mxfp4_lut[w & 0xFu], mxfp4_lut[(w >> 8) & 0xFu], mxfp4_lut[(w >> 16) & 0xFu],
-                mxfp4_lut[(w >> 24) & 0xFu]);
+vec4 lut16_4(uint w) {
+    return vec4(lut16[w & 0xFu], lut16[(w >> 8) & 0xFu], lut16[(w >> 16) & 0xFu],
+                lut16[(w >> 24) & 0xFu]);
 }
 
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
     [[unroll]] for (uint w = 0u; w < WPS; w++) {
-        uint col = col0 + 4u * (WPS * sub + w);
+        uint qw = WPS * sub + w;
+        uint col = col0 + 32u * (qw >> 2) + 4u * (qw & 3u);
         xs[w] = xv(r, col, ss);
         xs[WPS + w] = xv(r, col + 16u, ss);
     }
@@ -571,10 +589,10 @@ void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout f
 float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     vec4 dq = vec4(0.0);
     [[unroll]] for (uint w = 0u; w < WPS; w++) {
-        uint q = wdata[base + 1u + WPS * sub + w];
-        dq += mxfp4_lut4(q) * xs[w] + mxfp4_lut4(q >> 4) * xs[WPS + w];
+        uint q = wdata[base + QW0 + WPS * sub + w];
+        dq += lut16_4(q) * xs[w] + lut16_4(q >> 4) * xs[WPS + w];
     }
-    return mxfp4_d(base) * dot(dq, vec4(1.0));
+    return lut16_scale(base, (WPS * sub) >> 2) * dot(dq, vec4(1.0));
 }
 #elif defined(Q8X)
 #error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
@@ -858,9 +876,9 @@ bool routed(uint wg_rows) {
 #endif
 
 void main() {
-#if defined(TYPE_MXFP4) && defined(BLOCKWISE)
+#if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE)
     for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
-        mxfp4_lut[i] = MXFP4_VALUES[i];
+        lut16[i] = LUT16_VALUES[i];
     }
     barrier();
 #endif

@@ -100,13 +100,13 @@ quant_types! {
     IQ4NL {
         name: "iq4_nl", ggml_id: 20, block_elems: 32, block_bytes: 18,
         decode: iq4::dequant_iq4_nl, encode: Some(iq4::quant_iq4_nl), gpu: repack(2, 2, 20),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(4), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ4XS {
         name: "iq4_xs", ggml_id: 23, block_elems: QK_K, block_bytes: 136,
         decode: iq4::dequant_iq4_xs, encode: Some(iq4::quant_iq4_xs), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     TQ1_0 {

@@ -21,6 +21,10 @@ fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
         DType::Q4K,
         DType::Q6K,
         DType::Q5K,
+        // The block-by-block GEMVs of the other types (quants/types.rs lanes).
+        DType::IQ4NL,
+        DType::IQ4XS,
+        DType::MXFP4,
     ] {
         // At 2560 columns the int8 quantize spreads a row over three
         // workgroups (the last one ragged), each with its share of Σx².
@@ -195,6 +199,7 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
         DType::Q4_0,
         DType::Q4K,
         DType::Q6K,
+        DType::IQ4XS,
     ] {
         let cols = 256;
         // n = 32: whole blocks of outputs, so one-row integer-dot GLUs write
