@@ -289,10 +289,14 @@ vec4 dq4(uint i) {
 // the high bit is bit 4n + p of hmask byte l (clear: subtract 4); its 6-bit
 // scale j = e/16 has the low nibble of byte j (j < 8) or high of byte j - 8,
 // and bits 2(j/4).. of byte 8 + j%4.
-float q3_scale(uint base, uint j) {
+// The 6-bit scale j minus 32, without d.
+float q3_scale_int(uint base, uint j) {
     uint lo = (byte_at(base + 24u, j & 7u) >> (4u * (j >> 3))) & 0xFu;
     uint hi = (byte_at(base + 26u, j & 3u) >> (2u * (j >> 2))) & 3u;
-    return unpackHalf2x16(wdata[base + 27u]).x * float(int(lo | (hi << 4)) - 32);
+    return float(int(lo | (hi << 4)) - 32);
+}
+float q3_scale(uint base, uint j) {
+    return unpackHalf2x16(wdata[base + 27u]).x * q3_scale_int(base, j);
 }
 float dq1(uint i) {
     uint base = (i >> 8) * 28u;

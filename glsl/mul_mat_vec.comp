@@ -236,12 +236,12 @@ vec4 fbytes4(uint w, float bias) {
 }
 #endif
 
-#if defined(TYPE_Q4_K)
-// 36-word blocks are 16-byte aligned, so each slice's quants are one uvec4.
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+// 36- and 44-word blocks are 16-byte aligned, so each slice's quants are one uvec4.
 layout(binding = 0) readonly buffer W4 { uvec4 wdata4[]; };
 #endif
 
-#if defined(TYPE_Q4_K)
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
 // ggml get_scale_min_k4 for sub-blocks 2c and 2c + 1 on the 12 scale bytes
 // held in registers: (scale, min) of each, (sc0, m0, sc1, m1). Both byte
 // pairs sit at bytes 2(c % 2) of each word; every invocation computes both
@@ -594,6 +594,153 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     }
     return lut16_scale(base, (WPS * sub) >> 2) * dot(dq, vec4(1.0));
 }
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint QK = 32u;
+const uint BWORDS = 6u;
+// Slice s: quant words WPS·s.. of the block's 4 (as q4_0's, word w holding
+// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), their
+// fifth bits from qh bits 4w.. and 16+4w.. (1, 2 or 4 lanes).
+const uint WPS = 4u / LANES;
+const uint XN = 2u * WPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    vec4 sum = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint col = col0 + 4u * (WPS * sub + w);
+        xs[w] = xv(r, col, ss);
+        xs[WPS + w] = xv(r, col + 16u, ss);
+        sum += xs[w] + xs[WPS + w];
+    }
+    sums = vec2(dot(sum, vec4(1.0)), 0.0);
+}
+
+// Bits 0..3 of h at bit 0 of each byte: the multiply puts bit i at 8i (and
+// the other copies where the mask drops them, without carries).
+uint spread4(uint h) {
+    return ((h & 0xFu) * 0x00204081u) & 0x01010101u;
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    vec2 dm = q5_dm(base);
+    uint qh = wdata[base + 1u];
+    vec4 dq = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint qw = WPS * sub + w;
+        uint q = wdata[base + 2u + qw];
+        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4u * qw)) << 4);
+        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * qw)) << 4);
+        dq += fbytes4(lo, 0.0) * xs[w] + fbytes4(hi, 0.0) * xs[WPS + w];
+    }
+    return dm.x * dot(dq, vec4(1.0)) + dm.y * sums.x;
+}
+
+#elif defined(TYPE_Q5_K)
+const uint QK = 256u;
+const uint BWORDS = 44u;
+// As q4_k's slices (chunk s/2, quant bytes 16(s%2)..+15 of its 32), with
+// the fifth bits from qh bytes 16(s%2)..+15: bit 2c for the low nibbles,
+// 2c + 1 for the high ones.
+const uint XN = 8u;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 64u * (sub >> 1) + 16u * (sub & 1u);
+    vec4 slo = vec4(0.0), shi = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        xs[w] = xv(r, col + 4u * w, ss);
+        xs[4u + w] = xv(r, col + 32u + 4u * w, ss);
+        slo += xs[w];
+        shi += xs[4u + w];
+    }
+    sums = vec2(dot(slo, vec4(1.0)), dot(shi, vec4(1.0)));
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uint c = sub >> 1;
+    uvec4 head = wdata4[base >> 2];
+    vec2 dm = unpackHalf2x16(head.x);
+    vec4 sm = k_sm2(head.yzw, c);
+    uvec4 q = wdata4[(base + 12u + 8u * c + 4u * (sub & 1u)) >> 2];
+    uvec4 qh = wdata4[(base + 4u + 4u * (sub & 1u)) >> 2];
+    vec4 dlo = vec4(0.0), dhi = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint h = qh[w] >> (2u * c);
+        uint lo = (q[w] & 0x0F0F0F0Fu) | ((h & 0x01010101u) << 4);
+        uint hi = ((q[w] >> 4) & 0x0F0F0F0Fu) | ((h & 0x02020202u) << 3);
+        dlo += fbytes4(lo, 0.0) * xs[w];
+        dhi += fbytes4(hi, 0.0) * xs[4u + w];
+    }
+    return dm.x * (sm.x * dot(dlo, vec4(1.0)) + sm.z * dot(dhi, vec4(1.0)))
+         - dm.y * (sm.y * sums.x + sm.w * sums.y);
+}
+
+#elif defined(TYPE_Q2_K) || defined(TYPE_Q3_K)
+const uint QK = 256u;
+#if defined(TYPE_Q2_K)
+const uint BWORDS = 21u;
+const uint QW = 4u; // first quant word
+#else
+const uint BWORDS = 28u;
+const uint QW = 8u;
+#endif
+// Element 128n + 32p + l is bit pair p of quant byte 32n + l. Slice s:
+// half n = s / (LANES/2), positions l0 = PL·(s % (LANES/2))..+PL-1 of its
+// four quarters p (8 lanes: 8 positions, 16 lanes: 4), all within one
+// 16-value scale each.
+const uint HS = LANES / 2u;
+const uint WPS = 8u / HS; // quant words of a slice
+const uint XN = 4u * WPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 128u * (sub / HS) + 4u * WPS * (sub % HS);
+    [[unroll]] for (uint p = 0u; p < 4u; p++) {
+        [[unroll]] for (uint w = 0u; w < WPS; w++) {
+            xs[WPS * p + w] = xv(r, col + 32u * p + 4u * w, ss);
+        }
+    }
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uint n = sub / HS;
+    uint l0 = 4u * WPS * (sub % HS);
+    uint qw = base + QW + 8u * n + l0 / 4u;
+    vec4 part = vec4(0.0);
+#if defined(TYPE_Q2_K)
+    vec4 xsum = vec4(0.0);
+#endif
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint q = wdata[qw + w];
+#if defined(TYPE_Q3_K)
+        // The high bit of element (n, p, l) is bit 4n + p of hmask byte l;
+        // clear means 4 less.
+        uint hm = wdata[base + l0 / 4u + w] >> (4u * n);
+#endif
+        [[unroll]] for (uint p = 0u; p < 4u; p++) {
+            uint v = (q >> (2u * p)) & 0x03030303u;
+#if defined(TYPE_Q2_K)
+            part[p] += dot(fbytes4(v, 0.0), xs[WPS * p + w]);
+            xsum[p] += dot(xs[WPS * p + w], vec4(1.0));
+#else
+            v |= ((hm >> p) & 0x01010101u) << 2;
+            part[p] += dot(fbytes4(v, 4.0), xs[WPS * p + w]);
+#endif
+        }
+    }
+    // Scale j = 8n + 2p + l0/16 for quarter p.
+    uint j0 = 8u * n + l0 / 16u;
+#if defined(TYPE_Q2_K)
+    // Scale byte j: 4-bit scale (low), 4-bit min (high).
+    uvec2 sw = uvec2(wdata[base + 2u * n], wdata[base + 2u * n + 1u]) >> (8u * (l0 / 16u));
+    uvec4 sb = uvec4(sw.x, sw.x >> 16, sw.y, sw.y >> 16) & 0xFFu;
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * dot(vec4(sb & 0xFu), part) - dm.y * dot(vec4(sb >> 4), xsum);
+#else
+    vec4 sc = vec4(q3_scale_int(base, j0), q3_scale_int(base, j0 + 2u), q3_scale_int(base, j0 + 4u),
+                   q3_scale_int(base, j0 + 6u));
+    return unpackHalf2x16(wdata[base + 27u]).x * dot(sc, part);
+#endif
+}
+
 #elif defined(Q8X)
 #error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
 #else

@@ -25,6 +25,10 @@ fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
         DType::IQ4NL,
         DType::IQ4XS,
         DType::MXFP4,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
     ] {
         // At 2560 columns the int8 quantize spreads a row over three
         // workgroups (the last one ragged), each with its share of Σx².
@@ -200,6 +204,8 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
         DType::Q4K,
         DType::Q6K,
         DType::IQ4XS,
+        DType::Q5K,
+        DType::Q3K,
     ] {
         let cols = 256;
         // n = 32: whole blocks of outputs, so one-row integer-dot GLUs write
