@@ -122,6 +122,12 @@ const uint expert_w0 = 0u;
 #define YROW(r) (r)
 #endif
 
+#if defined(GEMV_LANES) && (defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S))
+// The grid in shared memory (filled first thing in main): a group's entry
+// is picked by its index, so lanes read scattered words, which the
+// constant cache or L1 would serialize.
+#define IQ_GRID_SHARED
+#endif
 #include "dequant.glsl"
 
 #if defined(Q8X)
@@ -219,6 +225,10 @@ vec4 xv(uint r, uint col, inout float ss) {
 #if defined(GEMV_LANES)
 #define BLOCKWISE
 const uint LANES = GEMV_LANES;
+#if !defined(IQ_GRID_SHARED)
+// Words before the first block (the i-quants' grid).
+const uint WORDS0 = 0u;
+#endif
 
 vec4 ibytes4(uint w) {
     int s = int(w);
@@ -741,6 +751,49 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 #endif
 }
 
+#elif defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) \
+    || defined(TYPE_IQ3_S)
+// The i-quant grid types: groups of 8 values, each from a grid entry
+// (dequant.glsl iq_grid_word, the grid in shared memory) with 8 sign bits and
+// its sub-block's (IQ2_XS, IQ2_S: half sub-block's) scale. Slice s: groups
+// GPS·s..GPS·s+GPS-1 of the block's 32 (8 lanes: one sub-block, 16: half,
+// 32: one group). The blocks follow the grid's GW words.
+const uint QK = 256u;
+const uint BWORDS = BW;
+const uint WORDS0 = GW;
+const uint GPS = 32u / LANES;
+const uint XN = 2u * GPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 8u * GPS * sub;
+    [[unroll]] for (uint g = 0u; g < GPS; g++) {
+        xs[2u * g] = xv(r, col + 8u * g, ss);
+        xs[2u * g + 1u] = xv(r, col + 8u * g + 4u, ss);
+    }
+    sums = vec2(0.0);
+}
+
+// The four grid bytes of w as floats, negated where sign bits s (the low 4)
+// are set: the bits go straight into the floats' sign bits.
+vec4 iq_signed4(uint w, uint s) {
+    uvec4 neg = (uvec4(s << 31, s << 30, s << 29, s << 28)) & 0x80000000u;
+    return uintBitsToFloat(floatBitsToUint(fbytes4(w, 0.0)) ^ neg);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    float acc = 0.0;
+    [[unroll]] for (uint g = 0u; g < GPS; g++) {
+        uint grp = GPS * sub + g;
+        uint ib = grp >> 2;
+        uint l = grp & 3u;
+        uint s = iq_signs(base, ib, l);
+        float v = dot(iq_signed4(iq_grid_word(base, ib, l, 0u), s), xs[2u * g])
+                + dot(iq_signed4(iq_grid_word(base, ib, l, 1u), s >> 4), xs[2u * g + 1u]);
+        acc += iq_db(base, ib, l) * v;
+    }
+    return acc;
+}
+
 #elif defined(Q8X)
 #error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
 #else
@@ -785,7 +838,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
     uint nb = pc.k / QK;
     uint rowbase[NR_CAP];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
-        rowbase[j] = weight_row(row0, j) * nb * BWORDS;
+        rowbase[j] = WORDS0 + weight_row(row0, j) * nb * BWORDS;
     }
     for (uint s = lane; s < nb * LANES; s += width) {
         uint blk = s / LANES;
@@ -1026,6 +1079,12 @@ void main() {
 #if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE)
     for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
         lut16[i] = LUT16_VALUES[i];
+    }
+    barrier();
+#endif
+#if defined(IQ_GRID_SHARED)
+    for (uint i = gl_LocalInvocationIndex; i < GW; i += gl_WorkGroupSize.x) {
+        iq_grid_sh[i] = wdata[i];
     }
     barrier();
 #endif
