@@ -244,6 +244,13 @@ vec4 fbytes4(uint w, float bias) {
     uvec4 b = uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFFu;
     return uintBitsToFloat(b | 0x4B000000u) - (8388608.0 + bias);
 }
+
+// Bits 0..3 of h at bit 0 of each byte (q5's fifth bits): the multiply puts
+// bit i at 8i (and the other copies where the mask drops them, without
+// carries).
+uint spread4(uint h) {
+    return ((h & 0xFu) * 0x00204081u) & 0x01010101u;
+}
 #endif
 
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
@@ -266,7 +273,7 @@ vec4 k_sm2(uvec3 s, uint c) {
 }
 #endif
 
-#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q6_K))
+#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K) || defined(TYPE_Q6_K))
 // q8_run for rows of whole 64-value runs (K-quant rows are multiples of 256),
 // without its tail case.
 uint whole_run(uint grp, uint piece) {
@@ -275,11 +282,18 @@ uint whole_run(uint grp, uint piece) {
 #endif
 
 #if !defined(BLOCKWISE)
-#elif defined(Q8X) && defined(TYPE_Q4_K)
+#elif defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K))
 const uint QK = 256u;
+#if defined(TYPE_Q4_K)
 const uint BWORDS = 36u;
+const uint QW = 4u; // first quant word
+#else
+const uint BWORDS = 44u;
+const uint QW = 12u;
+#endif
 // Slot s: chunk s (64 values: sub-block 2s in the low nibbles of its 32
-// quant bytes, 2s + 1 in the high ones).
+// quant bytes, 2s + 1 in the high ones; q5_k's fifth bits are bits 2s and
+// 2s + 1 of the 32 qh bytes).
 const uint XN = 8u;
 
 // xs: the chunk's digits, 16 per uvec4: hi of sub-block 2s in xs[0..1], of
@@ -302,13 +316,20 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     vec4 sm = k_sm2(s, sub);
     vec2 sm0 = sm.xy;
     vec2 sm1 = sm.zw;
-    uint q0 = (base + 4u + 8u * sub) >> 2;
+    uint q0 = (base + QW + 8u * sub) >> 2;
     ivec4 acc = ivec4(0); // (sub-block 2s hi, lo, 2s + 1 hi, lo)
     [[unroll]] for (uint h = 0u; h < 2u; h++) {
         uvec4 q = wdata4[q0 + h];
+#if defined(TYPE_Q5_K)
+        uvec4 qh = wdata4[((base + 4u) >> 2) + h] >> (2u * sub);
+#endif
         [[unroll]] for (uint w = 0u; w < 4u; w++) {
             uint a = q[w] & 0x0F0F0F0Fu;
             uint b = (q[w] >> 4) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_K)
+            a |= (qh[w] & 0x01010101u) << 4;
+            b |= (qh[w] & 0x02020202u) << 3;
+#endif
             acc.x = dot8(a, xs[h][w], acc.x);
             acc.y = dot8(a, xs[4u + h][w], acc.y);
             acc.z = dot8(b, xs[2u + h][w], acc.z);
@@ -376,12 +397,17 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     return 0.25 * unpackHalf2x16(wdata[base + 52u]).x * dot(sc * sums, dots);
 }
 
-#elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0))
+#elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0) \
+    || defined(TYPE_Q5_0) || defined(TYPE_Q5_1))
 const uint QK = 32u;
 #if defined(TYPE_Q8_0)
 const uint BWORDS = 9u;
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint BWORDS = 6u;
+const uint QW = 2u; // first quant word, after qh
 #else
 const uint BWORDS = 5u;
+const uint QW = 1u;
 #endif
 // One slot per block; xs: its 32 hi digits, then its 32 lo digits; sums:
 // (d, Σx̂).
@@ -409,17 +435,29 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     }
     return unpackHalf2x16(wdata[base]).x * sums.x * digits(hi, lo);
 #else
-    // Byte j: value j in the low nibble, value 16 + j in the high one.
+    // Byte j: value j in the low nibble, value 16 + j in the high one
+    // (q5: their fifth bits, qh bits j and 16 + j).
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    uint qh = wdata[base + 1u];
+#endif
     [[unroll]] for (uint w = 0u; w < 4u; w++) {
-        uint q = wdata[base + 1u + w];
+        uint q = wdata[base + QW + w];
         uint a = q & 0x0F0F0F0Fu;
         uint b = (q >> 4) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+        a |= spread4(qh >> (4u * w)) << 4;
+        b |= spread4(qh >> (16u + 4u * w)) << 4;
+#endif
         hi = dot8(a, xs[0][w], hi);
         lo = dot8(a, xs[2][w], lo);
         hi = dot8(b, xs[1][w], hi);
         lo = dot8(b, xs[3][w], lo);
     }
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    vec2 dm = q5_dm(base);
+#else
     vec2 dm = q4_dm(base);
+#endif
     return dm.x * sums.x * digits(hi, lo) + dm.y * sums.y;
 #endif
 }
@@ -622,12 +660,6 @@ void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout f
         sum += xs[w] + xs[WPS + w];
     }
     sums = vec2(dot(sum, vec4(1.0)), 0.0);
-}
-
-// Bits 0..3 of h at bit 0 of each byte: the multiply puts bit i at 8i (and
-// the other copies where the mask drops them, without carries).
-uint spread4(uint h) {
-    return ((h & 0xFu) * 0x00204081u) & 0x01010101u;
 }
 
 float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {

@@ -57,13 +57,13 @@ quant_types! {
     Q5_0 {
         name: "q5_0", ggml_id: 6, block_elems: 32, block_bytes: 22,
         decode: legacy::dequant_q5_0, encode: Some(legacy::quant_q5_0), gpu: repack(2, 2, 24),
-        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: Some(1) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q5_1 {
         name: "q5_1", ggml_id: 7, block_elems: 32, block_bytes: 24,
         decode: legacy::dequant_q5_1, encode: Some(legacy::quant_q5_1), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: Some(1) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q4K {
@@ -75,7 +75,7 @@ quant_types! {
     Q5K {
         name: "q5_k", ggml_id: 13, block_elems: QK_K, block_bytes: 176,
         decode: kquants::dequant_q5_k, encode: Some(kquants::quant_q5_k), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q6K {
