@@ -14,7 +14,7 @@
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
 // Built with Q8X (mul_mat_vec_q8, for the types whose row in quants/types.rs
-// gives integer-dot lanes: q4_k, q6_k, q4_0, q4_1 and q8_0), x comes
+// gives integer-dot lanes: the legacy types and the K-quants), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -33,7 +33,7 @@
 // quantize dispatch before it either.
 //
 // Built with GEMV_LANES (build.rs passes the type's lanes from its row in
-// quants/types.rs: the anchor models' quant types, MXFP4 and IQ4), the kernel
+// quants/types.rs), the kernel
 // goes block by block: a block is split into LANES slices, each invocation
 // decodes its block's header once and then all quants of its slice with
 // wide loads, so neighbouring invocations read consecutive bytes; the
@@ -273,7 +273,8 @@ vec4 k_sm2(uvec3 s, uint c) {
 }
 #endif
 
-#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K) || defined(TYPE_Q6_K))
+#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K) || defined(TYPE_Q6_K) || defined(TYPE_Q3_K) \
+    || defined(TYPE_Q2_K))
 // q8_run for rows of whole 64-value runs (K-quant rows are multiples of 256),
 // without its tail case.
 uint whole_run(uint grp, uint piece) {
@@ -340,12 +341,21 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
          - dm.y * (sm0.y * sums.y + sm1.y * sums.w);
 }
 
-#elif defined(Q8X) && defined(TYPE_Q6_K)
+#elif defined(Q8X) && (defined(TYPE_Q6_K) || defined(TYPE_Q3_K) || defined(TYPE_Q2_K))
 const uint QK = 256u;
-const uint BWORDS = 53u;
 // Slot s: half h = s/2, positions l = 16(s%2)..+15 of the half's four
 // quarters t (elements 128h + 32t + l, each quarter one 16-value sub-block).
+#if defined(TYPE_Q6_K)
+const uint BWORDS = 53u;
 const uint XN = 8u;
+#elif defined(TYPE_Q3_K)
+const uint BWORDS = 28u;
+const uint XN = 8u;
+#else
+const uint BWORDS = 21u;
+// And the quarters' digit sums (for q2_k's mins), hi in xs[8], lo in xs[9].
+const uint XN = 10u;
+#endif
 
 // xs[t]: hi digits of quarter t's 16 values, xs[4 + t] the lo ones; sums[t]:
 // the scale d of quarter t's block of 32.
@@ -360,8 +370,74 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
         xs[4u + t] = X_LO4(r, at);
         sums[t] = X_FLOAT(d + 2u * t);
     }
+#if defined(TYPE_Q2_K)
+    ivec4 sh = ivec4(0);
+    ivec4 sl = ivec4(0);
+    [[unroll]] for (uint t = 0u; t < 4u; t++) {
+        [[unroll]] for (uint w = 0u; w < 4u; w++) {
+            sh[t] = dot8(0x01010101u, xs[t][w], sh[t]);
+            sl[t] = dot8(0x01010101u, xs[4u + t][w], sl[t]);
+        }
+    }
+    xs[8] = uvec4(sh);
+    xs[9] = uvec4(sl);
+#endif
 }
 
+#if defined(TYPE_Q2_K)
+// Element 128n + 32t + l (slot s: n = s/2, l = 16(s%2)..+15 of quarter t)
+// is bit pair t of quant byte 32n + l; quarter t's scale byte 8n + 2t + s%2
+// holds its 4-bit scale (low) and min (high).
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uint n = sub >> 1;
+    uint j = sub & 1u;
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 4u + 8u * n + 4u * j + w];
+        [[unroll]] for (uint t = 0u; t < 4u; t++) {
+            uint v = (q >> (2u * t)) & 0x03030303u;
+            hi[t] = dot8(v, xs[t][w], hi[t]);
+            lo[t] = dot8(v, xs[4u + t][w], lo[t]);
+        }
+    }
+    uvec2 sw = uvec2(wdata[base + 2u * n], wdata[base + 2u * n + 1u]) >> (8u * j);
+    uvec4 sb = uvec4(sw.x, sw.x >> 16, sw.y, sw.y >> 16) & 0xFFu;
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
+    ivec4 sh = ivec4(xs[8]);
+    ivec4 sl = ivec4(xs[9]);
+    vec4 xsum = vec4(digits(sh.x, sl.x), digits(sh.y, sl.y), digits(sh.z, sl.z), digits(sh.w, sl.w));
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * dot(vec4(sb & 0xFu) * sums, dots) - dm.y * dot(vec4(sb >> 4) * sums, xsum);
+}
+#elif defined(TYPE_Q3_K)
+// Element 128n + 32t + l (slot s: n = s/2, l = 16(s%2)..+15 of quarter t)
+// is bit pair t of quant byte 32n + l plus 4 times bit 4n + t of hmask byte
+// l, minus 4: each byte made the signed value through 128 (no borrows
+// between bytes), so a packed dot takes the -4 for free.
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uint n = sub >> 1;
+    uint j = sub & 1u;
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 8u + 8u * n + 4u * j + w];
+        uint hm = wdata[base + 4u * j + w] >> (4u * n);
+        [[unroll]] for (uint t = 0u; t < 4u; t++) {
+            uint v = ((q >> (2u * t)) & 0x03030303u) | (((hm >> t) & 0x01010101u) << 2);
+            v = ((v | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+            hi[t] = dot8(v, xs[t][w], hi[t]);
+            lo[t] = dot8(v, xs[4u + t][w], lo[t]);
+        }
+    }
+    // Quarter t's scale: 8n + 2t + j.
+    uint j0 = 8u * n + j;
+    vec4 sc = vec4(q3_scale_int(base, j0), q3_scale_int(base, j0 + 2u), q3_scale_int(base, j0 + 4u),
+                   q3_scale_int(base, j0 + 6u));
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
+    return unpackHalf2x16(wdata[base + 27u]).x * dot(sc * sums, dots);
+}
+#else
 // Each 6-bit quant q goes to the top of its byte with the high bit flipped:
 // the signed byte 4(q - 32), so a packed dot takes the zero point for free
 // (its sums are 4x, undone at the end). Quarter t's two high bits are bits
@@ -396,6 +472,7 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
     return 0.25 * unpackHalf2x16(wdata[base + 52u]).x * dot(sc * sums, dots);
 }
+#endif
 
 #elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0) \
     || defined(TYPE_Q5_0) || defined(TYPE_Q5_1))

@@ -87,14 +87,14 @@ quant_types! {
     Q2K {
         name: "q2_k", ggml_id: 10, block_elems: QK_K, block_bytes: 84,
         decode: kquants_low::dequant_q2_k, encode: Some(kquants_low::quant_q2_k), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     Q3K {
         name: "q3_k", ggml_id: 11, block_elems: QK_K, block_bytes: 110,
         decode: kquants_low::dequant_q3_k, encode: Some(kquants_low::quant_q3_k),
         gpu: repack(110, 0, 112),
-        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ4NL {
