@@ -289,10 +289,14 @@ vec4 dq4(uint i) {
 // the high bit is bit 4n + p of hmask byte l (clear: subtract 4); its 6-bit
 // scale j = e/16 has the low nibble of byte j (j < 8) or high of byte j - 8,
 // and bits 2(j/4).. of byte 8 + j%4.
-float q3_scale(uint base, uint j) {
+// The 6-bit scale j minus 32, without d.
+float q3_scale_int(uint base, uint j) {
     uint lo = (byte_at(base + 24u, j & 7u) >> (4u * (j >> 3))) & 0xFu;
     uint hi = (byte_at(base + 26u, j & 3u) >> (2u * (j >> 2))) & 3u;
-    return unpackHalf2x16(wdata[base + 27u]).x * float(int(lo | (hi << 4)) - 32);
+    return float(int(lo | (hi << 4)) - 32);
+}
+float q3_scale(uint base, uint j) {
+    return unpackHalf2x16(wdata[base + 27u]).x * q3_scale_int(base, j);
 }
 float dq1(uint i) {
     uint base = (i >> 8) * 28u;
@@ -325,22 +329,26 @@ vec4 iq4_values(uint w) {
 // [d f16, pad][16 bytes of nibbles]: 5 words, nibbles as q4_0.
 const uint BW = 5u;
 const uint QK = 32u;
-float iq4_scale(uint base, uint e) {
+// The scale of 32-value sub-block b (the block's one).
+float iq4_sub_scale(uint base, uint b) {
     return unpackHalf2x16(wdata[base]).x;
 }
 #else
 // [d f16, scales_h u16][4 scales_l bytes][128 bytes of nibbles]: 34 words.
 // Sub-block b = e/32 holds its nibbles as q4_0 in quant bytes 16b..16b+15,
-// its scale is (nibble b of scales_l | bits 2b..2b+1 of scales_h << 4) - 32.
+// its scale is (nibble b of scales_l, bits 4b.. of word 1 | bits 2b..2b+1
+// of scales_h << 4) - 32.
 const uint BW = 34u;
 const uint QK = 256u;
-float iq4_scale(uint base, uint e) {
-    uint b = e >> 5;
-    uint lo = (byte_at(base + 1u, b >> 1) >> (4u * (b & 1u))) & 0xFu;
-    uint hi = (wdata[base] >> (16u + 2u * b)) & 3u;
-    return unpackHalf2x16(wdata[base]).x * float(int(lo | (hi << 4)) - 32);
+float iq4_sub_scale(uint base, uint b) {
+    uint h = wdata[base];
+    uint sc = ((wdata[base + 1u] >> (4u * b)) & 0xFu) | (((h >> (16u + 2u * b)) & 3u) << 4);
+    return unpackHalf2x16(h).x * float(int(sc) - 32);
 }
 #endif
+float iq4_scale(uint base, uint e) {
+    return iq4_sub_scale(base, e >> 5);
+}
 // The quant word holding element e (and its 3 neighbours); their nibble
 // sits at bit 4 * ((e / 16) % 2) of each byte.
 uint iq4_word(uint base, uint e) {
@@ -451,8 +459,7 @@ vec4 dq4(uint i) {
 // LLVM took minutes to compile), then blocks of [d f16, pad][the rest of
 // the GGUF block]. Each 32-value sub-block has a scale db; each group of 8
 // values takes its magnitudes from a grid entry (bytes; an IQ2 entry is 8,
-// two words, an IQ3 entry 4, one word) and its signs from 8 bits. dq4 reads
-// half a group: word h = (e / 4) % 2 of the entry, sign bits 4h..4h+3.
+// two words, an IQ3 entry 4, one word) and its signs from 8 bits.
 #if defined(TYPE_IQ2_XXS)
 const uint GW = 512u;
 const uint BW = 17u;
@@ -474,51 +481,81 @@ uint iq_ksigns(uint s) {
     s &= 0x7Fu;
     return s | ((bitCount(s) & 1u) << 7);
 }
+// The grid, from the weight buffer or (IQ_GRID_SHARED: the including
+// shader copies wdata[0..GW) into it first) from shared memory.
+#if defined(IQ_GRID_SHARED)
+shared uint iq_grid_sh[GW];
+#define IQ_GRID(i) iq_grid_sh[i]
+#else
+#define IQ_GRID(i) wdata[i]
+#endif
+// Group l (8 values) of sub-block ib of the block at word base: its scale
+// db (d included), word h of its grid entry (values 4h..4h+3, one per
+// byte) and its 8 sign bits (set: negative).
+float iq_db(uint base, uint ib, uint l) {
+    float d = unpackHalf2x16(wdata[base]).x;
+#if defined(TYPE_IQ2_XXS)
+    return d * (0.5 + float(wdata[base + 2u + 2u * ib] >> 28)) * 0.25;
+#elif defined(TYPE_IQ2_XS)
+    // 4-bit scales from byte 68, one per 16 values.
+    return d * (0.5 + float((byte_at(base + 17u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
+#elif defined(TYPE_IQ2_S)
+    // Scales at byte 76, as IQ2_XS's.
+    return d * (0.5 + float((byte_at(base + 19u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
+#elif defined(TYPE_IQ3_XXS)
+    return d * (0.5 + float(wdata[base + 17u + ib] >> 28)) * 0.5;
+#else
+    // 4-bit scales at byte 108: db = d * (1 + 2 s).
+    return d * float(1u + 2u * ((byte_at(base + 27u, ib >> 1) >> (4u * (ib & 1u))) & 0xFu));
+#endif
+}
+uint iq_grid_word(uint base, uint ib, uint l, uint h) {
+#if defined(TYPE_IQ2_XXS)
+    // Per sub-block: four 8-bit grid indices, then four 7-bit sign indices and the scale.
+    return IQ_GRID(2u * ((wdata[base + 1u + 2u * ib] >> (8u * l)) & 0xFFu) + h);
+#elif defined(TYPE_IQ2_XS)
+    // u16 per group: 9-bit grid index, 7-bit sign index.
+    uint q = wdata[base + 1u + 2u * ib + (l >> 1)] >> (16u * (l & 1u));
+    return IQ_GRID(2u * (q & 511u) + h);
+#elif defined(TYPE_IQ2_S)
+    // qs at byte 4, qh (the index's bits 8..9) at 68.
+    uint q = byte_at(base + 1u, 4u * ib + l) | (((byte_at(base + 17u, ib) >> (2u * l)) & 3u) << 8);
+    return IQ_GRID(2u * q + h);
+#elif defined(TYPE_IQ3_XXS)
+    // qs (one index per half group) at byte 4.
+    return IQ_GRID(byte_at(base + 1u, 8u * ib + 2u * l + h));
+#else
+    // qs at byte 4, qh at 68 (bit 2l + h: the index's ninth bit).
+    uint hi = (byte_at(base + 17u, ib) >> (2u * l + h)) & 1u;
+    return IQ_GRID(byte_at(base + 1u, 8u * ib + 2u * l + h) | (hi << 8));
+#endif
+}
+uint iq_signs(uint base, uint ib, uint l) {
+#if defined(TYPE_IQ2_XXS)
+    return iq_ksigns(wdata[base + 2u + 2u * ib] >> (7u * l));
+#elif defined(TYPE_IQ2_XS)
+    return iq_ksigns(wdata[base + 1u + 2u * ib + (l >> 1)] >> (16u * (l & 1u) + 9u));
+#elif defined(TYPE_IQ2_S)
+    // Sign bytes at 36.
+    return byte_at(base + 9u, 4u * ib + l);
+#elif defined(TYPE_IQ3_XXS)
+    // Signs as IQ2_XXS's, beside the scale at byte 68.
+    return iq_ksigns(wdata[base + 17u + ib] >> (7u * l));
+#else
+    // Sign bytes at 76.
+    return byte_at(base + 19u, 4u * ib + l);
+#endif
+}
+// dq4 reads half a group: word h = (e / 4) % 2 of the entry, sign bits 4h..4h+3.
 vec4 dq4(uint i) {
     uint base = GW + (i >> 8) * BW;
     uint e = i & 255u;
     uint ib = e >> 5;
     uint l = (e >> 3) & 3u;
     uint h = (e >> 2) & 1u;
-    float d = unpackHalf2x16(wdata[base]).x;
-    float db;
-    uint grid;
-    uint signs;
-#if defined(TYPE_IQ2_XXS)
-    // Per sub-block: four 8-bit grid indices, then four 7-bit sign indices and the scale.
-    uint aux = wdata[base + 2u + 2u * ib];
-    db = d * (0.5 + float(aux >> 28)) * 0.25;
-    grid = wdata[2u * ((wdata[base + 1u + 2u * ib] >> (8u * l)) & 0xFFu) + h];
-    signs = iq_ksigns(aux >> (7u * l));
-#elif defined(TYPE_IQ2_XS)
-    // u16 per group: 9-bit grid index, 7-bit sign index; 4-bit scales from byte 68.
-    uint q = (wdata[base + 1u + 2u * ib + (l >> 1)] >> (16u * (l & 1u))) & 0xFFFFu;
-    db = d * (0.5 + float((byte_at(base + 17u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
-    grid = wdata[2u * (q & 511u) + h];
-    signs = iq_ksigns(q >> 9);
-#elif defined(TYPE_IQ2_S)
-    // qs at byte 4, signs at 36, qh at 68, scales at 76.
-    uint q = byte_at(base + 1u, 4u * ib + l) | (((byte_at(base + 17u, ib) >> (2u * l)) & 3u) << 8);
-    db = d * (0.5 + float((byte_at(base + 19u, ib) >> (4u * (l >> 1))) & 0xFu)) * 0.25;
-    grid = wdata[2u * q + h];
-    signs = byte_at(base + 9u, 4u * ib + l);
-#elif defined(TYPE_IQ3_XXS)
-    // qs (one index per half group) at byte 4, scales and signs as IQ2_XXS at 68.
-    uint aux = wdata[base + 17u + ib];
-    db = d * (0.5 + float(aux >> 28)) * 0.5;
-    grid = wdata[byte_at(base + 1u, 8u * ib + 2u * l + h)];
-    signs = iq_ksigns(aux >> (7u * l));
-#else
-    // qs at byte 4, qh at 68 (bit 2l + h: the index's ninth bit), signs at
-    // 76, 4-bit scales at 108: db = d * (1 + 2 s).
-    uint hi = (byte_at(base + 17u, ib) >> (2u * l + h)) & 1u;
-    grid = wdata[byte_at(base + 1u, 8u * ib + 2u * l + h) | (hi << 8)];
-    db = d * float(1u + 2u * ((byte_at(base + 27u, ib >> 1) >> (4u * (ib & 1u))) & 0xFu));
-    signs = byte_at(base + 19u, 4u * ib + l);
-#endif
-    uint s = signs >> (4u * h);
+    uint s = iq_signs(base, ib, l) >> (4u * h);
     vec4 neg = vec4(s & 1u, (s >> 1) & 1u, (s >> 2) & 1u, (s >> 3) & 1u);
-    return db * bytes4(grid) * (1.0 - 2.0 * neg);
+    return iq_db(base, ib, l) * bytes4(iq_grid_word(base, ib, l, h)) * (1.0 - 2.0 * neg);
 }
 float dq1(uint i) {
     return dq4(i & ~3u)[i & 3u];

@@ -14,7 +14,7 @@
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
 // Built with Q8X (mul_mat_vec_q8, for the types whose row in quants/types.rs
-// gives integer-dot lanes: q4_k, q6_k, q4_0, q4_1, q8_0, tq1_0 and tq2_0), x comes
+// gives integer-dot lanes: the legacy types, the K-quants and the ternary types), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -33,7 +33,7 @@
 // quantize dispatch before it either.
 //
 // Built with GEMV_LANES (build.rs passes the type's lanes from its row in
-// quants/types.rs: the anchor models' quant types, MXFP4, TQ1_0 and TQ2_0), the kernel
+// quants/types.rs), the kernel
 // goes block by block: a block is split into LANES slices, each invocation
 // decodes its block's header once and then all quants of its slice with
 // wide loads, so neighbouring invocations read consecutive bytes; the
@@ -122,6 +122,12 @@ const uint expert_w0 = 0u;
 #define YROW(r) (r)
 #endif
 
+#if defined(GEMV_LANES) && (defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S))
+// The grid in shared memory (filled first thing in main): a group's entry
+// is picked by its index, so lanes read scattered words, which the
+// constant cache or L1 would serialize.
+#define IQ_GRID_SHARED
+#endif
 #include "dequant.glsl"
 
 #if defined(Q8X)
@@ -219,6 +225,10 @@ vec4 xv(uint r, uint col, inout float ss) {
 #if defined(GEMV_LANES)
 #define BLOCKWISE
 const uint LANES = GEMV_LANES;
+#if !defined(IQ_GRID_SHARED)
+// Words before the first block (the i-quants' grid).
+const uint WORDS0 = 0u;
+#endif
 
 vec4 ibytes4(uint w) {
     int s = int(w);
@@ -234,14 +244,21 @@ vec4 fbytes4(uint w, float bias) {
     uvec4 b = uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFFu;
     return uintBitsToFloat(b | 0x4B000000u) - (8388608.0 + bias);
 }
+
+// Bits 0..3 of h at bit 0 of each byte (q5's fifth bits): the multiply puts
+// bit i at 8i (and the other copies where the mask drops them, without
+// carries).
+uint spread4(uint h) {
+    return ((h & 0xFu) * 0x00204081u) & 0x01010101u;
+}
 #endif
 
-#if defined(TYPE_Q4_K)
-// 36-word blocks are 16-byte aligned, so each slice's quants are one uvec4.
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+// 36- and 44-word blocks are 16-byte aligned, so each slice's quants are one uvec4.
 layout(binding = 0) readonly buffer W4 { uvec4 wdata4[]; };
 #endif
 
-#if defined(TYPE_Q4_K)
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
 // ggml get_scale_min_k4 for sub-blocks 2c and 2c + 1 on the 12 scale bytes
 // held in registers: (scale, min) of each, (sc0, m0, sc1, m1). Both byte
 // pairs sit at bytes 2(c % 2) of each word; every invocation computes both
@@ -256,7 +273,8 @@ vec4 k_sm2(uvec3 s, uint c) {
 }
 #endif
 
-#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q6_K))
+#if defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K) || defined(TYPE_Q6_K) || defined(TYPE_Q3_K) \
+    || defined(TYPE_Q2_K))
 // q8_run for rows of whole 64-value runs (K-quant rows are multiples of 256),
 // without its tail case.
 uint whole_run(uint grp, uint piece) {
@@ -265,11 +283,18 @@ uint whole_run(uint grp, uint piece) {
 #endif
 
 #if !defined(BLOCKWISE)
-#elif defined(Q8X) && defined(TYPE_Q4_K)
+#elif defined(Q8X) && (defined(TYPE_Q4_K) || defined(TYPE_Q5_K))
 const uint QK = 256u;
+#if defined(TYPE_Q4_K)
 const uint BWORDS = 36u;
+const uint QW = 4u; // first quant word
+#else
+const uint BWORDS = 44u;
+const uint QW = 12u;
+#endif
 // Slot s: chunk s (64 values: sub-block 2s in the low nibbles of its 32
-// quant bytes, 2s + 1 in the high ones).
+// quant bytes, 2s + 1 in the high ones; q5_k's fifth bits are bits 2s and
+// 2s + 1 of the 32 qh bytes).
 const uint XN = 8u;
 
 // xs: the chunk's digits, 16 per uvec4: hi of sub-block 2s in xs[0..1], of
@@ -292,13 +317,20 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     vec4 sm = k_sm2(s, sub);
     vec2 sm0 = sm.xy;
     vec2 sm1 = sm.zw;
-    uint q0 = (base + 4u + 8u * sub) >> 2;
+    uint q0 = (base + QW + 8u * sub) >> 2;
     ivec4 acc = ivec4(0); // (sub-block 2s hi, lo, 2s + 1 hi, lo)
     [[unroll]] for (uint h = 0u; h < 2u; h++) {
         uvec4 q = wdata4[q0 + h];
+#if defined(TYPE_Q5_K)
+        uvec4 qh = wdata4[((base + 4u) >> 2) + h] >> (2u * sub);
+#endif
         [[unroll]] for (uint w = 0u; w < 4u; w++) {
             uint a = q[w] & 0x0F0F0F0Fu;
             uint b = (q[w] >> 4) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_K)
+            a |= (qh[w] & 0x01010101u) << 4;
+            b |= (qh[w] & 0x02020202u) << 3;
+#endif
             acc.x = dot8(a, xs[h][w], acc.x);
             acc.y = dot8(a, xs[4u + h][w], acc.y);
             acc.z = dot8(b, xs[2u + h][w], acc.z);
@@ -309,12 +341,21 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
          - dm.y * (sm0.y * sums.y + sm1.y * sums.w);
 }
 
-#elif defined(Q8X) && defined(TYPE_Q6_K)
+#elif defined(Q8X) && (defined(TYPE_Q6_K) || defined(TYPE_Q3_K) || defined(TYPE_Q2_K))
 const uint QK = 256u;
-const uint BWORDS = 53u;
 // Slot s: half h = s/2, positions l = 16(s%2)..+15 of the half's four
 // quarters t (elements 128h + 32t + l, each quarter one 16-value sub-block).
+#if defined(TYPE_Q6_K)
+const uint BWORDS = 53u;
 const uint XN = 8u;
+#elif defined(TYPE_Q3_K)
+const uint BWORDS = 28u;
+const uint XN = 8u;
+#else
+const uint BWORDS = 21u;
+// And the quarters' digit sums (for q2_k's mins), hi in xs[8], lo in xs[9].
+const uint XN = 10u;
+#endif
 
 // xs[t]: hi digits of quarter t's 16 values, xs[4 + t] the lo ones; sums[t]:
 // the scale d of quarter t's block of 32.
@@ -329,8 +370,74 @@ void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout 
         xs[4u + t] = X_LO4(r, at);
         sums[t] = X_FLOAT(d + 2u * t);
     }
+#if defined(TYPE_Q2_K)
+    ivec4 sh = ivec4(0);
+    ivec4 sl = ivec4(0);
+    [[unroll]] for (uint t = 0u; t < 4u; t++) {
+        [[unroll]] for (uint w = 0u; w < 4u; w++) {
+            sh[t] = dot8(0x01010101u, xs[t][w], sh[t]);
+            sl[t] = dot8(0x01010101u, xs[4u + t][w], sl[t]);
+        }
+    }
+    xs[8] = uvec4(sh);
+    xs[9] = uvec4(sl);
+#endif
 }
 
+#if defined(TYPE_Q2_K)
+// Element 128n + 32t + l (slot s: n = s/2, l = 16(s%2)..+15 of quarter t)
+// is bit pair t of quant byte 32n + l; quarter t's scale byte 8n + 2t + s%2
+// holds its 4-bit scale (low) and min (high).
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uint n = sub >> 1;
+    uint j = sub & 1u;
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 4u + 8u * n + 4u * j + w];
+        [[unroll]] for (uint t = 0u; t < 4u; t++) {
+            uint v = (q >> (2u * t)) & 0x03030303u;
+            hi[t] = dot8(v, xs[t][w], hi[t]);
+            lo[t] = dot8(v, xs[4u + t][w], lo[t]);
+        }
+    }
+    uvec2 sw = uvec2(wdata[base + 2u * n], wdata[base + 2u * n + 1u]) >> (8u * j);
+    uvec4 sb = uvec4(sw.x, sw.x >> 16, sw.y, sw.y >> 16) & 0xFFu;
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
+    ivec4 sh = ivec4(xs[8]);
+    ivec4 sl = ivec4(xs[9]);
+    vec4 xsum = vec4(digits(sh.x, sl.x), digits(sh.y, sl.y), digits(sh.z, sl.z), digits(sh.w, sl.w));
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * dot(vec4(sb & 0xFu) * sums, dots) - dm.y * dot(vec4(sb >> 4) * sums, xsum);
+}
+#elif defined(TYPE_Q3_K)
+// Element 128n + 32t + l (slot s: n = s/2, l = 16(s%2)..+15 of quarter t)
+// is bit pair t of quant byte 32n + l plus 4 times bit 4n + t of hmask byte
+// l, minus 4: each byte made the signed value through 128 (no borrows
+// between bytes), so a packed dot takes the -4 for free.
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    uint n = sub >> 1;
+    uint j = sub & 1u;
+    ivec4 hi = ivec4(0);
+    ivec4 lo = ivec4(0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[base + 8u + 8u * n + 4u * j + w];
+        uint hm = wdata[base + 4u * j + w] >> (4u * n);
+        [[unroll]] for (uint t = 0u; t < 4u; t++) {
+            uint v = ((q >> (2u * t)) & 0x03030303u) | (((hm >> t) & 0x01010101u) << 2);
+            v = ((v | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+            hi[t] = dot8(v, xs[t][w], hi[t]);
+            lo[t] = dot8(v, xs[4u + t][w], lo[t]);
+        }
+    }
+    // Quarter t's scale: 8n + 2t + j.
+    uint j0 = 8u * n + j;
+    vec4 sc = vec4(q3_scale_int(base, j0), q3_scale_int(base, j0 + 2u), q3_scale_int(base, j0 + 4u),
+                   q3_scale_int(base, j0 + 6u));
+    vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
+    return unpackHalf2x16(wdata[base + 27u]).x * dot(sc * sums, dots);
+}
+#else
 // Each 6-bit quant q goes to the top of its byte with the high bit flipped:
 // the signed byte 4(q - 32), so a packed dot takes the zero point for free
 // (its sums are 4x, undone at the end). Quarter t's two high bits are bits
@@ -365,13 +472,19 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z), digits(hi.w, lo.w));
     return 0.25 * unpackHalf2x16(wdata[base + 52u]).x * dot(sc * sums, dots);
 }
+#endif
 
-#elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0))
+#elif defined(Q8X) && (defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q8_0) \
+    || defined(TYPE_Q5_0) || defined(TYPE_Q5_1))
 const uint QK = 32u;
 #if defined(TYPE_Q8_0)
 const uint BWORDS = 9u;
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint BWORDS = 6u;
+const uint QW = 2u; // first quant word, after qh
 #else
 const uint BWORDS = 5u;
+const uint QW = 1u;
 #endif
 // One slot per block; xs: its 32 hi digits, then its 32 lo digits; sums:
 // (d, Σx̂).
@@ -399,17 +512,29 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     }
     return unpackHalf2x16(wdata[base]).x * sums.x * digits(hi, lo);
 #else
-    // Byte j: value j in the low nibble, value 16 + j in the high one.
+    // Byte j: value j in the low nibble, value 16 + j in the high one
+    // (q5: their fifth bits, qh bits j and 16 + j).
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    uint qh = wdata[base + 1u];
+#endif
     [[unroll]] for (uint w = 0u; w < 4u; w++) {
-        uint q = wdata[base + 1u + w];
+        uint q = wdata[base + QW + w];
         uint a = q & 0x0F0F0F0Fu;
         uint b = (q >> 4) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+        a |= spread4(qh >> (4u * w)) << 4;
+        b |= spread4(qh >> (16u + 4u * w)) << 4;
+#endif
         hi = dot8(a, xs[0][w], hi);
         lo = dot8(a, xs[2][w], lo);
         hi = dot8(b, xs[1][w], hi);
         lo = dot8(b, xs[3][w], lo);
     }
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    vec2 dm = q5_dm(base);
+#else
     vec2 dm = q4_dm(base);
+#endif
     return dm.x * sums.x * digits(hi, lo) + dm.y * sums.y;
 #endif
 }
@@ -708,28 +833,46 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     return d * (dot(fbytes4(wdata[base + 1u + 2u * sub] ^ 0x80808080u, 128.0), xs[0])
               + dot(fbytes4(wdata[base + 2u + 2u * sub] ^ 0x80808080u, 128.0), xs[1]));
 }
-#elif defined(TYPE_MXFP4)
+#elif defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
+// 4-bit indices into a 16-value table (dequant.glsl's), in 32-value
+// sub-blocks of 4 quant words each laid out as q4_0's (word w holding
+// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), each
+// sub-block with one scale. Slice s: quant words WPS·s..WPS·s+WPS-1 of the
+// block's QWORDS, within one sub-block (WPS <= 4: MXFP4 and IQ4_NL take 1,
+// 2 or 4 lanes, IQ4_XS 8, 16 or 32), so its scale is decoded once.
+#if defined(TYPE_MXFP4)
 const uint QK = 32u;
 const uint BWORDS = 5u;
-// Slice s: quant words WPS·s.. of the block's 4 (as q4_0's, word w holding
-// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), each
-// nibble's value looked up in mxfp4_lut.
-const uint WPS = 4u / LANES;
+const float LUT16_VALUES[16] = MXFP4_VALUES;
+float lut16_scale(uint base, uint b) {
+    return mxfp4_d(base);
+}
+#else
+const uint BWORDS = BW; // QK and BW: dequant.glsl's
+const float LUT16_VALUES[16] = IQ4_VALUES;
+float lut16_scale(uint base, uint b) {
+    return iq4_sub_scale(base, b);
+}
+#endif
+const uint QWORDS = QK / 8u;
+const uint QW0 = BWORDS - QWORDS; // the quants end the block
+const uint WPS = QWORDS / LANES;
 const uint XN = 2u * WPS;
 
-// dequant.glsl's MXFP4_VALUES in shared memory (filled first thing in main):
-// 16 floats sit in 16 banks, so any mix of indices reads without conflicts,
-// where the constant array's divergent indices serialize.
-shared float mxfp4_lut[16];
+// The table in shared memory (filled first thing in main): 16 floats sit in
+// 16 banks, so any mix of indices reads without conflicts, where the
+// constant array's divergent indices serialize.
+shared float lut16[16];
 
-vec4 mxfp4_lut4(uint w) {
-    return vec4(mxfp4_lut[w & 0xFu], mxfp4_lut[(w >> 8) & 0xFu], mxfp4_lut[(w >> 16) & 0xFu],
-                mxfp4_lut[(w >> 24) & 0xFu]);
+vec4 lut16_4(uint w) {
+    return vec4(lut16[w & 0xFu], lut16[(w >> 8) & 0xFu], lut16[(w >> 16) & 0xFu],
+                lut16[(w >> 24) & 0xFu]);
 }
 
 void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
     [[unroll]] for (uint w = 0u; w < WPS; w++) {
-        uint col = col0 + 4u * (WPS * sub + w);
+        uint qw = WPS * sub + w;
+        uint col = col0 + 32u * (qw >> 2) + 4u * (qw & 3u);
         xs[w] = xv(r, col, ss);
         xs[WPS + w] = xv(r, col + 16u, ss);
     }
@@ -739,11 +882,195 @@ void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout f
 float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
     vec4 dq = vec4(0.0);
     [[unroll]] for (uint w = 0u; w < WPS; w++) {
-        uint q = wdata[base + 1u + WPS * sub + w];
-        dq += mxfp4_lut4(q) * xs[w] + mxfp4_lut4(q >> 4) * xs[WPS + w];
+        uint q = wdata[base + QW0 + WPS * sub + w];
+        dq += lut16_4(q) * xs[w] + lut16_4(q >> 4) * xs[WPS + w];
     }
-    return mxfp4_d(base) * dot(dq, vec4(1.0));
+    return lut16_scale(base, (WPS * sub) >> 2) * dot(dq, vec4(1.0));
 }
+#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+const uint QK = 32u;
+const uint BWORDS = 6u;
+// Slice s: quant words WPS·s.. of the block's 4 (as q4_0's, word w holding
+// elements 4w..4w+3 in its low nibbles and 16+4w.. in its high ones), their
+// fifth bits from qh bits 4w.. and 16+4w.. (1, 2 or 4 lanes).
+const uint WPS = 4u / LANES;
+const uint XN = 2u * WPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    vec4 sum = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint col = col0 + 4u * (WPS * sub + w);
+        xs[w] = xv(r, col, ss);
+        xs[WPS + w] = xv(r, col + 16u, ss);
+        sum += xs[w] + xs[WPS + w];
+    }
+    sums = vec2(dot(sum, vec4(1.0)), 0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    vec2 dm = q5_dm(base);
+    uint qh = wdata[base + 1u];
+    vec4 dq = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint qw = WPS * sub + w;
+        uint q = wdata[base + 2u + qw];
+        uint lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4u * qw)) << 4);
+        uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * qw)) << 4);
+        dq += fbytes4(lo, 0.0) * xs[w] + fbytes4(hi, 0.0) * xs[WPS + w];
+    }
+    return dm.x * dot(dq, vec4(1.0)) + dm.y * sums.x;
+}
+
+#elif defined(TYPE_Q5_K)
+const uint QK = 256u;
+const uint BWORDS = 44u;
+// As q4_k's slices (chunk s/2, quant bytes 16(s%2)..+15 of its 32), with
+// the fifth bits from qh bytes 16(s%2)..+15: bit 2c for the low nibbles,
+// 2c + 1 for the high ones.
+const uint XN = 8u;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 64u * (sub >> 1) + 16u * (sub & 1u);
+    vec4 slo = vec4(0.0), shi = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        xs[w] = xv(r, col + 4u * w, ss);
+        xs[4u + w] = xv(r, col + 32u + 4u * w, ss);
+        slo += xs[w];
+        shi += xs[4u + w];
+    }
+    sums = vec2(dot(slo, vec4(1.0)), dot(shi, vec4(1.0)));
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uint c = sub >> 1;
+    uvec4 head = wdata4[base >> 2];
+    vec2 dm = unpackHalf2x16(head.x);
+    vec4 sm = k_sm2(head.yzw, c);
+    uvec4 q = wdata4[(base + 12u + 8u * c + 4u * (sub & 1u)) >> 2];
+    uvec4 qh = wdata4[(base + 4u + 4u * (sub & 1u)) >> 2];
+    vec4 dlo = vec4(0.0), dhi = vec4(0.0);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint h = qh[w] >> (2u * c);
+        uint lo = (q[w] & 0x0F0F0F0Fu) | ((h & 0x01010101u) << 4);
+        uint hi = ((q[w] >> 4) & 0x0F0F0F0Fu) | ((h & 0x02020202u) << 3);
+        dlo += fbytes4(lo, 0.0) * xs[w];
+        dhi += fbytes4(hi, 0.0) * xs[4u + w];
+    }
+    return dm.x * (sm.x * dot(dlo, vec4(1.0)) + sm.z * dot(dhi, vec4(1.0)))
+         - dm.y * (sm.y * sums.x + sm.w * sums.y);
+}
+
+#elif defined(TYPE_Q2_K) || defined(TYPE_Q3_K)
+const uint QK = 256u;
+#if defined(TYPE_Q2_K)
+const uint BWORDS = 21u;
+const uint QW = 4u; // first quant word
+#else
+const uint BWORDS = 28u;
+const uint QW = 8u;
+#endif
+// Element 128n + 32p + l is bit pair p of quant byte 32n + l. Slice s:
+// half n = s / (LANES/2), positions l0 = PL·(s % (LANES/2))..+PL-1 of its
+// four quarters p (8 lanes: 8 positions, 16 lanes: 4), all within one
+// 16-value scale each.
+const uint HS = LANES / 2u;
+const uint WPS = 8u / HS; // quant words of a slice
+const uint XN = 4u * WPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 128u * (sub / HS) + 4u * WPS * (sub % HS);
+    [[unroll]] for (uint p = 0u; p < 4u; p++) {
+        [[unroll]] for (uint w = 0u; w < WPS; w++) {
+            xs[WPS * p + w] = xv(r, col + 32u * p + 4u * w, ss);
+        }
+    }
+    sums = vec2(0.0);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    uint n = sub / HS;
+    uint l0 = 4u * WPS * (sub % HS);
+    uint qw = base + QW + 8u * n + l0 / 4u;
+    vec4 part = vec4(0.0);
+#if defined(TYPE_Q2_K)
+    vec4 xsum = vec4(0.0);
+#endif
+    [[unroll]] for (uint w = 0u; w < WPS; w++) {
+        uint q = wdata[qw + w];
+#if defined(TYPE_Q3_K)
+        // The high bit of element (n, p, l) is bit 4n + p of hmask byte l;
+        // clear means 4 less.
+        uint hm = wdata[base + l0 / 4u + w] >> (4u * n);
+#endif
+        [[unroll]] for (uint p = 0u; p < 4u; p++) {
+            uint v = (q >> (2u * p)) & 0x03030303u;
+#if defined(TYPE_Q2_K)
+            part[p] += dot(fbytes4(v, 0.0), xs[WPS * p + w]);
+            xsum[p] += dot(xs[WPS * p + w], vec4(1.0));
+#else
+            v |= ((hm >> p) & 0x01010101u) << 2;
+            part[p] += dot(fbytes4(v, 4.0), xs[WPS * p + w]);
+#endif
+        }
+    }
+    // Scale j = 8n + 2p + l0/16 for quarter p.
+    uint j0 = 8u * n + l0 / 16u;
+#if defined(TYPE_Q2_K)
+    // Scale byte j: 4-bit scale (low), 4-bit min (high).
+    uvec2 sw = uvec2(wdata[base + 2u * n], wdata[base + 2u * n + 1u]) >> (8u * (l0 / 16u));
+    uvec4 sb = uvec4(sw.x, sw.x >> 16, sw.y, sw.y >> 16) & 0xFFu;
+    vec2 dm = unpackHalf2x16(wdata[base + 20u]);
+    return dm.x * dot(vec4(sb & 0xFu), part) - dm.y * dot(vec4(sb >> 4), xsum);
+#else
+    vec4 sc = vec4(q3_scale_int(base, j0), q3_scale_int(base, j0 + 2u), q3_scale_int(base, j0 + 4u),
+                   q3_scale_int(base, j0 + 6u));
+    return unpackHalf2x16(wdata[base + 27u]).x * dot(sc, part);
+#endif
+}
+
+#elif defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) \
+    || defined(TYPE_IQ3_S)
+// The i-quant grid types: groups of 8 values, each from a grid entry
+// (dequant.glsl iq_grid_word, the grid in shared memory) with 8 sign bits and
+// its sub-block's (IQ2_XS, IQ2_S: half sub-block's) scale. Slice s: groups
+// GPS·s..GPS·s+GPS-1 of the block's 32 (8 lanes: one sub-block, 16: half,
+// 32: one group). The blocks follow the grid's GW words.
+const uint QK = 256u;
+const uint BWORDS = BW;
+const uint WORDS0 = GW;
+const uint GPS = 32u / LANES;
+const uint XN = 2u * GPS;
+
+void load_x(uint r, uint col0, uint sub, out vec4 xs[XN], out vec2 sums, inout float ss) {
+    uint col = col0 + 8u * GPS * sub;
+    [[unroll]] for (uint g = 0u; g < GPS; g++) {
+        xs[2u * g] = xv(r, col + 8u * g, ss);
+        xs[2u * g + 1u] = xv(r, col + 8u * g + 4u, ss);
+    }
+    sums = vec2(0.0);
+}
+
+// The four grid bytes of w as floats, negated where sign bits s (the low 4)
+// are set: the bits go straight into the floats' sign bits.
+vec4 iq_signed4(uint w, uint s) {
+    uvec4 neg = (uvec4(s << 31, s << 30, s << 29, s << 28)) & 0x80000000u;
+    return uintBitsToFloat(floatBitsToUint(fbytes4(w, 0.0)) ^ neg);
+}
+
+float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
+    float acc = 0.0;
+    [[unroll]] for (uint g = 0u; g < GPS; g++) {
+        uint grp = GPS * sub + g;
+        uint ib = grp >> 2;
+        uint l = grp & 3u;
+        uint s = iq_signs(base, ib, l);
+        float v = dot(iq_signed4(iq_grid_word(base, ib, l, 0u), s), xs[2u * g])
+                + dot(iq_signed4(iq_grid_word(base, ib, l, 1u), s >> 4), xs[2u * g + 1u]);
+        acc += iq_db(base, ib, l) * v;
+    }
+    return acc;
+}
+
 #elif defined(Q8X)
 #error "no integer-dot decode here for this type (its int_dot_lanes in quants/types.rs)"
 #else
@@ -788,7 +1115,7 @@ void rows_dot(uint row0, uint lane, uint width, uint m, inout float acc[NR_CAP *
     uint nb = pc.k / QK;
     uint rowbase[NR_CAP];
     [[unroll]] for (uint j = 0u; j < NR; j++) {
-        rowbase[j] = weight_row(row0, j) * nb * BWORDS;
+        rowbase[j] = WORDS0 + weight_row(row0, j) * nb * BWORDS;
     }
     for (uint s = lane; s < nb * LANES; s += width) {
         uint blk = s / LANES;
@@ -1026,9 +1353,15 @@ bool routed(uint wg_rows) {
 #endif
 
 void main() {
-#if defined(TYPE_MXFP4) && defined(BLOCKWISE)
+#if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE)
     for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
-        mxfp4_lut[i] = MXFP4_VALUES[i];
+        lut16[i] = LUT16_VALUES[i];
+    }
+    barrier();
+#endif
+#if defined(IQ_GRID_SHARED)
+    for (uint i = gl_LocalInvocationIndex; i < GW; i += gl_WorkGroupSize.x) {
+        iq_grid_sh[i] = wdata[i];
     }
     barrier();
 #endif

@@ -57,13 +57,13 @@ quant_types! {
     Q5_0 {
         name: "q5_0", ggml_id: 6, block_elems: 32, block_bytes: 22,
         decode: legacy::dequant_q5_0, encode: Some(legacy::quant_q5_0), gpu: repack(2, 2, 24),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: Some(1) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q5_1 {
         name: "q5_1", ggml_id: 7, block_elems: 32, block_bytes: 24,
         decode: legacy::dequant_q5_1, encode: Some(legacy::quant_q5_1), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(2), int_dot_lanes: Some(1) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q4K {
@@ -75,7 +75,7 @@ quant_types! {
     Q5K {
         name: "q5_k", ggml_id: 13, block_elems: QK_K, block_bytes: 176,
         decode: kquants::dequant_q5_k, encode: Some(kquants::quant_q5_k), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: true, repack: false },
     },
     Q6K {
@@ -87,26 +87,26 @@ quant_types! {
     Q2K {
         name: "q2_k", ggml_id: 10, block_elems: QK_K, block_bytes: 84,
         decode: kquants_low::dequant_q2_k, encode: Some(kquants_low::quant_q2_k), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     Q3K {
         name: "q3_k", ggml_id: 11, block_elems: QK_K, block_bytes: 110,
         decode: kquants_low::dequant_q3_k, encode: Some(kquants_low::quant_q3_k),
         gpu: repack(110, 0, 112),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: Some(4) },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ4NL {
         name: "iq4_nl", ggml_id: 20, block_elems: 32, block_bytes: 18,
         decode: iq4::dequant_iq4_nl, encode: Some(iq4::quant_iq4_nl), gpu: repack(2, 2, 20),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(4), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ4XS {
         name: "iq4_xs", ggml_id: 23, block_elems: QK_K, block_bytes: 136,
         decode: iq4::dequant_iq4_xs, encode: Some(iq4::quant_iq4_xs), gpu: None,
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     TQ1_0 {
@@ -131,35 +131,35 @@ quant_types! {
         name: "iq2_xxs", ggml_id: 16, block_elems: QK_K, block_bytes: 66,
         decode: iq23::dequant_iq2_xxs, encode: None,
         gpu: grid_repack(68, &iq_grids::IQ2XXS_BYTES),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ2XS {
         name: "iq2_xs", ggml_id: 17, block_elems: QK_K, block_bytes: 74,
         decode: iq23::dequant_iq2_xs, encode: None,
         gpu: grid_repack(76, &iq_grids::IQ2XS_BYTES),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ2S {
         name: "iq2_s", ggml_id: 22, block_elems: QK_K, block_bytes: 82,
         decode: iq23::dequant_iq2_s, encode: None,
         gpu: grid_repack(84, &iq_grids::IQ2S_BYTES),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ3XXS {
         name: "iq3_xxs", ggml_id: 18, block_elems: QK_K, block_bytes: 98,
         decode: iq23::dequant_iq3_xxs, encode: None,
         gpu: grid_repack(100, &iq_grids::IQ3XXS_BYTES),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
     IQ3S {
         name: "iq3_s", ggml_id: 21, block_elems: QK_K, block_bytes: 110,
         decode: iq23::dequant_iq3_s, encode: None,
         gpu: grid_repack(112, &iq_grids::IQ3S_BYTES),
-        gemv: GpuGemv { rows: 4, lanes: None, int_dot_lanes: None },
+        gemv: GpuGemv { rows: 4, lanes: Some(8), int_dot_lanes: None },
         cpu: CpuKernels { simd: true, int_dot: false, repack: false },
     },
 }

@@ -23,6 +23,19 @@ fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
         DType::Q5K,
         DType::TQ1_0,
         DType::TQ2_0,
+        // The block-by-block GEMVs of the other types (quants/types.rs lanes).
+        DType::IQ4NL,
+        DType::IQ4XS,
+        DType::MXFP4,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::IQ2XXS,
+        DType::IQ2XS,
+        DType::IQ2S,
+        DType::IQ3XXS,
+        DType::IQ3S,
     ] {
         // At 2560 columns the int8 quantize spreads a row over three
         // workgroups (the last one ragged), each with its share of Σx².
@@ -199,6 +212,10 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
         DType::Q6K,
         DType::TQ1_0,
         DType::TQ2_0,
+        DType::IQ4XS,
+        DType::Q5K,
+        DType::Q3K,
+        DType::IQ2S,
     ] {
         let cols = 256;
         // n = 32: whole blocks of outputs, so one-row integer-dot GLUs write

@@ -106,7 +106,8 @@ impl Rounding {
 /// The most that rounding the inputs as `r` can move output `r` of row `x`
 /// (`k` values) of a matmul with `m` rows. Integer steps: each value moves
 /// by at most half a step, `max|x_block| / (2·MAX)`, times `|w|` (zero for
-/// other weight types, and for prefill with `DecodeSteps`). F16 GEMM: w and x each within 2⁻¹¹
+/// other weight types: without CPU integer kernels for `Steps`, without an
+/// integer-dot GEMV for `DecodeSteps`, which is zero for prefill too). F16 GEMM: w and x each within 2⁻¹¹
 /// relative (plus half f16's subnormal spacing, 2⁻²⁵), so each product
 /// within 2⁻¹⁰·|w·x| + 2⁻²⁵·(|w| + |x|) (zero for decode).
 pub(crate) fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
@@ -121,8 +122,11 @@ pub(crate) fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], 
                 .sum();
             return terms * 1.01;
         }
-        Rounding::DecodeSteps(_) if m > 4 => return 0.0,
-        _ if !act::supports(dtype) || !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
+        // Vulkan rounds decode activations for the types with an
+        // integer-dot GEMV, the CPU for those with integer kernels.
+        Rounding::DecodeSteps(_) if m > 4 || !vkllm::vk::gemv_int_dot(dtype) => return 0.0,
+        Rounding::Steps(_) if !act::supports(dtype) => return 0.0,
+        _ if !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
         Rounding::Steps(max) | Rounding::DecodeSteps(max) => max,
     };
     w.chunks(ACT_BLOCK)
