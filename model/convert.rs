@@ -207,6 +207,18 @@ fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
             GgufValue::F32(y.beta_slow),
         );
     }
+    if c.arch == Arch::Bitnet {
+        // llama.cpp reads this key for BitNet and runs SiLU without it (and
+        // for a name it does not know, relu2 among them: README, BitNet).
+        let act = match c.act {
+            crate::backend::Activation::Relu2 => "relu2",
+            _ => "silu",
+        };
+        w.add(
+            &format!("{a}.hidden_activation"),
+            GgufValue::String(act.into()),
+        );
+    }
     if c.arch == Arch::GptOss {
         // The pattern is fixed in llama.cpp (sliding, full, ...): only the window.
         let window = c.layers.iter().map(|l| l.window).max().unwrap_or(0);

@@ -1,0 +1,146 @@
+//! BitNet b1.58 (scripts/make_tiny_bitnet.py): the tiny random
+//! `BitNetForCausalLM` against transformers with its own quantization on
+//! (ternary weights, activations rounded per token to int8), through the
+//! Hugging Face directories (float weights quantized online, and the packed
+//! 2-bit form of the released checkpoints) and through `vkllm convert`'s
+//! GGUF, on every backend.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use vkllm::model::{LoadOptions, Output, Want};
+use vkllm::DType;
+
+/// Every logit within this of transformers'. The model rounds activations
+/// to int8, so an engine's float rounding (~1e-6) could move a value across
+/// a rounding boundary and a logit by ~1e-3; the script picked weights with
+/// every rounded value at least 4e-5 of a level from one (and every
+/// ternarized weight 1e-6 of the scale from one), so none moves here.
+const TOL: f32 = 1e-4;
+
+struct Ref {
+    prompt: Vec<u32>,
+    logits: Vec<f32>,
+    greedy: Vec<u32>,
+}
+
+fn tiny(name: &str) -> PathBuf {
+    common::reference_dir().join("tiny").join(name)
+}
+
+fn reference(name: &str) -> Ref {
+    let path = tiny(name).join("reference.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ids = |x: &Value| -> Vec<u32> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect()
+    };
+    Ref {
+        prompt: ids(&v["prompt_ids"]),
+        logits: v["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect(),
+        greedy: ids(&v["greedy_16"]),
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Max |logit - reference| over the prompt, after checking the greedy tokens.
+fn check(what: &str, path: &Path, r: &Ref, be: Box<dyn vkllm::ComputeBackend>) -> f32 {
+    let opts = LoadOptions {
+        kv_cache: Some(DType::F32),
+        ..LoadOptions::default()
+    };
+    let mut model = vkllm::open::load(vec![be], path, &opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .model;
+    let Output::Logits(logits) = model.forward(&r.prompt, Want::AllLogits).unwrap() else {
+        panic!("no logits")
+    };
+    let err = common::max_abs_diff(&logits, &r.logits);
+    assert!(err < TOL, "{what}: max logit error {err}");
+    let vocab = model.config().vocab;
+    let mut tokens = vec![argmax(&logits[logits.len() - vocab..])];
+    while tokens.len() < r.greedy.len() {
+        tokens.push(model.next_token(&tokens[tokens.len() - 1..]).unwrap());
+    }
+    assert_eq!(tokens, r.greedy, "{what}: greedy_16");
+    err
+}
+
+/// The CPU, and Vulkan with an f32 cache where there is a device.
+fn backends() -> Vec<(&'static str, Box<dyn vkllm::ComputeBackend>)> {
+    let mut v = vec![("cpu", common::cpu())];
+    if let Some(vk) = common::vulkan_exact() {
+        v.push(("vulkan", vk));
+    }
+    v
+}
+
+#[test]
+fn tiny_bitnet_matches_transformers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("bitnet.gguf");
+    vkllm::model::convert::hf_to_gguf(&tiny("bitnet"), &gguf, None).unwrap();
+    let mut report = Vec::new();
+    for (name, path) in [
+        ("bitnet", tiny("bitnet")),
+        ("bitnet_packed", tiny("bitnet_packed")),
+        ("bitnet gguf", gguf.clone()),
+    ] {
+        let r = reference(if name == "bitnet_packed" {
+            name
+        } else {
+            "bitnet"
+        });
+        for (backend, be) in backends() {
+            let what = format!("{name} on {backend}");
+            let err = check(&what, &path, &r, be);
+            report.push(format!("{what:28} max|Δlogit| = {err:.2e}"));
+        }
+    }
+    println!("{}", report.join("\n"));
+}
+
+/// The packed checkpoint holds the float one's weights ternarized: both
+/// present the same ternary values and scales.
+#[test]
+fn packed_and_float_checkpoints_present_the_same_ternary_weights() {
+    use vkllm::model::source::TensorSource;
+    let float = vkllm::model::hf::HfCheckpoint::open(&tiny("bitnet")).unwrap();
+    let packed = vkllm::model::hf::HfCheckpoint::open(&tiny("bitnet_packed")).unwrap();
+    assert_eq!(float.names(), packed.names());
+    for name in float.names() {
+        let a = float.tensor(&name).unwrap().unwrap();
+        let b = packed.tensor(&name).unwrap().unwrap();
+        assert_eq!((a.rows, a.cols), (b.rows, b.cols), "{name}");
+        let (a, b) = (a.to_f32(&name).unwrap(), b.to_f32(&name).unwrap());
+        if name.ends_with(".scale") {
+            let rel = (a[0] - b[0]).abs() / a[0].abs();
+            assert!(rel < 1e-6, "{name}: {} vs {}", a[0], b[0]);
+        } else {
+            assert_eq!(a, b, "{name}");
+        }
+    }
+}
