@@ -43,10 +43,14 @@ pub enum Quant {
     /// llama.cpp's MXFP4_MOE (gpt-oss's published files): the experts in
     /// MXFP4, every other matrix in Q8_0.
     Mxfp4Moe,
+    /// Ternary (BitNet b1.58): every layer matrix in TQ1_0 / TQ2_0; an
+    /// untied token embedding Q4_K, as llama.cpp's recipe has it.
+    TQ1_0,
+    TQ2_0,
 }
 
 impl Quant {
-    pub const ALL: [Quant; 9] = [
+    pub const ALL: [Quant; 11] = [
         Quant::F16,
         Quant::Q8_0,
         Quant::Q4_0,
@@ -56,6 +60,8 @@ impl Quant {
         Quant::Q2K,
         Quant::IQ4XS,
         Quant::Mxfp4Moe,
+        Quant::TQ1_0,
+        Quant::TQ2_0,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +75,8 @@ impl Quant {
             Quant::Q2K => "q2_k",
             Quant::IQ4XS => "iq4_xs",
             Quant::Mxfp4Moe => "mxfp4_moe",
+            Quant::TQ1_0 => "tq1_0",
+            Quant::TQ2_0 => "tq2_0",
         }
     }
 
@@ -98,6 +106,8 @@ impl Quant {
             Quant::Q4KM => 15,
             Quant::IQ4XS => 30,
             Quant::Mxfp4Moe => 38,
+            Quant::TQ1_0 => 36,
+            Quant::TQ2_0 => 37,
         }
     }
 
@@ -113,6 +123,8 @@ impl Quant {
             Quant::Q2K => DType::Q2K,
             Quant::IQ4XS => DType::IQ4XS,
             Quant::Mxfp4Moe => DType::Q8_0,
+            Quant::TQ1_0 => DType::TQ1_0,
+            Quant::TQ2_0 => DType::TQ2_0,
         }
     }
 }
@@ -185,6 +197,7 @@ pub fn tensor_type(quant: Quant, role: Role, layer: usize, shape: &Shape, cols: 
             (Quant::Q2K, AttnV | FfnDown | AttnOutput) => Q3K,
             (Quant::IQ4XS, AttnV) if gqa >= 4 => Q5K,
             (Quant::IQ4XS, FfnDown) if layer < n / 8 => Q5K,
+            (Quant::TQ1_0 | Quant::TQ2_0, TokenEmbd) => Q4K,
             _ => base,
         }
     };
