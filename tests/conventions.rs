@@ -152,7 +152,7 @@ fn converted_tiny_models_use_llama_cpp_names_and_keys() {
     let dense = common::TINY_ARCHS
         .into_iter()
         .filter(|a| !common::TINY_MOE_ARCHS.iter().any(|(d, _)| d == a))
-        .chain(["bitnet", "bitnet_packed"]);
+        .chain(["bitnet_packed"]);
     for arch in dense {
         let dir = common::reference_dir().join("tiny").join(arch);
         let bytes = vkllm::model::convert::gguf_from_hf(&dir, None)
