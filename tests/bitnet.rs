@@ -199,3 +199,116 @@ fn synth_bitnet_tq1_0_and_tq2_0_agree_and_generate() {
         }
     }
 }
+
+/// A BitNet directory (transformers' online layout: float weights) of one
+/// layer, hidden 256 so rows are whole TQ blocks, in a temporary directory.
+fn wide_bitnet_dir() -> tempfile::TempDir {
+    let (e, ff, vocab) = (256usize, 512usize, 300usize);
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "architectures": ["BitNetForCausalLM"],
+        "model_type": "bitnet",
+        "hidden_size": e,
+        "intermediate_size": ff,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": vocab,
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "relu2",
+        "tie_word_embeddings": true,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+        "quantization_config": {
+            "quant_method": "bitnet",
+            "linear_class": "autobitlinear",
+            "quantization_mode": "online"
+        }
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let l = "model.layers.0.";
+    let tensors: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![vocab, e]),
+        ("model.norm.weight".into(), vec![e]),
+        (format!("{l}input_layernorm.weight"), vec![e]),
+        (format!("{l}post_attention_layernorm.weight"), vec![e]),
+        (format!("{l}self_attn.q_proj.weight"), vec![e, e]),
+        (format!("{l}self_attn.k_proj.weight"), vec![128, e]),
+        (format!("{l}self_attn.v_proj.weight"), vec![128, e]),
+        (format!("{l}self_attn.o_proj.weight"), vec![e, e]),
+        (format!("{l}self_attn.attn_sub_norm.weight"), vec![e]),
+        (format!("{l}mlp.gate_proj.weight"), vec![ff, e]),
+        (format!("{l}mlp.up_proj.weight"), vec![ff, e]),
+        (format!("{l}mlp.down_proj.weight"), vec![e, ff]),
+        (format!("{l}mlp.ffn_sub_norm.weight"), vec![ff]),
+    ];
+    // safetensors: an 8-byte header length, the JSON header, the data.
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for (i, (name, shape)) in tensors.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let u = vkllm::random::uniform_f32(n, 100 + i as u64);
+        let norm = shape.len() == 1;
+        let v: Vec<f32> = u
+            .iter()
+            .map(|x| if norm { 1.0 + 0.1 * x } else { 0.1 * x })
+            .collect();
+        let start = data.len();
+        data.extend_from_slice(bytemuck::cast_slice(&v));
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.extend_from_slice(&data);
+    std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
+    dir
+}
+
+/// `vkllm convert --quantize tq1_0 / tq2_0` stores BitNet's projections
+/// as their exact ternary values (block scale 1) with their `.scale`, and
+/// leaves the embeddings as they are: the files give the directory's
+/// logits.
+#[test]
+fn convert_to_ternary_types_is_exact() {
+    use vkllm::model::gguf::GgufFile;
+    let dir = wide_bitnet_dir();
+    let prompt: Vec<u32> = (0..10).map(|i| (i * 29 + 3) % 300).collect();
+    let logits = |path: &Path| {
+        let opts = LoadOptions {
+            kv_cache: Some(DType::F32),
+            ..LoadOptions::default()
+        };
+        common::load_model(common::cpu(), path, &opts)
+            .logits(&prompt)
+            .unwrap()
+    };
+    let want = logits(dir.path());
+    for q in [DType::TQ1_0, DType::TQ2_0] {
+        let path = dir.path().join(format!("wide-{q}.gguf"));
+        vkllm::model::convert::hf_to_gguf(dir.path(), &path, Some(q)).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        let dtype = |n: &str| g.tensor(n).unwrap_or_else(|| panic!("{q}: no {n}")).dtype;
+        for p in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ] {
+            assert_eq!(dtype(&format!("blk.0.{p}.weight")), q, "{p}");
+            assert_eq!(dtype(&format!("blk.0.{p}.scale")), DType::F32, "{p}");
+        }
+        assert_eq!(dtype("token_embd.weight"), DType::F32);
+        let err = common::max_abs_diff(&logits(&path), &want);
+        assert!(
+            err < 1e-5,
+            "{q}: max logit difference {err} from the directory"
+        );
+    }
+}
