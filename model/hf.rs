@@ -282,7 +282,9 @@ impl HfCheckpoint {
         let Some(layout) = self.bitnet else {
             return Ok(());
         };
-        let parts = std::mem::take(&mut self.bitnet_parts);
+        // In name order, so a broken checkpoint names the same tensor each time.
+        let mut parts: Vec<_> = std::mem::take(&mut self.bitnet_parts).into_iter().collect();
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
         for (prefix, (weight, scale)) in parts {
             let bad = |msg: String| Error::Tensor {
                 name: format!("{prefix}.weight"),

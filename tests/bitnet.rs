@@ -312,3 +312,81 @@ fn convert_to_ternary_types_is_exact() {
         );
     }
 }
+
+/// A copy of a tiny BitNet directory with `edit` applied to its config text.
+fn edited(name: &str, edit: impl FnOnce(&mut String)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = std::fs::read_to_string(tiny(name).join("config.json")).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    std::fs::copy(
+        tiny(name).join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    dir
+}
+
+fn load_err(path: &Path) -> String {
+    match vkllm::open::load(
+        vec![common::cpu()],
+        path,
+        &LoadOptions::default(),
+        &mut |_, _| {},
+    ) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Checkpoints whose quantization config and weights disagree, or that
+/// name a layout transformers does not have, fail with a sentence naming
+/// the problem, never a panic.
+#[test]
+fn mismatched_bitnet_layouts_are_refused() {
+    // Packed weights under a config that says float weights (online).
+    let d = edited("bitnet_packed", |c| {
+        *c = c
+            .replace("\"bitlinear\"", "\"autobitlinear\"")
+            .replace("\"offline\"", "\"online\"")
+    });
+    let e = load_err(d.path());
+    assert!(e.contains("blk.0.attn_k.weight") && e.contains("U8"), "{e}");
+    // Float weights under a config that says packed ones.
+    let d = edited("bitnet", |c| {
+        *c = c
+            .replace("\"autobitlinear\"", "\"bitlinear\"")
+            .replace("\"online\"", "\"offline\"")
+    });
+    let e = load_err(d.path());
+    assert!(e.contains("F32") && e.contains("weight_scale"), "{e}");
+    // Another quantization method, an unknown class, BitLinear's own norm.
+    let d = edited("bitnet", |c| {
+        *c = c.replace("\"quant_method\": \"bitnet\"", "\"quant_method\": \"gptq\"")
+    });
+    assert!(load_err(d.path()).contains("gptq"));
+    let d = edited("bitnet", |c| {
+        *c = c.replace("\"autobitlinear\"", "\"fancylinear\"")
+    });
+    assert!(load_err(d.path()).contains("fancylinear"));
+    let d = edited("bitnet", |c| {
+        *c = c.replace(
+            "\"quant_method\": \"bitnet\"",
+            "\"quant_method\": \"bitnet\", \"use_rms_norm\": true",
+        )
+    });
+    assert!(load_err(d.path()).contains("use_rms_norm"));
+    // Without a quantization config the directory runs as float linears,
+    // as transformers runs it: other logits, no error.
+    let d = edited("bitnet", |c| {
+        let mut v: Value = serde_json::from_str(c).unwrap();
+        v.as_object_mut().unwrap().remove("quantization_config");
+        *c = v.to_string();
+    });
+    let mut m = common::load_model(common::cpu(), d.path(), &LoadOptions::default());
+    assert!(!m.config().round_acts);
+    let r = reference("bitnet");
+    let logits = m.logits(&r.prompt).unwrap();
+    let last = &r.logits[r.logits.len() - logits.len()..];
+    assert!(common::max_abs_diff(&logits, last) > 1e-2);
+}
