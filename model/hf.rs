@@ -372,27 +372,36 @@ impl HfCheckpoint {
     /// A BitNet projection's weight as f32 `[rows, cols]` values.
     fn ternary(&self, part: &Part, how: Ternary, name: &str) -> Result<RawTensor<'_>> {
         let (rows, cols) = (part.shape[0], part.shape[1]);
-        let values = if part.dtype == safetensors::Dtype::U8 {
-            let bytes = self.bytes(part, name)?;
-            let out_rows = rows * 4;
-            let mut v = vec![0f32; out_rows * cols];
-            for (r, dst) in v.chunks_exact_mut(cols.max(1)).enumerate() {
-                let (shift, src) = (2 * (r / rows.max(1)), r % rows.max(1));
-                let row = &bytes[src * cols..(src + 1) * cols];
-                for (d, b) in dst.iter_mut().zip(row) {
-                    *d = ((b >> shift) & 3) as f32 - 1.0;
-                }
-            }
-            return Ok(f32_tensor(out_rows, cols, v));
-        } else {
+        if part.dtype != safetensors::Dtype::U8 {
             let mut v = self.float_values(part, name)?;
             if let Ternary::Online { inv } = how {
                 v.iter_mut()
                     .for_each(|x| *x = (*x * inv).round_ties_even().clamp(-1.0, 1.0));
             }
-            v
+            return Ok(f32_tensor(rows, cols, v));
+        }
+        // Packed: 4 weight rows per stored row (see `Ternary::Packed`).
+        let too_big = || Error::Tensor {
+            name: name.to_string(),
+            msg: format!("{rows} packed rows of {cols} values overflow"),
         };
-        Ok(f32_tensor(rows, cols, values))
+        let out_rows = rows.checked_mul(4).ok_or_else(too_big)?;
+        let n = out_rows.checked_mul(cols).ok_or_else(too_big)?;
+        let bytes = self.bytes(part, name)?;
+        let mut v = vec![0f32; n];
+        for (r, dst) in v.chunks_exact_mut(cols.max(1)).enumerate() {
+            let (shift, src) = (2 * (r / rows), r % rows);
+            let row = bytes
+                .get(src * cols..(src + 1) * cols)
+                .ok_or_else(|| Error::Tensor {
+                    name: name.to_string(),
+                    msg: "data shorter than its shape".into(),
+                })?;
+            for (d, b) in dst.iter_mut().zip(row) {
+                *d = ((b >> shift) & 3) as f32 - 1.0;
+            }
+        }
+        Ok(f32_tensor(out_rows, cols, v))
     }
 }
 
