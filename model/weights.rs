@@ -207,8 +207,20 @@ impl<'a> Loader<'a> {
     }
 
     fn matrix(&mut self, name: &str, t: RawTensor) -> Result<Weight> {
+        // A ternary type holds only BitNet's projections (exact with their
+        // `.scale`); any other matrix would be destroyed, so it stays.
+        let ternary_ok = |q: DType| {
+            !matches!(q, DType::TQ1_0 | DType::TQ2_0)
+                || name
+                    .strip_suffix(".weight")
+                    .is_some_and(|p| self.raw(&format!("{p}.scale")).is_ok_and(|s| s.is_some()))
+        };
         let (dtype, data): (DType, Cow<[u8]>) = match self.opts.quantize {
-            Some(q) if !t.dtype.is_quantized() && t.cols.is_multiple_of(q.block_elems()) => {
+            Some(q)
+                if !t.dtype.is_quantized()
+                    && t.cols.is_multiple_of(q.block_elems())
+                    && ternary_ok(q) =>
+            {
                 let vals = t.to_f32(name)?;
                 let row_bytes = q.row_bytes(t.cols)?;
                 let mut out = vec![0u8; row_bytes * t.rows];

@@ -271,7 +271,9 @@ fn wide_bitnet_dir() -> tempfile::TempDir {
 /// `vkllm convert --quantize tq1_0 / tq2_0` stores BitNet's projections
 /// as their exact ternary values (block scale 1) with their `.scale`, and
 /// leaves the embeddings as they are: the files give the directory's
-/// logits.
+/// logits, and so does the directory quantized at load. (llama.cpp,
+/// cyllama 0.7.0, loads such files: TQ1_0 and TQ2_0 give it the same
+/// logits, 0.13 from its f32 file's through its 8-bit activations.)
 #[test]
 fn convert_to_ternary_types_is_exact() {
     use vkllm::model::gguf::GgufFile;
@@ -309,6 +311,20 @@ fn convert_to_ternary_types_is_exact() {
         assert!(
             err < 1e-5,
             "{q}: max logit difference {err} from the directory"
+        );
+        // Load-time quantization (`--quantize`) follows the same rule.
+        let opts = LoadOptions {
+            kv_cache: Some(DType::F32),
+            weights: vkllm::model::weights::WeightOptions { quantize: Some(q) },
+            ..LoadOptions::default()
+        };
+        let got = common::load_model(common::cpu(), dir.path(), &opts)
+            .logits(&prompt)
+            .unwrap();
+        let err = common::max_abs_diff(&got, &want);
+        assert!(
+            err < 1e-5,
+            "{q} at load: max logit difference {err} from the directory"
         );
     }
 }
