@@ -276,6 +276,8 @@ pub enum Activation {
     /// clamp(u, -7, 7)`, `out = g' · sigmoid(1.702 g') · (u' + 1)`. Needs
     /// `up`: a glu without it is an error.
     SwigluOai,
+    /// Squared ReLU, `max(x, 0)²` (BitNet b1.58's `relu2`).
+    Relu2,
 }
 
 impl Activation {
@@ -648,6 +650,12 @@ pub trait ComputeBackend: Send {
         out: &Buffer,
         n: usize,
     ) -> Result<()>;
+    /// Per row of `dim` values: each value rounded to the 255 int8 levels
+    /// of the row's largest magnitude and back, `out = clamp(round(x · s),
+    /// -128, 127) / s` with `s = 127 / max(max|x|, 1e-5)` and ties to even
+    /// (BitNet's per-token activation quantization, as transformers'
+    /// `ActQuant` computes it). `out` may alias `x`.
+    fn round_i8(&mut self, x: &Buffer, out: &Buffer, rows: usize, dim: usize) -> Result<()>;
     /// `out[i] = a[i] + b[i]` for `n` values (`out` may alias `a`).
     fn add(&mut self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<()>;
     /// `out[i] = x[i] * s` for `n` values (`out` may alias `x`).

@@ -306,7 +306,31 @@ pub fn activate(act: Activation, x: f64) -> f64 {
             let g = x.min(Activation::OAI_LIMIT as f64);
             g / (1.0 + (-(Activation::OAI_ALPHA as f64) * g).exp())
         }
+        Activation::Relu2 => x.max(0.0) * x.max(0.0),
     }
+}
+
+/// [`crate::backend::ComputeBackend::round_i8`]: each row of `dim` values
+/// rounded to the int8 levels of its largest magnitude. The rounding itself
+/// is the reference's f32 arithmetic (the scale and `x · s` as transformers
+/// computes them in float32): in f64 a value at a tie would round elsewhere.
+pub fn round_i8(x: &[f32], dim: usize) -> Result<Vec<f32>> {
+    if dim == 0 || !x.len().is_multiple_of(dim) {
+        return Err(Error::op(
+            "round_i8",
+            format!("{} values are not rows of {dim}", x.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(dim) {
+        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-5);
+        let s = 127.0 / amax;
+        out.extend(
+            row.iter()
+                .map(|v| (v * s).round_ties_even().clamp(-128.0, 127.0) / s),
+        );
+    }
+    Ok(out)
 }
 
 /// `act(gate) * up`, or `act(gate)` without `up`; gpt-oss's

@@ -269,6 +269,38 @@ pub const SHAPES: &[Shape] = &[
         }),
     },
     Shape {
+        name: "bitnet-2b",
+        arch: Arch::Bitnet,
+        hidden: 2560,
+        layers: 30,
+        heads: 20,
+        kv_heads: 5,
+        head_dim: 128,
+        ffn: 6912,
+        vocab: 128_256,
+        rope_base: 500_000.0,
+        tied: true,
+        context: 4096,
+        norm_eps: 1e-5,
+        experts: None,
+    },
+    Shape {
+        name: "tiny-bitnet",
+        arch: Arch::Bitnet,
+        hidden: 256,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 512,
+        vocab: 1024,
+        rope_base: 500_000.0,
+        tied: true,
+        context: 512,
+        norm_eps: 1e-5,
+        experts: None,
+    },
+    Shape {
         name: "tiny-qwen3moe",
         arch: Arch::Qwen3Moe,
         hidden: 256,
@@ -374,6 +406,9 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
             add(n("attn_q_norm"), Role::Norm, i, 1, s.head_dim);
             add(n("attn_k_norm"), Role::Norm, i, 1, s.head_dim);
         }
+        if s.arch == Arch::Bitnet {
+            add(n("attn_sub_norm"), Role::Norm, i, 1, q_dim);
+        }
         add(n("attn_output"), Role::AttnOutput, i, s.hidden, q_dim);
         let oss = s.arch == Arch::GptOss;
         if oss {
@@ -404,6 +439,9 @@ pub fn plan(shape: &Shape, quant: Quant) -> Vec<TensorPlan> {
             None => {
                 add(n("ffn_gate"), Role::FfnGate, i, s.ffn, s.hidden);
                 add(n("ffn_up"), Role::FfnUp, i, s.ffn, s.hidden);
+                if s.arch == Arch::Bitnet {
+                    add(n("ffn_sub_norm"), Role::Norm, i, 1, s.ffn);
+                }
                 add(n("ffn_down"), Role::FfnDown, i, s.hidden, s.ffn);
             }
         }
@@ -647,6 +685,14 @@ fn model_metadata(s: &Shape, quant: Quant) -> Vec<(String, GgufValue)> {
             ("rope.scaling.original_context_length", u32v(4096)),
         ];
         m.extend(keys.into_iter().map(|(k, v)| (format!("{a}.{k}"), v)));
+    }
+    if s.arch == Arch::Bitnet {
+        // bitnet-b1.58-2B-4T's squared ReLU (llama.cpp runs SiLU whatever
+        // the key says: README, BitNet).
+        m.push((
+            format!("{a}.hidden_activation"),
+            GgufValue::String("relu2".into()),
+        ));
     }
     if let Some(e) = s.experts {
         let keys = [

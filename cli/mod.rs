@@ -244,6 +244,11 @@ pub enum QuantizeKind {
     Q8_0,
     #[value(name = "q4_0")]
     Q4_0,
+    /// Ternary: only BitNet's projections (the matrices with a scale).
+    #[value(name = "tq1_0")]
+    TQ1_0,
+    #[value(name = "tq2_0")]
+    TQ2_0,
 }
 
 impl QuantizeKind {
@@ -251,6 +256,8 @@ impl QuantizeKind {
         match self {
             QuantizeKind::Q8_0 => vkllm::DType::Q8_0,
             QuantizeKind::Q4_0 => vkllm::DType::Q4_0,
+            QuantizeKind::TQ1_0 => vkllm::DType::TQ1_0,
+            QuantizeKind::TQ2_0 => vkllm::DType::TQ2_0,
         }
     }
 }

@@ -17,6 +17,10 @@ fn activate(act: Activation, x: f32) -> f32 {
             let g = x.min(Activation::OAI_LIMIT);
             g / (1.0 + (-Activation::OAI_ALPHA * g).exp())
         }
+        Activation::Relu2 => {
+            let r = x.max(0.0);
+            r * r
+        }
     }
 }
 

@@ -24,6 +24,7 @@ mod repack;
 mod rms_norm;
 mod rope;
 mod rope_store;
+mod round_i8;
 mod route_experts;
 mod scale;
 pub mod simd;
@@ -648,6 +649,24 @@ impl ComputeBackend for CpuBackend {
                 }
             };
             add::add_in_place(dst, other);
+            Ok(())
+        })
+    }
+
+    fn round_i8(&mut self, x: &Buffer, out: &Buffer, rows: usize, dim: usize) -> Result<()> {
+        if dim == 0 {
+            return Err(Error::op("round_i8", "dim must be positive"));
+        }
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op("round_i8", "rows * dim overflows"))?;
+        let aliased = x.id() == out.id();
+        let inputs: Vec<&Buffer> = if aliased { vec![] } else { vec![x] };
+        self.with_out("round_i8", out, n, n * 2, &inputs, |st, dst, ctx| {
+            if !aliased {
+                dst.copy_from_slice(st.f32s("round_i8", "x", x, n)?);
+            }
+            round_i8::run(ctx.par, dst, dim);
             Ok(())
         })
     }

@@ -15,13 +15,14 @@ layout(binding = 2) writeonly buffer Out { float o[]; };
 
 layout(push_constant) uniform Push {
     uint n;
-    uint act; // 0 SiLU, 1 tanh GELU, 2 gpt-oss SwiGLU (vk/ops/glu.rs)
+    uint act; // 0 SiLU, 1 tanh GELU, 2 gpt-oss SwiGLU, 3 squared ReLU (vk/ops/glu.rs)
     uint has_up;
     uint row;
 } pc;
 
 const uint GELU = 1u;
 const uint SWIGLU_OAI = 2u;
+const uint RELU2 = 3u;
 // gpt-oss's SwiGLU: the sigmoid's slope and the clamp (Activation::OAI_*).
 const float OAI_ALPHA = 1.702;
 const float OAI_LIMIT = 7.0;
@@ -36,6 +37,10 @@ float act(float v) {
     if (pc.act == SWIGLU_OAI) {
         float g = min(v, OAI_LIMIT);
         return g / (1.0 + exp(-OAI_ALPHA * g));
+    }
+    if (pc.act == RELU2) {
+        float r = max(v, 0.0);
+        return r * r;
     }
     return v / (1.0 + exp(-v));
 }

@@ -56,7 +56,13 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
             w.add(&k, v);
         }
     }
-    for name in hf.names() {
+    let names = hf.names();
+    let scaled: std::collections::HashSet<&str> = names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".scale"))
+        .collect();
+    for name in &names {
+        let name = name.clone();
         let t = hf.tensor(&name)?.ok_or_else(|| Error::Tensor {
             name: name.clone(),
             msg: "vanished".into(),
@@ -82,8 +88,17 @@ pub fn gguf_from_hf(dir: &Path, quantize: Option<DType>) -> Result<GgufWriter> {
         }
         if let Some(q) = quantize {
             // llama.cpp keeps routers in f32 (llama-quantize skips them too).
+            // A ternary type holds only BitNet's projections (the
+            // matrices with a `.scale`): their values are exactly -1, 0, 1,
+            // so each block's scale is 1 and nothing is lost; any other
+            // matrix (the embeddings) would be destroyed, so it stays.
+            let ternary_ok = !matches!(q, DType::TQ1_0 | DType::TQ2_0)
+                || name
+                    .strip_suffix(".weight")
+                    .is_some_and(|p| scaled.contains(p));
             let matrix = t.rows > 1
                 && !is_norm
+                && ternary_ok
                 && !name.starts_with("position_embd")
                 && !name.contains("ffn_gate_inp");
             if matrix && !dtype.is_quantized() && t.cols % q.block_elems() == 0 {
@@ -205,6 +220,18 @@ fn metadata(w: &mut GgufWriter, c: &ModelConfig, origin: &str) {
         w.add(
             &format!("{a}.rope.scaling.yarn_beta_slow"),
             GgufValue::F32(y.beta_slow),
+        );
+    }
+    if c.arch == Arch::Bitnet {
+        // llama.cpp reads this key for BitNet and runs SiLU without it (and
+        // for a name it does not know, relu2 among them: README, BitNet).
+        let act = match c.act {
+            crate::backend::Activation::Relu2 => "relu2",
+            _ => "silu",
+        };
+        w.add(
+            &format!("{a}.hidden_activation"),
+            GgufValue::String(act.into()),
         );
     }
     if c.arch == Arch::GptOss {

@@ -59,6 +59,36 @@ enum Entry {
     },
     /// A mixture-of-experts tensor assembled from one or more stored ones.
     Experts(experts::Layout),
+    /// A BitNet projection's weight as f32 `[rows, cols]` (see [`Ternary`]).
+    Ternary { part: Part, how: Ternary },
+    /// A BitNet projection's scale, one f32 (`{name}.scale`).
+    Scale(f32),
+}
+
+/// How a BitNet checkpoint (transformers' `quantization_config`) stores a
+/// projection, and what vkllm presents: the ternary weight and its scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ternary {
+    /// `autobitlinear`, `online`: float weights, ternarized on every
+    /// forward with their absmean; `inv` is `1 / absmean` as transformers'
+    /// WeightQuant computes it (in f32), values `round(w · inv)` in [-1, 1].
+    Online { inv: f32 },
+    /// `bitlinear` (the released checkpoints): uint8 `[rows / 4, cols]`,
+    /// 2 bits per value (transformers' pack_weights: row `r` of the weight
+    /// is bits `2i` of packed row `r % (rows / 4)`, `i = r / (rows / 4)`,
+    /// stored as value + 1); the product is divided by `weight_scale`.
+    Packed,
+    /// `autobitlinear`, `offline`: the weight as stored (float, or packed
+    /// as above), the product multiplied by `weight_scale`.
+    AsStored,
+}
+
+/// What a BitNet checkpoint's `quantization_config` says of its projections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BitnetLayout {
+    Online,
+    Packed,
+    AsStored,
 }
 /// A Hugging Face model directory.
 pub struct HfCheckpoint {
@@ -68,6 +98,11 @@ pub struct HfCheckpoint {
     tensors: HashMap<String, Entry>,
     /// Expert tensors gathered across shards until [`HfCheckpoint::finish`].
     experts: experts::Pending,
+    /// A quantized BitNet checkpoint's layout, and its projections' weight
+    /// and `weight_scale` parts by GGUF prefix (`blk.0.attn_q`) until
+    /// [`HfCheckpoint::finish`].
+    bitnet: Option<BitnetLayout>,
+    bitnet_parts: HashMap<String, (Option<Part>, Option<Part>)>,
 }
 
 impl HfCheckpoint {
@@ -79,7 +114,9 @@ impl HfCheckpoint {
     pub fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-        let config = ModelConfig::from_hf_json(&text, &cfg_path.display().to_string())?;
+        let origin = cfg_path.display().to_string();
+        let config = ModelConfig::from_hf_json(&text, &origin)?;
+        let bitnet = bitnet_layout(&config, &text, &origin)?;
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| Error::io(dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -98,6 +135,8 @@ impl HfCheckpoint {
             shards: Vec::new(),
             tensors: HashMap::new(),
             experts: experts::Pending::default(),
+            bitnet,
+            bitnet_parts: HashMap::new(),
         };
         for path in files {
             let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
@@ -114,14 +153,17 @@ impl HfCheckpoint {
     /// its tokenizer would be looked for).
     pub fn from_bytes(config_json: &str, shards: Vec<Vec<u8>>, name: &str) -> Result<HfCheckpoint> {
         let dir = PathBuf::from(name);
-        let config =
-            ModelConfig::from_hf_json(config_json, &dir.join("config.json").display().to_string())?;
+        let origin = dir.join("config.json").display().to_string();
+        let config = ModelConfig::from_hf_json(config_json, &origin)?;
+        let bitnet = bitnet_layout(&config, config_json, &origin)?;
         let mut checkpoint = HfCheckpoint {
             dir,
             config,
             shards: Vec::new(),
             tensors: HashMap::new(),
             experts: experts::Pending::default(),
+            bitnet,
+            bitnet_parts: HashMap::new(),
         };
         for (i, bytes) in shards.into_iter().enumerate() {
             let path = checkpoint.dir.join(format!("model-{i}.safetensors"));
@@ -147,6 +189,17 @@ impl HfCheckpoint {
                 shape: info.shape.clone(),
                 range: info.data_offsets,
             };
+            if self.bitnet.is_some() {
+                if let Some((prefix, is_scale)) = bitnet_projection(self.config.arch, &name) {
+                    let slot = self.bitnet_parts.entry(prefix).or_default();
+                    if is_scale {
+                        slot.1 = Some(part);
+                    } else {
+                        slot.0 = Some(part);
+                    }
+                    continue;
+                }
+            }
             let Some(target) = map_name(self.config.arch, &name) else {
                 continue;
             };
@@ -191,8 +244,10 @@ impl HfCheckpoint {
         Ok(())
     }
 
-    /// After the last shard: every expert tensor complete and consistent.
+    /// After the last shard: every expert tensor complete and consistent,
+    /// every BitNet projection's weight and scale resolved.
     fn finish(mut self) -> Result<HfCheckpoint> {
+        self.finish_bitnet()?;
         let pending = std::mem::take(&mut self.experts);
         for (name, layout) in pending
             .finish(self.config.moe.map(|m| m.experts))
@@ -219,6 +274,193 @@ impl HfCheckpoint {
     }
 }
 
+impl HfCheckpoint {
+    /// Presents each BitNet projection as `{prefix}.weight` (f32 values of
+    /// the ternary weight) and `{prefix}.scale` (what the product is
+    /// multiplied by), from the layout the config declares.
+    fn finish_bitnet(&mut self) -> Result<()> {
+        let Some(layout) = self.bitnet else {
+            return Ok(());
+        };
+        // In name order, so a broken checkpoint names the same tensor each time.
+        let mut parts: Vec<_> = std::mem::take(&mut self.bitnet_parts).into_iter().collect();
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
+        for (prefix, (weight, scale)) in parts {
+            let bad = |msg: String| Error::Tensor {
+                name: format!("{prefix}.weight"),
+                msg,
+            };
+            let weight = weight.ok_or_else(|| bad("has a weight_scale but no weight".into()))?;
+            if weight.shape.len() != 2 {
+                return Err(bad(format!(
+                    "has the shape {:?}, not a matrix",
+                    weight.shape
+                )));
+            }
+            let packed = weight.dtype == safetensors::Dtype::U8;
+            let stored_scale = match &scale {
+                Some(p) => Some(self.scalar(p, &format!("{prefix}.weight_scale"))?),
+                None => None,
+            };
+            let (how, value) = match (layout, packed, stored_scale) {
+                (BitnetLayout::Online, false, _) => {
+                    let w = self.float_values(&weight, &prefix)?;
+                    // transformers: 1 / mean(|w|).clamp(min=1e-5), in f32.
+                    let mean = (w.iter().map(|v| v.abs() as f64).sum::<f64>()
+                        / w.len().max(1) as f64) as f32;
+                    let inv = 1.0 / mean.max(1e-5);
+                    (Ternary::Online { inv }, 1.0 / inv)
+                }
+                (BitnetLayout::Packed, true, Some(s)) if s != 0.0 => (Ternary::Packed, 1.0 / s),
+                (BitnetLayout::AsStored, _, Some(s)) => (Ternary::AsStored, s),
+                (BitnetLayout::AsStored, _, None) => (Ternary::AsStored, 1.0),
+                _ => {
+                    return Err(bad(format!(
+                        "is stored as {:?}{}, which the config's BitNet layout ({layout:?}) does not hold",
+                        weight.dtype,
+                        if stored_scale.is_some() { " with a weight_scale" } else { " without a weight_scale" }
+                    )))
+                }
+            };
+            if !value.is_finite() {
+                return Err(bad(format!("has the non-finite scale {value}")));
+            }
+            if packed && weight.shape[0].checked_mul(4).is_none() {
+                return Err(bad("has too many rows".into()));
+            }
+            if !packed && float_dtype(weight.dtype).is_none() {
+                return Err(bad(format!("has unsupported dtype {:?}", weight.dtype)));
+            }
+            self.tensors.insert(
+                format!("{prefix}.weight"),
+                Entry::Ternary { part: weight, how },
+            );
+            self.tensors
+                .insert(format!("{prefix}.scale"), Entry::Scale(value));
+        }
+        Ok(())
+    }
+
+    /// A float tensor's values as f32.
+    fn float_values(&self, part: &Part, name: &str) -> Result<Vec<f32>> {
+        let dtype = float_dtype(part.dtype).ok_or_else(|| Error::Tensor {
+            name: name.to_string(),
+            msg: format!("has unsupported dtype {:?}", part.dtype),
+        })?;
+        let bytes = self.bytes(part, name)?;
+        let n = bytes.len() / dtype.block_bytes();
+        let raw = RawTensor {
+            dtype,
+            rows: 1,
+            cols: n,
+            data: Cow::Borrowed(bytes),
+        };
+        raw.to_f32(name)
+    }
+
+    /// The one value of a float tensor of one element.
+    fn scalar(&self, part: &Part, name: &str) -> Result<f32> {
+        match self.float_values(part, name)?.as_slice() {
+            [v] => Ok(*v),
+            v => Err(Error::Tensor {
+                name: name.to_string(),
+                msg: format!("has {} values, expected one", v.len()),
+            }),
+        }
+    }
+
+    /// A BitNet projection's weight as f32 `[rows, cols]` values.
+    fn ternary(&self, part: &Part, how: Ternary, name: &str) -> Result<RawTensor<'_>> {
+        let (rows, cols) = (part.shape[0], part.shape[1]);
+        if part.dtype != safetensors::Dtype::U8 {
+            let mut v = self.float_values(part, name)?;
+            if let Ternary::Online { inv } = how {
+                v.iter_mut()
+                    .for_each(|x| *x = (*x * inv).round_ties_even().clamp(-1.0, 1.0));
+            }
+            return Ok(f32_tensor(rows, cols, v));
+        }
+        // Packed: 4 weight rows per stored row (see `Ternary::Packed`).
+        let too_big = || Error::Tensor {
+            name: name.to_string(),
+            msg: format!("{rows} packed rows of {cols} values overflow"),
+        };
+        let out_rows = rows.checked_mul(4).ok_or_else(too_big)?;
+        let n = out_rows.checked_mul(cols).ok_or_else(too_big)?;
+        let bytes = self.bytes(part, name)?;
+        let mut v = vec![0f32; n];
+        for (r, dst) in v.chunks_exact_mut(cols.max(1)).enumerate() {
+            let (shift, src) = (2 * (r / rows), r % rows);
+            let row = bytes
+                .get(src * cols..(src + 1) * cols)
+                .ok_or_else(|| Error::Tensor {
+                    name: name.to_string(),
+                    msg: "data shorter than its shape".into(),
+                })?;
+            for (d, b) in dst.iter_mut().zip(row) {
+                *d = ((b >> shift) & 3) as f32 - 1.0;
+            }
+        }
+        Ok(f32_tensor(out_rows, cols, v))
+    }
+}
+
+fn f32_tensor(rows: usize, cols: usize, v: Vec<f32>) -> RawTensor<'static> {
+    RawTensor {
+        dtype: DType::F32,
+        rows,
+        cols,
+        data: Cow::Owned(bytemuck::cast_slice(&v).to_vec()),
+    }
+}
+
+/// The layout of a BitNet checkpoint quantized by transformers' BitNet
+/// integration (`quantization_config.quant_method` "bitnet"), `None`
+/// otherwise (a float checkpoint runs as plain linears, as in transformers).
+fn bitnet_layout(cfg: &ModelConfig, text: &str, origin: &str) -> Result<Option<BitnetLayout>> {
+    if cfg.arch != Arch::Bitnet || !cfg.round_acts {
+        return Ok(None);
+    }
+    let root: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Error::Config(format!("{origin}: invalid JSON: {e}")))?;
+    let q = &root["quantization_config"];
+    let class = q
+        .get("linear_class")
+        .and_then(|v| v.as_str())
+        .unwrap_or("bitlinear");
+    let mode = q
+        .get("quantization_mode")
+        .and_then(|v| v.as_str())
+        .unwrap_or("offline");
+    Ok(Some(match (class, mode) {
+        ("autobitlinear", "online") => BitnetLayout::Online,
+        ("autobitlinear", "offline") => BitnetLayout::AsStored,
+        ("bitlinear", _) => BitnetLayout::Packed,
+        _ => {
+            return Err(Error::Unsupported(format!(
+                "{origin}: BitNet linear_class '{class}' with quantization_mode '{mode}'"
+            )))
+        }
+    }))
+}
+
+/// A BitNet projection's weight or `weight_scale` tensor: its GGUF prefix
+/// (`blk.0.attn_q`) and whether it is the scale.
+fn bitnet_projection(arch: Arch, hf: &str) -> Option<(String, bool)> {
+    let (base, is_scale) = match hf.strip_suffix("_scale") {
+        Some(b) if b.ends_with(".weight") => (b.to_string(), true),
+        _ => (hf.to_string(), false),
+    };
+    let (name, _) = gguf_name(arch, &base)?;
+    let prefix = name.strip_suffix(".weight")?;
+    let leaf = prefix.rsplit('.').next()?;
+    matches!(
+        leaf,
+        "attn_q" | "attn_k" | "attn_v" | "attn_output" | "ffn_gate" | "ffn_up" | "ffn_down"
+    )
+    .then(|| (prefix.to_string(), is_scale))
+}
+
 /// The float element types a presented tensor may have.
 fn float_dtype(d: safetensors::Dtype) -> Option<DType> {
     match d {
@@ -243,6 +485,8 @@ impl TensorSource for HfCheckpoint {
             Entry::Experts(layout) => {
                 return layout.tensor(name, |p| self.bytes(p, name)).map(Some)
             }
+            Entry::Ternary { part, how } => return self.ternary(part, *how, name).map(Some),
+            Entry::Scale(v) => return Ok(Some(f32_tensor(1, 1, vec![*v]))),
         };
         let bytes = self.bytes(part, name)?;
         let (rows, cols) = match part.shape.as_slice() {
@@ -347,6 +591,8 @@ pub fn gguf_name(arch: Arch, hf: &str) -> Option<(String, bool)> {
         "self_attn.q_norm.weight" => "attn_q_norm.weight",
         "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "self_attn.sinks" => "attn_sinks.weight",
+        "self_attn.attn_sub_norm.weight" => "attn_sub_norm.weight",
+        "mlp.ffn_sub_norm.weight" => "ffn_sub_norm.weight",
         // The router: Qwen3-MoE (and Mixtral inside transformers),
         // Mixtral's checkpoints, gpt-oss.
         "mlp.gate.weight" | "block_sparse_moe.gate.weight" | "mlp.router.weight" => {

@@ -309,27 +309,73 @@ impl Stage {
             norm: norm.as_ref().map(|w| (w, c.norm_eps)),
             add,
         };
-        self.be.linear(&l.w, &x, &y, m, &opts)
+        let Some(sc) = l.scale else {
+            return self.be.linear(&l.w, &x, &y, m, &opts);
+        };
+        let n = m
+            .checked_mul(l.w.rows)
+            .ok_or_else(|| Error::Invalid("a projection's output overflows".into()))?;
+        if !add {
+            self.be.linear(&l.w, &x, &y, m, &opts)?;
+            return self.be.scale(&y, sc, &y, n);
+        }
+        // Scaled before the residual add: through `t` (the residual
+        // projections' outputs are n_embd wide, as `t` is).
+        let t = self.s.t;
+        let plain = LinearOpts { add: false, ..opts };
+        self.be.linear(&l.w, &x, &t, m, &plain)?;
+        self.be.scale(&t, sc, &t, n)?;
+        self.be.add(&y, &t, &y, n)
+    }
+
+    /// The input of projections from `x`: RMS-normed by `n` (`dim` values
+    /// per row) unless `n` is `None`, and with [`ModelConfig::round_acts`]
+    /// rounded to int8 per row into `out`. Returns the buffer the
+    /// projections read and the norm weights they still fold in.
+    #[allow(clippy::too_many_arguments)]
+    fn proj_input(
+        &mut self,
+        c: &ModelConfig,
+        n: Option<&Norm>,
+        x: Buffer,
+        out: Buffer,
+        rows: usize,
+        dim: usize,
+    ) -> Result<(Buffer, Option<Buffer>)> {
+        if !c.round_acts {
+            return Ok((x, n.map(|n| n.w)));
+        }
+        let src = match n {
+            Some(n) => {
+                self.be.rms_norm(&x, &n.w, &out, rows, dim, c.norm_eps)?;
+                out
+            }
+            None => x,
+        };
+        self.be.round_i8(&src, &out, rows, dim)?;
+        Ok((out, None))
     }
 
     /// The residual stream after a block: `x += W·input`, or with a
     /// post-norm (Gemma) `x += norm(W·input)`.
+    #[allow(clippy::too_many_arguments)]
     fn residual(
         &mut self,
         c: &ModelConfig,
         l: &Linear,
         post: Option<Norm>,
         input: Buffer,
+        norm: Option<Buffer>,
         m: usize,
     ) -> Result<()> {
         let s = self.s;
         match post {
             Some(n) => {
-                self.linear(c, l, input, None, s.h, m, false)?;
+                self.linear(c, l, input, norm, s.h, m, false)?;
                 self.norm(c, &n, s.h, s.t, m)?;
                 self.be.add(&s.x, &s.t, &s.x, m * c.n_embd)
             }
-            None => self.linear(c, l, input, None, s.x, m, true),
+            None => self.linear(c, l, input, norm, s.x, m, true),
         }
     }
 
@@ -431,7 +477,11 @@ impl Stage {
             let lw = self.w.layers[i];
             let lc = c.layers[il];
             // Attention block.
-            let (h, nw) = self.pre_norm(c, &lw.attn_norm, s.x, s.h, m)?;
+            let (h, nw) = if c.round_acts {
+                self.proj_input(c, Some(&lw.attn_norm), s.x, s.h, m, e)?
+            } else {
+                self.pre_norm(c, &lw.attn_norm, s.x, s.h, m)?
+            };
             self.linear(c, &lw.q, h, nw, s.q, m, false)?;
             self.linear(c, &lw.k, h, nw, s.k, m, false)?;
             self.linear(c, &lw.v, h, nw, s.v, m, false)?;
@@ -474,7 +524,10 @@ impl Stage {
                 window: lc.window,
                 kv_dtype: kv.dtype,
                 pages: r.paged.then_some(pages),
-                next: Some(NextWeight::of(&lw.o.w)),
+                // The o projection reads the attention output itself only
+                // without a sub-norm or rounding in between.
+                next: (lw.attn_sub_norm.is_none() && !c.round_acts)
+                    .then(|| NextWeight::of(&lw.o.w)),
                 sinks: lw.sinks,
             };
             self.be.rope_store_attention(
@@ -488,11 +541,21 @@ impl Stage {
                 &ap,
                 &s.att,
             )?;
-            self.residual(c, &lw.o, lw.attn_post_norm, s.att, m)?;
+            let (o_in, o_norm) = if lw.attn_sub_norm.is_some() || c.round_acts {
+                let qd = c.q_dim();
+                self.proj_input(c, lw.attn_sub_norm.as_ref(), s.att, s.qn, m, qd)?
+            } else {
+                (s.att, None)
+            };
+            self.residual(c, &lw.o, lw.attn_post_norm, o_in, o_norm, m)?;
             // Feed-forward block.
             match lw.ffn {
                 Ffn::Dense { ffn_in, down } => {
-                    let (h, nw) = self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?;
+                    let (h, nw) = if c.round_acts {
+                        self.proj_input(c, Some(&lw.ffn_norm), s.x, s.h, m, e)?
+                    } else {
+                        self.pre_norm(c, &lw.ffn_norm, s.x, s.h, m)?
+                    };
                     match ffn_in {
                         FfnIn::GateUp(w) => {
                             let norm = nw.as_ref().map(|w| (w, c.norm_eps));
@@ -509,7 +572,13 @@ impl Stage {
                             self.be.glu(c.act, &s.up, None, &s.act, m * c.n_ff)?;
                         }
                     }
-                    self.residual(c, &down, lw.ffn_post_norm, s.act, m)?;
+                    let (d_in, d_norm) = if lw.ffn_sub_norm.is_some() || c.round_acts {
+                        let sub = lw.ffn_sub_norm.as_ref();
+                        self.proj_input(c, sub, s.act, s.gate, m, c.n_ff)?
+                    } else {
+                        (s.act, None)
+                    };
+                    self.residual(c, &down, lw.ffn_post_norm, d_in, d_norm, m)?;
                 }
                 Ffn::Experts(ex) => self.experts(c, &ex, &lw.ffn_norm, m)?,
             }
@@ -520,6 +589,7 @@ impl Stage {
         let out = Linear {
             w: head.output,
             b: None,
+            scale: None,
         };
         if r.want == Want::AllLogits || (r.each_row && r.read) {
             let (h, nw) = self.pre_norm(c, &head.norm, s.x, s.h, m)?;

@@ -22,6 +22,10 @@ pub struct Norm {
 pub struct Linear {
     pub w: Weight,
     pub b: Option<Buffer>,
+    /// What the product is multiplied by: a per-tensor scale stored beside
+    /// the weight (`{name}.scale`, llama.cpp's BitNet `wq_s`...), the
+    /// weight then holding ternary values exactly.
+    pub scale: Option<f32>,
 }
 
 /// The feed-forward block's input projections.
@@ -74,11 +78,15 @@ pub struct LayerWeights {
     pub o: Linear,
     pub q_norm: Option<Norm>,
     pub k_norm: Option<Norm>,
+    /// BitNet's norm of the attention output before `o` (`[q_dim]`).
+    pub attn_sub_norm: Option<Norm>,
     pub attn_post_norm: Option<Norm>,
     /// gpt-oss's per-head softmax sinks (`[n_head]` f32).
     pub sinks: Option<Buffer>,
     pub ffn_norm: Norm,
     pub ffn: Ffn,
+    /// BitNet's norm of the FFN's activations before `down` (`[n_ff]`).
+    pub ffn_sub_norm: Option<Norm>,
     pub ffn_post_norm: Option<Norm>,
 }
 
@@ -199,8 +207,20 @@ impl<'a> Loader<'a> {
     }
 
     fn matrix(&mut self, name: &str, t: RawTensor) -> Result<Weight> {
+        // A ternary type holds only BitNet's projections (exact with their
+        // `.scale`); any other matrix would be destroyed, so it stays.
+        let ternary_ok = |q: DType| {
+            !matches!(q, DType::TQ1_0 | DType::TQ2_0)
+                || name
+                    .strip_suffix(".weight")
+                    .is_some_and(|p| self.raw(&format!("{p}.scale")).is_ok_and(|s| s.is_some()))
+        };
         let (dtype, data): (DType, Cow<[u8]>) = match self.opts.quantize {
-            Some(q) if !t.dtype.is_quantized() && t.cols.is_multiple_of(q.block_elems()) => {
+            Some(q)
+                if !t.dtype.is_quantized()
+                    && t.cols.is_multiple_of(q.block_elems())
+                    && ternary_ok(q) =>
+            {
                 let vals = t.to_f32(name)?;
                 let row_bytes = q.row_bytes(t.cols)?;
                 let mut out = vec![0u8; row_bytes * t.rows];
@@ -225,7 +245,29 @@ impl<'a> Loader<'a> {
         Self::expect_shape(&wname, &t, rows, cols)?;
         let w = self.matrix(&wname, t)?;
         let b = self.vector(&format!("{prefix}.bias"), rows, 0.0)?;
-        Ok(Some(Linear { w, b }))
+        let scale = self.scale(prefix)?;
+        if scale.is_some() && b.is_some() {
+            return Err(Error::Unsupported(format!(
+                "{prefix}: a projection with both a scale and a bias"
+            )));
+        }
+        Ok(Some(Linear { w, b, scale }))
+    }
+
+    /// The one value of `{prefix}.scale`, if the file has it.
+    fn scale(&self, prefix: &str) -> Result<Option<f32>> {
+        let name = format!("{prefix}.scale");
+        let Some(t) = self.raw(&name)? else {
+            return Ok(None);
+        };
+        let v = t.to_f32(&name)?;
+        match v.as_slice() {
+            [s] if s.is_finite() => Ok(Some(*s)),
+            _ => Err(Error::Tensor {
+                name,
+                msg: format!("{} values, expected one finite value", v.len()),
+            }),
+        }
     }
 
     fn need_linear(&mut self, prefix: &str, rows: usize, cols: usize) -> Result<Linear> {
@@ -267,7 +309,11 @@ impl<'a> Loader<'a> {
                 Some(b) => Some(self.upload_vec(&b[start..start + rows])?),
                 None => None,
             };
-            out.push(Linear { w, b });
+            out.push(Linear {
+                w,
+                b,
+                scale: self.scale(prefix)?,
+            });
             start += rows;
         }
         Ok(Some(out))
@@ -278,8 +324,11 @@ impl<'a> Loader<'a> {
     /// separately.
     fn gate_up(&mut self, gate: &str, up: &str, ff: usize, e: usize) -> Result<FfnIn> {
         let (gname, uname) = (format!("{gate}.weight"), format!("{up}.weight"));
+        // Scaled projections (BitNet) stay apart: each has its own scale.
         let biased = self.raw(&format!("{gate}.bias"))?.is_some()
-            || self.raw(&format!("{up}.bias"))?.is_some();
+            || self.raw(&format!("{up}.bias"))?.is_some()
+            || self.raw(&format!("{gate}.scale"))?.is_some()
+            || self.raw(&format!("{up}.scale"))?.is_some();
         let Some(g) = self.raw(&gname)? else {
             // Fused: `ffn_up` holds the gate rows, then the up rows.
             let t = self.raw(&uname)?.ok_or_else(|| self.missing(&gname))?;
@@ -367,7 +416,7 @@ impl<'a> Loader<'a> {
             }
             None => None,
         };
-        Ok(ExpertsIn::GateUp(Linear { w, b }))
+        Ok(ExpertsIn::GateUp(Linear { w, b, scale: None }))
     }
 
     /// The token embedding table, in its stored type (the gather
@@ -419,6 +468,14 @@ impl<'a> Loader<'a> {
             (
                 Some(self.need_norm(&p("attn_q_norm"), c.head_dim)?),
                 Some(self.need_norm(&p("attn_k_norm"), c.head_dim)?),
+            )
+        } else {
+            (None, None)
+        };
+        let (attn_sub_norm, ffn_sub_norm) = if c.sub_norms {
+            (
+                Some(self.need_norm(&p("attn_sub_norm"), qd)?),
+                Some(self.need_norm(&p("ffn_sub_norm"), ff)?),
             )
         } else {
             (None, None)
@@ -487,10 +544,12 @@ impl<'a> Loader<'a> {
             o,
             q_norm,
             k_norm,
+            attn_sub_norm,
             attn_post_norm,
             sinks,
             ffn_norm,
             ffn,
+            ffn_sub_norm,
             ffn_post_norm,
         })
     }

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-ARCHS = ["LLAMA", "QWEN2", "QWEN3", "GEMMA3", "PHI3", "GPT2", "QWEN3MOE", "GPT_OSS"]
+ARCHS = ["LLAMA", "QWEN2", "QWEN3", "GEMMA3", "PHI3", "GPT2", "QWEN3MOE", "GPT_OSS", "BITNET"]
 
 spec = importlib.util.find_spec("gguf")
 if spec is None or not spec.submodule_search_locations:

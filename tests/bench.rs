@@ -57,7 +57,7 @@ fn forward_on_cpu(path: &Path) -> ModelConfig {
 #[test]
 fn synth_tiny_shapes_reload_with_planned_types_and_run() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["tiny", "tiny-qwen3"] {
+    for name in ["tiny", "tiny-qwen3", "tiny-bitnet"] {
         let shape = synth::shape(name).unwrap();
         for quant in Quant::ALL {
             let path = dir.path().join(format!("{name}-{}.gguf", quant.name()));
@@ -109,6 +109,7 @@ fn synth_tiny_shapes_reload_with_planned_types_and_run() {
                 )
             );
             assert_eq!(cfg.qk_norm, name == "tiny-qwen3");
+            assert_eq!(cfg.sub_norms, name == "tiny-bitnet");
         }
     }
 }

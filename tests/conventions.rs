@@ -43,11 +43,18 @@ fn table() -> Table {
     }
 }
 
+/// Keys llama.cpp reads that gguf 0.19.0's table predates:
+/// `{arch}.hidden_activation` (LLM_KV_HIDDEN_ACT; BitNet's activation).
+const NEWER_KEYS: [&str; 1] = ["{arch}.hidden_activation"];
+
 /// `blk.3.attn_q.weight` → `blk.{bid}.attn_q` (the table's form).
 fn template(name: &str) -> String {
+    // `.scale`: llama.cpp's per-tensor scales (BitNet's `wq_s`...) take
+    // their tensor's base name.
     let base = name
         .strip_suffix(".weight")
         .or_else(|| name.strip_suffix(".bias"))
+        .or_else(|| name.strip_suffix(".scale"))
         .unwrap_or(name);
     match base.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
         Some((n, rest)) if n.parse::<usize>().is_ok() => format!("blk.{{bid}}.{rest}"),
@@ -74,7 +81,7 @@ fn strangers(t: &Table, arch: &str, g: &GgufFile) -> Vec<String> {
                     Some(rest) => format!("{{arch}}.{rest}"),
                     None => k.to_string(),
                 };
-                !t.keys.contains(&tmpl)
+                !t.keys.contains(&tmpl) && !NEWER_KEYS.contains(&tmpl.as_str())
             })
             .map(|k| format!("key {k}")),
     );
@@ -144,7 +151,8 @@ fn converted_tiny_models_use_llama_cpp_names_and_keys() {
     let t = table();
     let dense = common::TINY_ARCHS
         .into_iter()
-        .filter(|a| !common::TINY_MOE_ARCHS.iter().any(|(d, _)| d == a));
+        .filter(|a| !common::TINY_MOE_ARCHS.iter().any(|(d, _)| d == a))
+        .chain(["bitnet_packed"]);
     for arch in dense {
         let dir = common::reference_dir().join("tiny").join(arch);
         let bytes = vkllm::model::convert::gguf_from_hf(&dir, None)
@@ -152,6 +160,7 @@ fn converted_tiny_models_use_llama_cpp_names_and_keys() {
             .to_bytes()
             .unwrap();
         let g = GgufFile::from_bytes(bytes, &format!("{arch}.gguf")).unwrap();
+        let arch = arch.strip_suffix("_packed").unwrap_or(arch);
         assert_eq!(g.architecture().unwrap(), arch);
         let bad = strangers(&t, arch, &g);
         assert!(bad.is_empty(), "{arch}: not llama.cpp's: {bad:?}");
@@ -197,7 +206,7 @@ fn synthetic_files_use_llama_cpp_names_and_keys() {
     }
     // Keys (the tokenizer's included) and loader use, on the small shapes.
     let dir = tempfile::tempdir().unwrap();
-    for name in ["tiny", "tiny-qwen3"] {
+    for name in ["tiny", "tiny-qwen3", "tiny-bitnet"] {
         let s = shape(name).unwrap();
         let path = dir.path().join(format!("{name}.gguf"));
         write(s, q, &path, 1, None, &mut |_, _| {}).unwrap();

@@ -308,6 +308,8 @@ impl ComputeBackend for VulkanBackend {
             n: usize) => encode_glu;
         "add": fn add(a: &Buffer, b: &Buffer, out: &Buffer, n: usize) => encode_add;
         "scale": fn scale(x: &Buffer, s: f32, out: &Buffer, n: usize) => encode_scale;
+        "round_i8": fn round_i8(x: &Buffer, out: &Buffer, rows: usize, dim: usize)
+            => encode_round_i8;
         "copy": fn copy(src: &Buffer, src_offset: usize, dst: &Buffer, dst_offset: usize,
             bytes: usize) => encode_copy;
         "argmax": fn argmax(x: &Buffer, out: &Buffer, rows: usize, n: usize) => encode_argmax;

@@ -1,7 +1,7 @@
 //! A model's configuration from GGUF metadata (`{arch}.*` keys, llama.cpp's names).
 
 use super::{layer_count, Arch, FileFacts, LayerConfig, ModelConfig, MoeConfig, YarnConfig};
-use crate::backend::RopeStyle;
+use crate::backend::{Activation, RopeStyle};
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
 
@@ -111,7 +111,7 @@ impl ModelConfig {
             vocab,
             n_ctx,
             norm_eps,
-            act: None,
+            act: activation(g, arch)?,
             // llama.cpp permutes llama q/k at conversion so pairs are interleaved.
             rope_style: if arch == Arch::Llama {
                 RopeStyle::Interleaved
@@ -125,6 +125,9 @@ impl ModelConfig {
             norm_weight_offset: 0.0,
             moe: moe_facts(g, arch, n_ff)?,
             yarn: yarn_facts(g, arch)?,
+            // A BitNet GGUF runs as the model was trained (llama.cpp does
+            // not round activations per token; README, BitNet).
+            round_acts: arch == Arch::Bitnet,
         }
         .into_config()
     }
@@ -207,4 +210,22 @@ fn swa_pattern(
     Ok((0..n_layer)
         .map(|i| period == 0 || (i + 1) % period != 0)
         .collect())
+}
+
+/// `{arch}.hidden_activation` (llama.cpp reads it for a few architectures,
+/// BitNet among them; its absence means the architecture's default, SiLU
+/// for BitNet as in llama.cpp).
+fn activation(g: &GgufFile, arch: Arch) -> Result<Option<Activation>> {
+    let key = format!("{}.hidden_activation", arch.gguf_name());
+    Ok(match g.get_str(&key)? {
+        None => None,
+        Some("silu" | "swish" | "swiglu") => Some(Activation::Silu),
+        Some("relu2") => Some(Activation::Relu2),
+        Some(other) => {
+            return Err(Error::Unsupported(format!(
+                "{}: '{key}' is '{other}' (supported: silu, relu2)",
+                g.path().display()
+            )))
+        }
+    })
 }

@@ -155,6 +155,7 @@ impl ModelConfig {
             None => None,
             Some("silu" | "swish") => Some(Activation::Silu),
             Some("gelu_pytorch_tanh" | "gelu_new" | "gelu_fast") => Some(Activation::GeluTanh),
+            Some("relu2") => Some(Activation::Relu2),
             Some(other) => {
                 return Err(Error::Unsupported(format!(
                     "{origin}: activation '{other}'"
@@ -174,6 +175,7 @@ impl ModelConfig {
             _ => 1.0 / (head_dim as f32).sqrt(),
         };
         let moe = moe_facts(arch, c, n_ff, origin)?;
+        let round_acts = bitnet_quantized(arch, &root, origin)?;
         FileFacts {
             arch,
             n_layer,
@@ -194,6 +196,7 @@ impl ModelConfig {
             norm_weight_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
             moe,
             yarn,
+            round_acts,
         }
         .into_config()
     }
@@ -274,4 +277,33 @@ fn yarn_facts(scaling: Option<&Value>, origin: &str) -> Result<YarnConfig> {
         beta_slow: float("beta_slow").unwrap_or(1.0),
         truncate: s.get("truncate").and_then(Value::as_bool).unwrap_or(true),
     })
+}
+
+/// Whether a BitNet `config.json` says its projections are transformers'
+/// BitNet linears (`quantization_config.quant_method` "bitnet"): their
+/// inputs are then rounded per token to int8. Without it transformers runs
+/// the checkpoint as plain float linears, and so does vkllm.
+fn bitnet_quantized(arch: Arch, root: &Value, origin: &str) -> Result<bool> {
+    let Some(q) = root.get("quantization_config") else {
+        return Ok(false);
+    };
+    let method = q.get("quant_method").and_then(Value::as_str);
+    match (arch, method) {
+        (Arch::Bitnet, Some("bitnet")) => {}
+        (Arch::Bitnet, other) => {
+            return Err(Error::Unsupported(format!(
+                "{origin}: BitNet quantization method '{}' (supported: bitnet)",
+                other.unwrap_or("(none)")
+            )))
+        }
+        _ => return Ok(false),
+    }
+    // transformers' use_rms_norm adds a norm inside every BitLinear; the
+    // published checkpoints leave it off.
+    if q.get("use_rms_norm").and_then(Value::as_bool) == Some(true) {
+        return Err(Error::Unsupported(format!(
+            "{origin}: BitNet quantization with use_rms_norm"
+        )));
+    }
+    Ok(true)
 }

@@ -21,6 +21,9 @@ pub enum Arch {
     Qwen3Moe,
     /// OpenAI's gpt-oss.
     GptOss,
+    /// BitNet b1.58: llama with RMS norms before the attention output and
+    /// the FFN's down projections, ternary weights, int8 activations.
+    Bitnet,
 }
 
 impl Arch {
@@ -35,6 +38,7 @@ impl Arch {
             Arch::Gpt2 => "gpt2",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::GptOss => "gpt-oss",
+            Arch::Bitnet => "bitnet",
         }
     }
 
@@ -48,9 +52,10 @@ impl Arch {
             "gpt2" => Arch::Gpt2,
             "qwen3moe" => Arch::Qwen3Moe,
             "gpt-oss" => Arch::GptOss,
+            "bitnet" => Arch::Bitnet,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2, qwen3moe, gpt-oss)"
+                    "architecture '{other}' (supported: llama, qwen2, qwen3, gemma3, phi3, gpt2, qwen3moe, gpt-oss, bitnet)"
                 )))
             }
         })
@@ -66,9 +71,10 @@ impl Arch {
             "gpt2" => Arch::Gpt2,
             "qwen3_moe" => Arch::Qwen3Moe,
             "gpt_oss" => Arch::GptOss,
+            "bitnet" => Arch::Bitnet,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2, gpt_oss)"
+                    "Hugging Face model_type '{other}' (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3, gpt2, gpt_oss, bitnet)"
                 )))
             }
         })
@@ -90,6 +96,8 @@ struct ArchRules {
     learned_pos: bool,
     /// A learned softmax sink per attention head.
     attn_sinks: bool,
+    /// RMS norms on the attention output and the FFN's down input.
+    sub_norms: bool,
 }
 
 impl Arch {
@@ -111,6 +119,7 @@ impl Arch {
             post_norms: self == Arch::Gemma3,
             learned_pos: self == Arch::Gpt2,
             attn_sinks: self == Arch::GptOss,
+            sub_norms: self == Arch::Bitnet,
         }
     }
 }
@@ -210,6 +219,14 @@ pub struct ModelConfig {
     pub yarn: Option<YarnConfig>,
     /// A learned softmax sink per attention head (gpt-oss's `attn_sinks`).
     pub attn_sinks: bool,
+    /// BitNet: an RMS norm (`attn_sub_norm`) on the attention output before
+    /// its projection, and one (`ffn_sub_norm`) on the FFN's activations
+    /// before `down`.
+    pub sub_norms: bool,
+    /// BitNet's BitLinear: the input of every projection of the layers is
+    /// rounded per token to int8 (absmax, [`crate::backend::ComputeBackend::round_i8`])
+    /// as the model was trained; the head is not.
+    pub round_acts: bool,
 }
 
 impl ModelConfig {
@@ -312,6 +329,8 @@ struct FileFacts {
     norm_weight_offset: f32,
     moe: Option<MoeConfig>,
     yarn: Option<YarnConfig>,
+    /// See [`ModelConfig::round_acts`].
+    round_acts: bool,
 }
 
 impl FileFacts {
@@ -349,6 +368,8 @@ impl FileFacts {
             moe: self.moe,
             yarn: self.yarn,
             attn_sinks: r.attn_sinks,
+            sub_norms: r.sub_norms,
+            round_acts: self.round_acts,
         }
         .validate()
     }

@@ -19,7 +19,7 @@ pub fn root() -> PathBuf {
 }
 
 /// Every architecture, by its tiny model under `tests/data/reference/tiny`.
-pub const TINY_ARCHS: [&str; 10] = [
+pub const TINY_ARCHS: [&str; 11] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -30,6 +30,7 @@ pub const TINY_ARCHS: [&str; 10] = [
     "mixtral",
     "gpt_oss",
     "gpt_oss_mxfp4",
+    "bitnet",
 ];
 
 /// The tiny mixture-of-experts models under `tests/data/reference/tiny`

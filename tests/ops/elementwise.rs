@@ -83,6 +83,115 @@ test_device!(
     glu_silu_and_gelu_vulkan
 );
 
+fn glu_relu2((name, mut b): Named) {
+    // BitNet's squared ReLU: max(g, 0)² (· up), one f32 rounding per
+    // product against f64, so within 2 ulps; negative gates give exact zeros.
+    for n in [1001, 5000] {
+        let gate: Vec<f32> = rand_f32(n, 35).iter().map(|v| v * 8.0).collect();
+        let up = rand_f32(n, 36);
+        assert!(gate.iter().any(|g| *g < 0.0) && gate.iter().any(|g| *g > 0.0));
+        let (gb, ub) = (upload_f32(b.as_mut(), &gate), upload_f32(b.as_mut(), &up));
+        for with_up in [true, false] {
+            let want =
+                reference::glu(Activation::Relu2, &gate, with_up.then_some(&up[..])).unwrap();
+            let out = b.alloc(n * 4).unwrap();
+            pass(b.as_mut(), |b| {
+                b.glu(Activation::Relu2, &gb, with_up.then_some(&ub), &out, n)
+                    .unwrap()
+            });
+            let got = download_f32(b.as_mut(), &out, n);
+            for (i, ((g, w), x)) in got.iter().zip(&want).zip(&gate).enumerate() {
+                if *x <= 0.0 {
+                    assert_eq!(*g, 0.0, "{name} relu2 n={n} up={with_up} [{i}]");
+                }
+                assert!(
+                    (g - w).abs() <= 2.5e-7 * w.abs(),
+                    "{name} relu2 n={n} up={with_up} [{i}] {g} vs {w}"
+                );
+            }
+            b.free(out);
+        }
+        b.free(gb);
+        b.free(ub);
+    }
+}
+test_device!(glu_relu2, glu_relu2_cpu, glu_relu2_vulkan);
+
+fn round_i8_matches_reference((name, mut b): Named) {
+    // BitNet's per-token int8 rounding. Rows: random ones of several widths
+    // (one past a workgroup's 128, 2560 as the 2B model's), one of zeros
+    // (its scale's floor of 1e-5 keeps them zero), and one whose largest
+    // value is 127 so its scale is 1 and its values lie on ties (0.5 → 0,
+    // 1.5 → 2, -2.5 → -2: to even). The CPU computes the reference's f32
+    // arithmetic bit for bit; a GPU's division may be 2.5 ulps off, which
+    // can move a value lying within 1e-4 of a level's tie by one level, so
+    // there the result must be one of the two levels. In place too.
+    let ties = {
+        let mut r = vec![127.0f32, 0.5, 1.5, -2.5, 3.5, -0.5, 126.5, -126.5];
+        r.resize(40, 0.25);
+        r
+    };
+    for (rows, dim, data) in [
+        (3, 129, None),
+        (2, 2560, None),
+        (5, 40, None),
+        (1, 40, Some(vec![0f32; 40])),
+        (1, 40, Some(ties)),
+    ] {
+        let x = data.unwrap_or_else(|| {
+            rand_f32(rows * dim, dim as u64)
+                .iter()
+                .map(|v| v * 6.0)
+                .collect()
+        });
+        let want = reference::round_i8(&x, dim).unwrap();
+        for in_place in [false, true] {
+            let xb = upload_f32(b.as_mut(), &x);
+            let out = if in_place {
+                xb
+            } else {
+                b.alloc(x.len() * 4).unwrap()
+            };
+            pass(b.as_mut(), |b| b.round_i8(&xb, &out, rows, dim).unwrap());
+            let got = download_f32(b.as_mut(), &out, x.len());
+            let what = format!("{name} rows={rows} dim={dim} in_place={in_place}");
+            if name.starts_with("cpu") {
+                assert_eq!(got, want, "{what}");
+            } else {
+                for (r, (gr, wr)) in got.chunks(dim).zip(want.chunks(dim)).enumerate() {
+                    let xr = &x[r * dim..(r + 1) * dim];
+                    let amax = xr.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-5);
+                    let s = 127.0 / amax;
+                    for (i, (g, w)) in gr.iter().zip(wr).enumerate() {
+                        let v = xr[i] as f64 * s;
+                        let near_tie = ((v - v.floor()) - 0.5).abs() < 1e-4;
+                        let level = 1.0 / s;
+                        let ok = if near_tie {
+                            ((*g as f64 - *w as f64).abs() - level).abs() < 1e-5 * level.max(1.0)
+                                || (g - w).abs() <= 1e-6 * w.abs()
+                        } else {
+                            (g - w).abs() <= 1e-6 * w.abs()
+                        };
+                        assert!(ok, "{what} [{r}, {i}]: {g} vs {w} (x {})", xr[i]);
+                    }
+                }
+            }
+            if !in_place {
+                b.free(out);
+            }
+            b.free(xb);
+        }
+    }
+    // The tie row rounds to even.
+    let t = reference::round_i8(&[127.0, 0.5, 1.5, -2.5], 4).unwrap();
+    assert_eq!(t, vec![127.0, 0.0, 2.0, -2.0]);
+}
+test_device!(
+    round_i8_matches_reference,
+    round_i8_matches_reference_cpu,
+    round_i8_matches_reference_vulkan
+);
+
 fn glu_swiglu_oai_clamps((name, mut b): Named) {
     // gpt-oss's SwiGLU: gates in [-10, 10] and ups in [-10, 10], so both
     // clamps (gate above 7, up beyond ±7) are reached, which the test

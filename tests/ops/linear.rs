@@ -231,6 +231,10 @@ fn linear_glu_matches_separate_projections((name, mut b, acts): Rounded) {
             (32, 1, Activation::SwigluOai, true),
             (19, 3, Activation::SwigluOai, false),
             (19, 36, Activation::SwigluOai, true),
+            // BitNet's squared ReLU: the GEMV's fused GLU lacks it, so it
+            // goes through the glu op on Vulkan.
+            (32, 1, Activation::Relu2, false),
+            (19, 3, Activation::Relu2, true),
         ] {
             let oai = act == Activation::SwigluOai;
             let big = if oai { 4.0 } else { 1.0 };

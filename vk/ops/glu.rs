@@ -27,6 +27,7 @@ pub(super) fn act_code(act: Activation) -> u32 {
         Activation::Silu => 0,
         Activation::GeluTanh => 1,
         Activation::SwigluOai => 2,
+        Activation::Relu2 => 3,
     }
 }
 

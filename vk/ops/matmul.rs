@@ -326,7 +326,8 @@ impl Encoder<'_> {
             norm,
             ..LinearOpts::default()
         };
-        if !self.takes_gemv(m) || self.splits.parts(gate_up) > 1 {
+        // The GEMV's fused GLU has no squared ReLU: that goes through glu.comp.
+        if !self.takes_gemv(m) || self.splits.parts(gate_up) > 1 || act == Activation::Relu2 {
             let t = self.scratch(|b| &mut b.glu_scratch, floats(m, 2 * n)?)?;
             self.encode_linear(gate_up, x, &t, m, &o)?;
             return self.encode_glu_rows(act, &t, out, m, n);

@@ -12,7 +12,7 @@
 
 use super::matmul::{floats, Routed};
 use super::{plain, read, u32_of, write, Encoder};
-use crate::backend::{check, Buffer, ExpertsParams, LinearOpts, Weight};
+use crate::backend::{check, Activation, Buffer, ExpertsParams, LinearOpts, Weight};
 use crate::error::{Error, Result};
 use bytemuck::{Pod, Zeroable};
 
@@ -89,7 +89,8 @@ impl Encoder<'_> {
             slots,
             x_div: if p.x_per_slot { 1 } else { p.k },
         };
-        let gemv = self.takes_gemv(p.rows);
+        // The GEMV's fused GLU has no squared ReLU: that goes through glu.comp.
+        let gemv = self.takes_gemv(p.rows) && p.glu != Some(Activation::Relu2);
         if gemv {
             // The GEMV pairs a GLU's gate and up rows (and their biases).
             let o = LinearOpts {

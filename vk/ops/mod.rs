@@ -19,6 +19,7 @@ mod rms_norm;
 mod rope;
 mod rope_store;
 mod rope_store_attention;
+mod round_i8;
 mod route_experts;
 mod scale;
 mod store_rows;
