@@ -164,7 +164,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// core the thread it waits for (descheduled on a busy machine) needs.
 fn spin_or_yield(spins: &mut u32) {
     *spins += 1;
-    if *spins % YIELD_EVERY == 0 {
+    if spins.is_multiple_of(YIELD_EVERY) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
