@@ -18,6 +18,7 @@ pub mod profile;
 pub mod quants;
 pub mod random;
 pub mod reference;
+pub mod selftest;
 #[cfg(feature = "server")]
 pub mod server;
 mod settings;

@@ -8,6 +8,7 @@ mod generate;
 mod info;
 mod logits;
 mod sampler_args;
+mod selftest;
 mod serve;
 mod synth;
 mod tokenize;
@@ -58,6 +59,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a GGUF of a real model's shape with random weights
     Synth(synth::SynthArgs),
+    /// Check every kernel this machine would run against the scalar reference
+    Selftest(selftest::SelftestArgs),
     /// Convert a Hugging Face model directory to GGUF (llama.cpp's conventions)
     Convert(convert::ConvertArgs),
 }
@@ -72,7 +75,10 @@ impl Command {
             Command::Logits(a) => a.backend.check(),
             Command::Info(a) => a.check(),
             Command::Bench(a) => a.split.check(),
-            Command::Tokenize(_) | Command::Synth(_) | Command::Convert(_) => Ok(()),
+            Command::Tokenize(_)
+            | Command::Synth(_)
+            | Command::Selftest(_)
+            | Command::Convert(_) => Ok(()),
         }
     }
 }
@@ -344,6 +350,7 @@ pub fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Selftest(a) => selftest::run(a),
         Command::Convert(a) => convert::run(a),
     });
     match result {
