@@ -71,7 +71,8 @@ pub fn cpu_isas() -> Vec<Isa> {
 
 /// The CPU backend's kernels for `isa`, with each activation precision
 /// the CLI offers (`--activations`): the default 16-bit digits and 8-bit
-/// ones through the integer kernels, f32 through the float ones.
+/// ones through the integer kernels, f32 through the float ones; and the
+/// default again with weights left unrepacked.
 pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
     let device = format!("cpu-{}", isa.name());
     let mut rows = Vec::new();
@@ -90,6 +91,19 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
         for m in [1, 3, 36] {
             t.matmul_all(&mut b, &label, Rounding::of(acts), m)?;
         }
+    }
+    // Weights kept in GGUF rows (`VKLLM_CPU_REPACK=off`): the row kernels
+    // that repacked types skip.
+    let rows_only = CpuKernelOptions {
+        isa: Some(isa),
+        repack: false,
+    };
+    let mut b = CpuBackend::with_options(None, rows_only)?;
+    let mut t = Tester::new(&device, opts, &mut rows);
+    let acts = ActivationPrecision::default();
+    let label = format!("acts-{}-unpacked", acts.name());
+    for m in [1, 3, 36] {
+        t.matmul_all(&mut b, &label, Rounding::of(acts), m)?;
     }
     let mut b = CpuBackend::with_options(
         None,
