@@ -4,12 +4,13 @@
 //! that device can be given (the GEMVs, integer-dot and f32, in both row
 //! layouts; the GEMMs: tiles, lanes, cooperative matrices; decode attention
 //! split and whole; each prefill attention kernel; f32 and f16 caches;
-//! the norms), per weight type. Shapes and tolerances are those of the
+//! the norms; matmuls with the norm, bias and residual add folded in), per
+//! weight type. Shapes and tolerances are those of the
 //! parity tests in `tests/ops/` (named at each check), so a row passes here
 //! exactly when the test's bound holds. For users on GPUs, CPUs and drivers
 //! we never tested: a wrong kernel shows as a failed row, not as bad text.
 
-use crate::backend::{AttentionParams, Buffer, ComputeBackend};
+use crate::backend::{AttentionParams, Buffer, ComputeBackend, LinearOpts};
 use crate::cpu::act::{self, ACT_BLOCK};
 use crate::cpu::{ActivationPrecision, CpuBackend, CpuKernelOptions, Isa};
 use crate::error::{Error, Result};
@@ -37,17 +38,25 @@ pub struct Row {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Matmul,
+    Linear,
     RmsNorm,
     LayerNorm,
     Attention,
 }
 
 impl Op {
-    pub const ALL: [Op; 4] = [Op::Matmul, Op::RmsNorm, Op::LayerNorm, Op::Attention];
+    pub const ALL: [Op; 5] = [
+        Op::Matmul,
+        Op::Linear,
+        Op::RmsNorm,
+        Op::LayerNorm,
+        Op::Attention,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Op::Matmul => "matmul",
+            Op::Linear => "linear",
             Op::RmsNorm => "rms_norm",
             Op::LayerNorm => "layer_norm",
             Op::Attention => "attention",
@@ -316,8 +325,9 @@ impl<'a> Tester<'a> {
         bound: impl Fn(usize) -> f64,
     ) {
         if self.opts.break_op == Some(op) {
+            // Past its bound even where rounding bounds are wide (Q8).
             if let Some(g) = got.first_mut() {
-                *g += 1.0;
+                *g += (2.0 * bound(0) + 1.0) as f32;
             }
         }
         // The element nearest (or furthest past) its bound; NaN fails.
@@ -414,7 +424,75 @@ impl<'a> Tester<'a> {
             };
             let label = format!("{variant} m={m}");
             self.record(Op::Matmul, label, dtype.name(), got, &want, bound);
+            if m == 1 || m == 36 {
+                self.linear(b, variant, r, m, dtype, (cols, &wb))?;
+            }
         }
+        Ok(())
+    }
+
+    /// `y += rms_norm(x)·Wᵀ + bias`, the norm, bias and residual add folded
+    /// into the matmul (tests/ops/linear.rs
+    /// `linear_folds_norm_bias_and_residual_add`: within 1e-5 of
+    /// Σ|w·x̂| + |b|, plus the activations' rounding, plus 1e-6 of the
+    /// result and 1e-7).
+    fn linear(
+        &mut self,
+        b: &mut dyn ComputeBackend,
+        variant: &str,
+        r: Rounding,
+        m: usize,
+        dtype: DType,
+        (cols, wb): (usize, &[u8]),
+    ) -> Result<()> {
+        let (rows, eps) = (33, 1e-5);
+        let wf = reference::dequantize(dtype, wb, rows, cols)?;
+        let x: Vec<f32> = crate::random::uniform_f32(m * cols, 71)
+            .iter()
+            .map(|v| v * 3.0)
+            .collect();
+        let nw: Vec<f32> = crate::random::uniform_f32(cols, 72)
+            .iter()
+            .map(|v| 1.0 + v)
+            .collect();
+        let bias = crate::random::uniform_f32(rows, 73);
+        let y_old = crate::random::uniform_f32(m * rows, 74);
+        let xn = reference::rms_norm(&x, &nw, cols, eps)?;
+        let prod = reference::matmul(dtype, wb, rows, cols, Some(&bias), &xn, m)?;
+        let want = reference::add(&y_old, &prod)?;
+        let w = b.upload_weight(dtype, rows, cols, wb)?;
+        let (xb, nwb, bb, yb) = (
+            upload(b, &x)?,
+            upload(b, &nw)?,
+            upload(b, &bias)?,
+            upload(b, &y_old)?,
+        );
+        let opts = LinearOpts {
+            bias: Some(&bb),
+            norm: Some((&nwb, eps)),
+            add: true,
+        };
+        let ran = run_pass(b, |b| b.linear(&w, &xb, &yb, m, &opts));
+        let got = ran.and_then(|()| download(b, &yb, m * rows));
+        b.free_weight(w);
+        for buf in [xb, nwb, bb, yb] {
+            b.free(buf);
+        }
+        let got = got?;
+        let bound = |i: usize| {
+            let (row, out) = (i / rows, i % rows);
+            let xr = &xn[row * cols..(row + 1) * cols];
+            let wr = &wf[out * cols..(out + 1) * cols];
+            let mag: f64 = wr
+                .iter()
+                .zip(xr)
+                .map(|(a, c)| f64::from((a * c).abs()))
+                .sum::<f64>()
+                + f64::from(bias[out].abs());
+            1e-5 * mag + r.bound(dtype, wr, xr, m) + 1e-6 * f64::from(want[i].abs()) + 1e-7
+        };
+        let label = format!("{variant} m={m}");
+        self.record(Op::Linear, label, dtype.name(), got, &want, bound);
         Ok(())
     }
 

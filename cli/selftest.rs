@@ -43,6 +43,7 @@ fn parse_target(s: &str) -> std::result::Result<Target, String> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum BreakOp {
     Matmul,
+    Linear,
     RmsNorm,
     LayerNorm,
     Attention,
@@ -52,6 +53,7 @@ impl From<BreakOp> for Op {
     fn from(b: BreakOp) -> Op {
         match b {
             BreakOp::Matmul => Op::Matmul,
+            BreakOp::Linear => Op::Linear,
             BreakOp::RmsNorm => Op::RmsNorm,
             BreakOp::LayerNorm => Op::LayerNorm,
             BreakOp::Attention => Op::Attention,
