@@ -33,9 +33,13 @@ enum Target {
 fn parse_target(s: &str) -> std::result::Result<Target, String> {
     match s.trim() {
         "all" => Ok(Target::All),
-        other => match super::parse_backend(other)? {
-            BackendChoice::Auto => Ok(Target::All),
-            choice => Ok(Target::One(choice)),
+        other => match super::parse_backend(other) {
+            Ok(BackendChoice::Auto) => Ok(Target::All),
+            Ok(choice) => Ok(Target::One(choice)),
+            Err(_) => Err(format!(
+                "unknown backend '{other}': expected all, cpu, vulkan or vulkan:DEVICE (an \
+                 index or a name)"
+            )),
         },
     }
 }

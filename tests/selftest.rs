@@ -128,3 +128,11 @@ fn a_broken_kernel_fails_the_selftest() {
         }
     }
 }
+
+#[test]
+fn selftest_rejects_an_unknown_backend() {
+    let o = vkllm(&["selftest", "--backend", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("expected all, cpu, vulkan"), "{stderr}");
+}
