@@ -414,12 +414,7 @@ impl<'a> Tester<'a> {
                 let (row, out) = (i / rows, i % rows);
                 let xr = &x[row * cols..(row + 1) * cols];
                 let wr = &wf[out * cols..(out + 1) * cols];
-                let mag: f64 = wr
-                    .iter()
-                    .zip(xr)
-                    .map(|(a, c)| f64::from((a * c).abs()))
-                    .sum::<f64>()
-                    + f64::from(bias[out].abs());
+                let mag = abs_dot(wr, xr) + f64::from(bias[out].abs());
                 1e-5 * mag + r.bound(dtype, wr, xr, m) + 1e-7
             };
             let label = format!("{variant} m={m}");
@@ -483,12 +478,7 @@ impl<'a> Tester<'a> {
             let (row, out) = (i / rows, i % rows);
             let xr = &xn[row * cols..(row + 1) * cols];
             let wr = &wf[out * cols..(out + 1) * cols];
-            let mag: f64 = wr
-                .iter()
-                .zip(xr)
-                .map(|(a, c)| f64::from((a * c).abs()))
-                .sum::<f64>()
-                + f64::from(bias[out].abs());
+            let mag = abs_dot(wr, xr) + f64::from(bias[out].abs());
             1e-5 * mag + r.bound(dtype, wr, xr, m) + 1e-6 * f64::from(want[i].abs()) + 1e-7
         };
         let label = format!("{variant} m={m}");
@@ -685,4 +675,9 @@ pub fn table(rows: &[Row]) -> String {
         ));
     }
     s
+}
+
+/// Σ|w·x|: the scale a dot product's rounding error grows with.
+fn abs_dot(w: &[f32], x: &[f32]) -> f64 {
+    w.iter().zip(x).map(|(a, c)| f64::from((a * c).abs())).sum()
 }

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::{argmax, tiny_reference, TinyRef};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use vkllm::model::{LoadOptions, Output, Want};
@@ -19,55 +21,12 @@ use vkllm::DType;
 /// ternarized weight 1e-6 of the scale from one), so none moves here.
 const TOL: f32 = 1e-4;
 
-struct Ref {
-    prompt: Vec<u32>,
-    logits: Vec<f32>,
-    greedy: Vec<u32>,
-}
-
 fn tiny(name: &str) -> PathBuf {
     common::reference_dir().join("tiny").join(name)
 }
 
-fn reference(name: &str) -> Ref {
-    let path = tiny(name).join("reference.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ids = |x: &Value| -> Vec<u32> {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap() as u32)
-            .collect()
-    };
-    Ref {
-        prompt: ids(&v["prompt_ids"]),
-        logits: v["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| {
-                row.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect(),
-        greedy: ids(&v["greedy_16"]),
-    }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 /// Max |logit - reference| over the prompt, after checking the greedy tokens.
-fn check(what: &str, path: &Path, r: &Ref, be: Box<dyn vkllm::ComputeBackend>) -> f32 {
+fn check(what: &str, path: &Path, r: &TinyRef, be: Box<dyn vkllm::ComputeBackend>) -> f32 {
     let opts = LoadOptions {
         kv_cache: Some(DType::F32),
         ..LoadOptions::default()
@@ -103,7 +62,7 @@ fn backends() -> Vec<(&'static str, Box<dyn vkllm::ComputeBackend>)> {
 /// through `vkllm convert`).
 #[test]
 fn tiny_bitnet_packed_matches_transformers() {
-    let r = reference("bitnet_packed");
+    let r = tiny_reference("bitnet_packed");
     for (backend, be) in backends() {
         let what = format!("bitnet_packed on {backend}");
         let err = check(&what, &tiny("bitnet_packed"), &r, be);
@@ -406,7 +365,7 @@ fn mismatched_bitnet_layouts_are_refused() {
     });
     let mut m = common::load_model(common::cpu(), d.path(), &LoadOptions::default());
     assert!(!m.config().round_acts);
-    let r = reference("bitnet");
+    let r = tiny_reference("bitnet");
     let logits = m.logits(&r.prompt).unwrap();
     let last = &r.logits[r.logits.len() - logits.len()..];
     assert!(common::max_abs_diff(&logits, last) > 1e-2);

@@ -4,56 +4,11 @@
 
 mod common;
 
-use serde_json::Value;
+use common::{argmax, tiny_reference, TinyRef};
+
 use std::path::{Path, PathBuf};
 use vkllm::model::{LoadOptions, Model, Output, Want};
 use vkllm::DType;
-
-struct Ref {
-    prompt: Vec<u32>,
-    logits: Vec<f32>,
-    greedy: Vec<u32>,
-}
-
-fn reference(arch: &str) -> Ref {
-    let path = common::reference_dir()
-        .join("tiny")
-        .join(arch)
-        .join("reference.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ids = |x: &Value| -> Vec<u32> {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap() as u32)
-            .collect()
-    };
-    Ref {
-        prompt: ids(&v["prompt_ids"]),
-        logits: v["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| {
-                row.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect(),
-        greedy: ids(&v["greedy_16"]),
-    }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 /// Max |logit - reference| over the prompt, after checking greedy_16, with
 /// the KV cache in `kv` and logits within `tol`.
@@ -61,7 +16,7 @@ fn check(
     arch: &str,
     backend: &str,
     path: &Path,
-    r: &Ref,
+    r: &TinyRef,
     be: Box<dyn vkllm::ComputeBackend>,
     kv: DType,
     tol: f32,
@@ -132,7 +87,7 @@ fn tiny_models_match_transformers() {
     let mut report = Vec::new();
     for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
-        let r = reference(arch);
+        let r = tiny_reference(arch);
         let (_tmp, gguf) = gguf_copy(arch, &dir);
         for backend in backend_names() {
             // Logit parity at 1e-4 needs an f32 KV cache (f16 rounds keys
@@ -172,7 +127,7 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
     const STEPS: usize = 64;
     for arch in common::TINY_ARCHS {
         let dir = common::reference_dir().join("tiny").join(arch);
-        let prompt = reference(arch).prompt;
+        let prompt = tiny_reference(arch).prompt;
         for backend in backend_names() {
             let load = |replay: bool| {
                 let be = open(backend, DType::F16);
@@ -231,7 +186,7 @@ fn replayed_and_chained_decode_equal_fresh_recording() {
 fn kernels_made_at_load_change_nothing_and_leave_none_to_compile() {
     for arch in ["llama", "gemma3"] {
         let dir = common::reference_dir().join("tiny").join(arch);
-        let prompt = reference(arch).prompt;
+        let prompt = tiny_reference(arch).prompt;
         for gpu_plans in [false, true] {
             let run = |prepare: bool| {
                 let mut opts = vkllm::vk::Options::from_env().unwrap();

@@ -385,3 +385,54 @@ pub fn gather_pages(pool: &[f32], table: &[u32], log2: u32, width: usize, len: u
         })
         .collect()
 }
+
+/// A tiny reference model's `reference.json` (tests/data/reference): its
+/// prompt, transformers' logits of every position, its 16 greedy tokens.
+pub struct TinyRef {
+    pub prompt: Vec<u32>,
+    pub logits: Vec<f32>,
+    pub greedy: Vec<u32>,
+}
+
+/// The reference of `tests/data/reference/tiny/NAME`.
+pub fn tiny_reference(name: &str) -> TinyRef {
+    use serde_json::Value;
+    let path = reference_dir()
+        .join("tiny")
+        .join(name)
+        .join("reference.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ids = |x: &Value| -> Vec<u32> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect()
+    };
+    TinyRef {
+        prompt: ids(&v["prompt_ids"]),
+        logits: v["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect(),
+        greedy: ids(&v["greedy_16"]),
+    }
+}
+
+/// Index of the largest value, the first on ties.
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
