@@ -24,6 +24,19 @@ vec4 bytes4(uint w) {
     return vec4(w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, w >> 24);
 }
 
+// Entries of a 16-entry table of signed bytes t (4 a word, entry 0 in the
+// low byte of t.x) at the low nibble of each byte of w, by selects on
+// registers: NVIDIA keeps a const array indexed at run time in
+// per-invocation local memory, which held the prefill GEMM of IQ4 and
+// MXFP4 to half the other types' speed (benches/README.md).
+vec4 lut16_bytes(uvec4 t, uint w) {
+    uvec4 q = uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu;
+    bvec4 hi2 = notEqual(q & 4u, uvec4(0u));
+    uvec4 word = mix(mix(uvec4(t.x), uvec4(t.y), hi2), mix(uvec4(t.z), uvec4(t.w), hi2),
+                     notEqual(q & 8u, uvec4(0u)));
+    return vec4(ivec4(word << ((3u - (q & 3u)) * 8u)) >> 24);
+}
+
 #if defined(TYPE_F32)
 float dq1(uint i) { return uintBitsToFloat(wdata[i]); }
 vec4 dq4(uint i) {
@@ -318,13 +331,10 @@ vec4 dq4(uint i) {
 }
 
 #elif defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
-// The 16 values a 4-bit index picks (ggml kvalues_iq4nl).
-const float IQ4_VALUES[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                       1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-vec4 iq4_values(uint w) {
-    return vec4(IQ4_VALUES[w & 0xFu], IQ4_VALUES[(w >> 8) & 0xFu],
-                IQ4_VALUES[(w >> 16) & 0xFu], IQ4_VALUES[(w >> 24) & 0xFu]);
-}
+// The 16 values a 4-bit index picks (ggml kvalues_iq4nl: -127, -104, -83,
+// -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113) as lut16_bytes'
+// table.
+const uvec4 LUT16_TABLE = uvec4(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
 #if defined(TYPE_IQ4_NL)
 // [d f16, pad][16 bytes of nibbles]: 5 words, nibbles as q4_0.
 const uint BW = 5u;
@@ -358,13 +368,13 @@ float dq1(uint i) {
     uint base = (i / QK) * BW;
     uint e = i % QK;
     uint w = iq4_word(base, e) >> (8u * (e & 3u) + 4u * ((e >> 4) & 1u));
-    return iq4_scale(base, e) * IQ4_VALUES[w & 0xFu];
+    return iq4_scale(base, e) * lut16_bytes(LUT16_TABLE, w).x;
 }
 vec4 dq4(uint i) {
     uint base = (i / QK) * BW;
     uint e = i % QK;
     uint w = (iq4_word(base, e) >> (4u * ((e >> 4) & 1u))) & 0x0F0F0F0Fu;
-    return iq4_scale(base, e) * iq4_values(w);
+    return iq4_scale(base, e) * lut16_bytes(LUT16_TABLE, w);
 }
 
 #elif defined(TYPE_TQ1_0)
@@ -432,9 +442,9 @@ vec4 dq4(uint i) {
 #elif defined(TYPE_MXFP4)
 // [e u8, 3 pad bytes][16 bytes of nibbles]: 5 words, nibbles as q4_0. The
 // e2m1 values are stored doubled (ggml kvalues_mxfp4), the scale halved:
-// 2^(e - 128), built from its bits (subnormal for e < 2).
-const float MXFP4_VALUES[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
-                                         0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+// 2^(e - 128), built from its bits (subnormal for e < 2). The values (0, 1,
+// 2, 3, 4, 6, 8, 12 and their negatives) as lut16_bytes' table.
+const uvec4 LUT16_TABLE = uvec4(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
 float mxfp4_d(uint base) {
     uint e = wdata[base] & 0xFFu;
     return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
@@ -443,14 +453,13 @@ float dq1(uint i) {
     uint base = (i >> 5) * 5u;
     uint e = i & 31u;
     uint q = (byte_at(base + 1u, e & 15u) >> ((e >> 4) * 4u)) & 0xFu;
-    return MXFP4_VALUES[q] * mxfp4_d(base);
+    return lut16_bytes(LUT16_TABLE, q).x * mxfp4_d(base);
 }
 vec4 dq4(uint i) {
     uint base = (i >> 5) * 5u;
     uint e = i & 31u;
     uint w = (wdata[base + 1u + ((e & 15u) >> 2)] >> ((e >> 4) * 4u)) & 0x0F0F0F0Fu;
-    return vec4(MXFP4_VALUES[w & 0xFu], MXFP4_VALUES[(w >> 8) & 0xFu],
-                MXFP4_VALUES[(w >> 16) & 0xFu], MXFP4_VALUES[(w >> 24) & 0xFu]) * mxfp4_d(base);
+    return lut16_bytes(LUT16_TABLE, w) * mxfp4_d(base);
 }
 
 #elif defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) || defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S)

@@ -843,13 +843,11 @@ float slot_dot(uint base, uint sub, vec4 xs[XN], vec2 sums) {
 #if defined(TYPE_MXFP4)
 const uint QK = 32u;
 const uint BWORDS = 5u;
-const float LUT16_VALUES[16] = MXFP4_VALUES;
 float lut16_scale(uint base, uint b) {
     return mxfp4_d(base);
 }
 #else
 const uint BWORDS = BW; // QK and BW: dequant.glsl's
-const float LUT16_VALUES[16] = IQ4_VALUES;
 float lut16_scale(uint base, uint b) {
     return iq4_sub_scale(base, b);
 }
@@ -1355,7 +1353,7 @@ bool routed(uint wg_rows) {
 void main() {
 #if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE)
     for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
-        lut16[i] = LUT16_VALUES[i];
+        lut16[i] = lut16_bytes(LUT16_TABLE, i).x;
     }
     barrier();
 #endif
