@@ -52,6 +52,9 @@ pub struct ActRows<T> {
     /// Per row and block, `[d, d · Σq]`: the scale and the block's sum as
     /// the integers represent it (the weights' offset terms need it).
     pub ds: Vec<[f32; 2]>,
+    /// Every block of a row has the row's `d` ([`ActRows::levels`]), so the
+    /// kernels may sum several blocks' integers before scaling.
+    pub row_scale: bool,
 }
 
 impl<T: ActInt> ActRows<T> {
@@ -65,9 +68,51 @@ impl<T: ActInt> ActRows<T> {
             m,
             qs: vec![T::default(); m * k],
             ds: vec![[0.0; 2]; m * k / ACT_BLOCK],
+            row_scale: false,
         };
         quantize_blocks(&x[..m * k], &mut out.qs, &mut out.ds);
         out
+    }
+}
+
+impl ActRows<i8> {
+    /// `m` rows of `x` that already sit on the int8 levels of their own
+    /// largest magnitude (what `round_i8`, BitNet's activation quantization,
+    /// leaves: `q / s` with `s = 127 / max|x|`), as those integers with the
+    /// row's `1 / s` for every block: exact, where [`ActRows::quantize`]
+    /// would round each block again. `None` at the first value off its
+    /// row's levels (any other activation, within a few values).
+    pub fn levels(x: &[f32], m: usize, k: usize) -> Option<ActRows<i8>> {
+        assert!(k.is_multiple_of(ACT_BLOCK) && x.len() >= m * k);
+        let mut out = ActRows {
+            k,
+            m,
+            qs: Vec::with_capacity(m * k),
+            ds: Vec::with_capacity(m * k / ACT_BLOCK),
+            row_scale: true,
+        };
+        for row in x[..m * k].chunks_exact(k) {
+            let amax = row.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-5);
+            if !amax.is_finite() {
+                return None;
+            }
+            let s = 127.0 / amax;
+            for xb in row.chunks_exact(ACT_BLOCK) {
+                let mut sum = 0i32;
+                for v in xb {
+                    let t = v * s;
+                    let q = super::round_i8::ties_even(t);
+                    // q / s * s is within a few ulps of q.
+                    if (t - q).abs() > 1e-3 || !(-128.0..=127.0).contains(&q) {
+                        return None;
+                    }
+                    out.qs.push(q as i8);
+                    sum += q as i32;
+                }
+                out.ds.push([1.0 / s, sum as f32 / s]);
+            }
+        }
+        Some(out)
     }
 }
 
@@ -429,6 +474,33 @@ mod tests {
         let bits =
             |d: &[[f32; 2]]| -> Vec<[u32; 2]> { d.iter().map(|p| p.map(f32::to_bits)).collect() };
         assert_eq!(bits(&got.ds), bits(&ds));
+    }
+
+    /// Rows as `round_i8` leaves them come back as their integers, exactly;
+    /// a row one value off its levels does not.
+    #[test]
+    fn rows_on_int8_levels_quantize_to_their_integers() {
+        let k = 4 * ACT_BLOCK;
+        let ints: Vec<i32> = (0..2 * k as i32).map(|i| (i * 37 % 255) - 127).collect();
+        let amax = [127.0f32, 101.0];
+        let mut x = Vec::new();
+        for (r, a) in amax.iter().enumerate() {
+            // Row r's largest magnitude is 127 levels of `a / 127`.
+            let s = 127.0 / a;
+            x.extend(ints[r * k..(r + 1) * k].iter().map(|&q| q as f32 / s));
+        }
+        let got = ActRows::<i8>::levels(&x, 2, k).expect("rows on their levels");
+        let want: Vec<i8> = ints.iter().map(|&q| q as i8).collect();
+        assert_eq!(got.qs, want);
+        for (b, [d, ds]) in got.ds.iter().enumerate() {
+            let r = b / (k / ACT_BLOCK);
+            assert_eq!(*d, amax[r] / 127.0);
+            let sum: i32 = ints[b * ACT_BLOCK..(b + 1) * ACT_BLOCK].iter().sum();
+            assert!((ds - sum as f32 * d).abs() <= 1e-4 * ds.abs().max(1.0));
+        }
+        x[k + 5] *= 1.004;
+        assert!(ActRows::<i8>::levels(&x, 2, k).is_none());
+        assert!(ActRows::<i8>::levels(&inputs(), 2, inputs().len() / 2).is_none());
     }
 
     #[test]

@@ -77,10 +77,16 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     // Decode only (as on every instruction set, including those without a
     // GEMM kernel, whose prefill also comes here).
     let quantized = m <= GEMV_MAX_M && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
-    let int_acts = match ctx.acts {
-        ActivationPrecision::Q16 if quantized => Some(IntActs::I16(quantize_rows(x, m, k))),
-        ActivationPrecision::Q8 if quantized => Some(IntActs::I8(quantize_rows(x, m, k))),
-        _ => None,
+    // Rows already on int8 levels (BitNet's) take the 8-bit kernels at any
+    // integer precision: exact, and faster than 16 bits.
+    let int_acts = if !quantized || ctx.acts == ActivationPrecision::F32 {
+        None
+    } else if let Some(levels) = level_rows(x, m, k) {
+        Some(IntActs::I8(levels))
+    } else if ctx.acts == ActivationPrecision::Q16 {
+        Some(IntActs::I16(quantize_rows(x, m, k)))
+    } else {
+        Some(IntActs::I8(quantize_rows(x, m, k)))
     };
     // Repacked groups (rows below `packed_rows`) take the group kernels,
     // which read the activations split into bytes.
@@ -170,6 +176,15 @@ fn quantize_rows<T: ActInt>(x: &[f32], m: usize, k: usize) -> Vec<ActRows<T>> {
     (0..m)
         .step_by(4)
         .map(|i0| ActRows::quantize(&x[i0 * k..], (m - i0).min(4), k))
+        .collect()
+}
+
+/// [`quantize_rows`] for rows on int8 levels ([`ActRows::levels`]), or
+/// `None` when any chunk is not.
+fn level_rows(x: &[f32], m: usize, k: usize) -> Option<Vec<ActRows<i8>>> {
+    (0..m)
+        .step_by(4)
+        .map(|i0| ActRows::levels(&x[i0 * k..], (m - i0).min(4), k))
         .collect()
 }
 

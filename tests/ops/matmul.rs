@@ -315,6 +315,70 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
     }
 }
 
+/// Activation rows already on the int8 levels of their largest magnitude
+/// (what BitNet's `round_i8` leaves) take the 8-bit kernels at either
+/// integer precision, with the row's scale: the decode result is the exact
+/// dot of the dequantized weights with those activations (f32 rounding
+/// only), on every instruction set, every integer weight type, reductions
+/// with and without a tail of whole 256-value blocks.
+#[test]
+fn matmul_rows_on_int8_levels_are_exact() {
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for isa in Isa::ALL {
+        for acts in [ActivationPrecision::Q16, ActivationPrecision::Q8] {
+            let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
+                continue;
+            };
+            let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
+            for dtype in INT_DTYPES {
+                for (rows, cols, m) in [(9, 4352, 1), (5, 2048, 2), (3, 768, 4), (4, 256, 3)] {
+                    let mut x = Vec::with_capacity(m * cols);
+                    for _ in 0..m {
+                        let amax = 0.5 + (next() % 1000) as f32 / 100.0;
+                        let s = 127.0 / amax;
+                        x.push(-127.0 / s);
+                        x.extend((1..cols).map(|_| ((next() % 255) as i32 - 127) as f32 / s));
+                    }
+                    assert!(ActRows::<i8>::levels(&x, m, cols).is_some());
+                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                    let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                    let (xb, yb) = (upload_f32(b.as_mut(), &x), b.alloc(m * rows * 4).unwrap());
+                    pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+                    let got = download_f32(b.as_mut(), &yb, m * rows);
+                    for i in 0..m {
+                        for r in 0..rows {
+                            let (wr, xr) =
+                                (&wf[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
+                            let want: f64 =
+                                wr.iter().zip(xr).map(|(&w, &x)| w as f64 * x as f64).sum();
+                            let mag: f64 = wr
+                                .iter()
+                                .zip(xr)
+                                .map(|(&w, &x)| (w as f64 * x as f64).abs())
+                                .sum();
+                            let g = got[i * rows + r] as f64;
+                            assert!(
+                                (g - want).abs() <= 1e-5 * mag + 1e-7,
+                                "{} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
+                                isa.name(),
+                                acts.name()
+                            );
+                        }
+                    }
+                    b.free_weight(w);
+                }
+            }
+        }
+    }
+}
+
 /// Q6_K at its integer extremes: every scale −128 and every value q − 32 =
 /// −32 (each scaled weight 4096) against activations all at their largest
 /// quantized magnitude (32767), decode and prefill. A 16-value half-block

@@ -320,6 +320,35 @@ macro_rules! intdot_kernels {
             *acc = _mm256_fmadd_ps(s, _mm256_broadcastss_ps(p), *acc);
         }
 
+        /// [`step`] over the 8 sub-blocks of ternary block `b / 8` when `x`
+        /// has one scale per row: their integer sums added before the one
+        /// conversion and scaling (the ternary block has one `d` too).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn step256<T: BlockSum, const D: u8>(
+            w: *const u8,
+            x: &ActRows<T>,
+            i: usize,
+            b: usize,
+            acc: &mut __m256,
+            off: &mut __m128,
+        ) {
+            let xq = x.qs.as_ptr().add(i * x.k + 32 * b);
+            let ds = x.ds.as_ptr().add(i * x.blocks() + b);
+            let (mut s, mut dw) = (_mm256_setzero_si256(), _mm_setzero_ps());
+            let mut sum_x = 0.0;
+            for j in 0..8 {
+                let (wq, d) = weights::<D>(w, b + j);
+                s = _mm256_add_epi32(s, T::block_sum::<D>(wq, xq.add(32 * j)));
+                dw = d;
+                sum_x += (*ds.add(j))[1];
+            }
+            // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
+            let p = _mm_mul_ps(dw, _mm_set_ps(0.0, 0.0, sum_x, (*ds)[0]));
+            *off = _mm_add_ps(*off, p);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(p), *acc);
+        }
+
         /// Dots of one weight row with the `M` rows of `x` into `out[..M]`.
         #[target_feature(enable = $feat)]
         unsafe fn dot_row<T: BlockSum, const D: u8, const M: usize>(
@@ -333,6 +362,16 @@ macro_rules! intdot_kernels {
             let mut acc = [[_mm256_setzero_ps(); 2]; M];
             let mut off = [[_mm_setzero_ps(); 2]; M];
             let mut b = 0;
+            if matches!(D, TQ1_0 | TQ2_0) && x.row_scale {
+                while b + 16 <= nb {
+                    for i in 0..M {
+                        let ([a0, a1], [o0, o1]) = (&mut acc[i], &mut off[i]);
+                        step256::<T, D>(w, x, i, b, a0, o0);
+                        step256::<T, D>(w, x, i, b + 8, a1, o1);
+                    }
+                    b += 16;
+                }
+            }
             if matches!(D, Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0) {
                 // The 8 sub-blocks of each 256-value block spelled out: their
                 // index is then a constant (shifts, scale unpacking and the
