@@ -31,6 +31,8 @@ macro_rules! intdot_kernels {
         /// by `sa`, the last 16 by `sb`.
         pub(crate) trait BlockSum: Copy {
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const Self) -> __m256i;
+            /// `acc` plus [`BlockSum::block_sum`] (one `vpdpbusd` with VNNI).
+            unsafe fn block_acc<const D: u8>(acc: __m256i, w: __m256i, x: *const Self) -> __m256i;
             unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const Self) -> __m256i;
         }
         impl BlockSum for i16 {
@@ -38,6 +40,11 @@ macro_rules! intdot_kernels {
             #[target_feature(enable = $feat)]
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i16) -> __m256i {
                 sum_i16::<D>(w, x)
+            }
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn block_acc<const D: u8>(acc: __m256i, w: __m256i, x: *const i16) -> __m256i {
+                _mm256_add_epi32(acc, sum_i16::<D>(w, x))
             }
             #[inline]
             #[target_feature(enable = $feat)]
@@ -49,7 +56,12 @@ macro_rules! intdot_kernels {
             #[inline]
             #[target_feature(enable = $feat)]
             unsafe fn block_sum<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
-                sum_i8::<D>(w, x)
+                sum_i8::<D>(_mm256_setzero_si256(), w, x)
+            }
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn block_acc<const D: u8>(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
+                sum_i8::<D>(acc, w, x)
             }
             /// |q| × (x with q's sign) in `vpmaddubsw` (pairs at most
             /// 2 · 32 · 127), then the scales in `vpmaddwd`'s i16 operand.
@@ -339,7 +351,7 @@ macro_rules! intdot_kernels {
             let mut sum_x = 0.0;
             for j in 0..8 {
                 let (wq, d) = weights::<D>(w, b + j);
-                s = _mm256_add_epi32(s, T::block_sum::<D>(wq, xq.add(32 * j)));
+                s = T::block_acc::<D>(s, wq, xq.add(32 * j));
                 dw = d;
                 sum_x += (*ds.add(j))[1];
             }
@@ -659,19 +671,20 @@ pub(crate) mod avx2 {
         }
     }
 
-    /// Σ w·x over a block with 8-bit activations, as 8 i32 lanes. Q8_0 goes
+    /// `acc` plus Σ w·x over a block with 8-bit activations, as 8 i32 lanes. Q8_0 goes
     /// as |w| × (x with w's sign), so `vpmaddubsw`'s i16 pair sums cannot
     /// saturate: at most 2 · 128 · 127 = 32,512.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn sum_i8<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
+    unsafe fn sum_i8<const D: u8>(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
         let x = _mm256_loadu_si256(x as *const __m256i);
         let (u, s) = if D == Q8_0 {
             (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
         } else {
             (w, x)
         };
-        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+        _mm256_add_epi32(acc, p)
     }
 }
 
@@ -766,17 +779,17 @@ pub(crate) mod vnni {
         }
     }
 
-    /// Σ w·x over a block with 8-bit activations: one `vpdpbusd`
+    /// `acc` plus Σ w·x over a block with 8-bit activations: one `vpdpbusd`
     /// (unsigned × signed, so Q8_0 goes as |w| × (x with w's sign)).
     #[inline]
     #[target_feature(enable = "avx512vl,avx512vnni,avx2")]
-    unsafe fn sum_i8<const D: u8>(w: __m256i, x: *const i8) -> __m256i {
+    unsafe fn sum_i8<const D: u8>(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
         let x = _mm256_loadu_si256(x as *const __m256i);
         let (u, s) = if D == Q8_0 {
             (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
         } else {
             (w, x)
         };
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        _mm256_dpbusd_epi32(acc, u, s)
     }
 }
