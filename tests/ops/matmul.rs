@@ -199,6 +199,42 @@ test_device!(
     matmul_every_dtype_matches_reference_vulkan: matmul_vulkan_backends
 );
 
+/// `x` (`[m, cols]`) times the `[rows, cols]` weight `wb` of `dtype` on `b`.
+fn matmul_on(
+    b: &mut dyn ComputeBackend,
+    dtype: DType,
+    wb: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32> {
+    let w = b.upload_weight(dtype, rows, cols, wb).unwrap();
+    let (xb, yb) = (upload_f32(b, x), b.alloc(m * rows * 4).unwrap());
+    pass(b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
+    let got = download_f32(b, &yb, m * rows);
+    b.free_weight(w);
+    got
+}
+
+/// A CPU backend of each instruction set this machine has, in each integer
+/// activation precision.
+fn integer_backends() -> Vec<(Isa, ActivationPrecision, Box<dyn ComputeBackend>)> {
+    let mut v = Vec::new();
+    for isa in Isa::ALL {
+        for acts in [ActivationPrecision::Q16, ActivationPrecision::Q8] {
+            if let Ok(b) = CpuBackend::with_isa(Some(2), isa) {
+                v.push((
+                    isa,
+                    acts,
+                    Box::new(b.with_activations(acts)) as Box<dyn ComputeBackend>,
+                ));
+            }
+        }
+    }
+    v
+}
+
 /// Integer-dot weight types.
 const INT_DTYPES: [DType; 10] = [
     DType::Q4_0,
@@ -231,10 +267,7 @@ fn check_integer_matmul(
 ) {
     let rb = dtype.row_bytes(cols).unwrap();
     let wf = reference::dequantize(dtype, wb, rows, cols).unwrap();
-    let w = b.upload_weight(dtype, rows, cols, wb).unwrap();
-    let (xb, yb) = (upload_f32(b, x), b.alloc(m * rows * 4).unwrap());
-    pass(b, |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-    let got = download_f32(b, &yb, m * rows);
+    let got = matmul_on(b, dtype, wb, rows, cols, x, m);
     let (q16, q8) = (
         ActRows::<i16>::quantize(x, m, cols),
         ActRows::<i8>::quantize(x, m, cols),
@@ -257,7 +290,6 @@ fn check_integer_matmul(
             );
         }
     }
-    b.free_weight(w);
 }
 
 /// The SIMD integer-dot kernels (AVX2, AVX-512 VNNI), decode (m <= 4) and
@@ -266,50 +298,44 @@ fn check_integer_matmul(
 /// scalar integer dot on the same quantized activations.
 #[test]
 fn matmul_integer_activations_match_the_scalar_integer_dot() {
-    for isa in Isa::ALL {
-        for acts in [ActivationPrecision::Q16, ActivationPrecision::Q8] {
-            let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
-                continue;
+    for (isa, acts, mut b) in integer_backends() {
+        for dtype in INT_DTYPES {
+            // (rows, cols, m); odd block counts (96 = 3 blocks) exercise
+            // the kernels' tail.
+            let shapes: &[(usize, usize, usize)] = if dtype.block_elems() == 256 {
+                &[
+                    (1, 256, 1),
+                    (33, 768, 2),
+                    (70, 512, 1),
+                    (9, 1536, 3),
+                    (5, 2304, 4),
+                    (37, 768, 5),
+                    (21, 512, 17),
+                    (17, 1536, 64),
+                    (8, 256, 9),
+                ]
+            } else {
+                &[
+                    (1, 32, 1),
+                    (33, 96, 2),
+                    (70, 576, 1),
+                    (9, 576, 3),
+                    (5, 1536, 4),
+                    (37, 96, 5),
+                    (70, 576, 17),
+                    (19, 1536, 64),
+                    (16, 32, 9),
+                ]
             };
-            let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
-            for dtype in INT_DTYPES {
-                // (rows, cols, m); odd block counts (96 = 3 blocks) exercise
-                // the kernels' tail.
-                let shapes: &[(usize, usize, usize)] = if dtype.block_elems() == 256 {
-                    &[
-                        (1, 256, 1),
-                        (33, 768, 2),
-                        (70, 512, 1),
-                        (9, 1536, 3),
-                        (5, 2304, 4),
-                        (37, 768, 5),
-                        (21, 512, 17),
-                        (17, 1536, 64),
-                        (8, 256, 9),
-                    ]
-                } else {
-                    &[
-                        (1, 32, 1),
-                        (33, 96, 2),
-                        (70, 576, 1),
-                        (9, 576, 3),
-                        (5, 1536, 4),
-                        (37, 96, 5),
-                        (70, 576, 17),
-                        (19, 1536, 64),
-                        (16, 32, 9),
-                    ]
-                };
-                for &(rows, cols, m) in shapes {
-                    // Prefill has integer tiles on x86 only (f32 elsewhere).
-                    if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
-                        continue;
-                    }
-                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
-                    let x = rand_f32(m * cols, 3 + m as u64);
-                    let label = isa.name();
-                    check_integer_matmul(b.as_mut(), label, acts, dtype, &wb, rows, cols, &x, m);
+            for &(rows, cols, m) in shapes {
+                // Prefill has integer tiles on x86 only (f32 elsewhere).
+                if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
+                    continue;
                 }
+                let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                let x = rand_f32(m * cols, 3 + m as u64);
+                let label = isa.name();
+                check_integer_matmul(b.as_mut(), label, acts, dtype, &wb, rows, cols, &x, m);
             }
         }
     }
@@ -330,49 +356,38 @@ fn matmul_rows_on_int8_levels_are_exact() {
         seed ^= seed << 17;
         seed
     };
-    for isa in Isa::ALL {
-        for acts in [ActivationPrecision::Q16, ActivationPrecision::Q8] {
-            let Ok(b) = CpuBackend::with_isa(Some(2), isa) else {
-                continue;
-            };
-            let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(acts));
-            for dtype in INT_DTYPES {
-                for (rows, cols, m) in [(9, 4352, 1), (5, 2048, 2), (3, 768, 4), (4, 256, 3)] {
-                    let mut x = Vec::with_capacity(m * cols);
-                    for _ in 0..m {
-                        let amax = 0.5 + (next() % 1000) as f32 / 100.0;
-                        let s = 127.0 / amax;
-                        x.push(-127.0 / s);
-                        x.extend((1..cols).map(|_| ((next() % 255) as i32 - 127) as f32 / s));
+    for (isa, acts, mut b) in integer_backends() {
+        for dtype in INT_DTYPES {
+            for (rows, cols, m) in [(9, 4352, 1), (5, 2048, 2), (3, 768, 4), (4, 256, 3)] {
+                let mut x = Vec::with_capacity(m * cols);
+                for _ in 0..m {
+                    let amax = 0.5 + (next() % 1000) as f32 / 100.0;
+                    let s = 127.0 / amax;
+                    x.push(-127.0 / s);
+                    x.extend((1..cols).map(|_| ((next() % 255) as i32 - 127) as f32 / s));
+                }
+                assert!(ActRows::<i8>::levels(&x, m, cols).is_some());
+                let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
+                let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
+                let got = matmul_on(b.as_mut(), dtype, &wb, rows, cols, &x, m);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let (wr, xr) =
+                            (&wf[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
+                        let want: f64 = wr.iter().zip(xr).map(|(&w, &x)| w as f64 * x as f64).sum();
+                        let mag: f64 = wr
+                            .iter()
+                            .zip(xr)
+                            .map(|(&w, &x)| (w as f64 * x as f64).abs())
+                            .sum();
+                        let g = got[i * rows + r] as f64;
+                        assert!(
+                            (g - want).abs() <= 1e-5 * mag + 1e-7,
+                            "{} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
+                            isa.name(),
+                            acts.name()
+                        );
                     }
-                    assert!(ActRows::<i8>::levels(&x, m, cols).is_some());
-                    let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
-                    let wf = reference::dequantize(dtype, &wb, rows, cols).unwrap();
-                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
-                    let (xb, yb) = (upload_f32(b.as_mut(), &x), b.alloc(m * rows * 4).unwrap());
-                    pass(b.as_mut(), |b| b.matmul(&w, None, &xb, &yb, m).unwrap());
-                    let got = download_f32(b.as_mut(), &yb, m * rows);
-                    for i in 0..m {
-                        for r in 0..rows {
-                            let (wr, xr) =
-                                (&wf[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
-                            let want: f64 =
-                                wr.iter().zip(xr).map(|(&w, &x)| w as f64 * x as f64).sum();
-                            let mag: f64 = wr
-                                .iter()
-                                .zip(xr)
-                                .map(|(&w, &x)| (w as f64 * x as f64).abs())
-                                .sum();
-                            let g = got[i * rows + r] as f64;
-                            assert!(
-                                (g - want).abs() <= 1e-5 * mag + 1e-7,
-                                "{} {} {dtype} [{rows}x{cols}] m={m} y[{i},{r}] = {g}, want {want}",
-                                isa.name(),
-                                acts.name()
-                            );
-                        }
-                    }
-                    b.free_weight(w);
                 }
             }
         }

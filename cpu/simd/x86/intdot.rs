@@ -322,14 +322,27 @@ macro_rules! intdot_kernels {
                 let (wq, dw) = weights::<D>(w, b);
                 (T::block_sum::<D>(wq, xq), dw)
             };
-            // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
             let dsx = _mm_castpd_ps(_mm_load_sd(
                 x.ds.as_ptr().add(i * x.blocks() + b) as *const f64
             ));
+            scale_into(s, dw, dsx, acc, off);
+        }
+
+        /// The integer sums `s` of a block scaled into `acc`, its offset
+        /// term into lane 1 of `off`: [d_x, d_x Σq_x] (`dsx`) × [d_w, o]
+        /// (`dw`) = [scale, offset term].
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn scale_into(
+            s: __m256i,
+            dw: __m128,
+            dsx: __m128,
+            acc: &mut __m256,
+            off: &mut __m128,
+        ) {
             let p = _mm_mul_ps(dw, dsx);
             *off = _mm_add_ps(*off, p);
-            let s = _mm256_cvtepi32_ps(s);
-            *acc = _mm256_fmadd_ps(s, _mm256_broadcastss_ps(p), *acc);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(p), *acc);
         }
 
         /// [`step`] over the 8 sub-blocks of ternary block `b / 8` when `x`
@@ -355,10 +368,7 @@ macro_rules! intdot_kernels {
                 dw = d;
                 sum_x += (*ds.add(j))[1];
             }
-            // [d_x, d_x Σq_x] × [d_w, o] = [scale, offset term].
-            let p = _mm_mul_ps(dw, _mm_set_ps(0.0, 0.0, sum_x, (*ds)[0]));
-            *off = _mm_add_ps(*off, p);
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(p), *acc);
+            scale_into(s, dw, _mm_set_ps(0.0, 0.0, sum_x, (*ds)[0]), acc, off);
         }
 
         /// Dots of one weight row with the `M` rows of `x` into `out[..M]`.
