@@ -189,6 +189,34 @@ macro_rules! intdot_kernels {
             top_trit(v)
         }
 
+        /// All 8 digit blocks of [`tq1_0_digits`] at once, each power of 3
+        /// one multiply by 3 from the one before.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn tq1_0_all_digits(p: *const u8) -> [__m256i; 8] {
+            let mut v = _mm256_loadu_si256(p as *const __m256i);
+            let h = _mm_loadu_si128(p.add(32) as *const __m128i);
+            let mut hp = [_mm256_castsi128_si256(h); 5];
+            for n in 1..5 {
+                hp[n] = times3(hp[n - 1]);
+            }
+            let mut out = [_mm256_setzero_si256(); 8];
+            for d in out.iter_mut().take(5) {
+                *d = top_trit(v);
+                v = times3(v);
+            }
+            let both =
+                |a: __m256i, b: __m256i| _mm256_inserti128_si256::<1>(a, _mm256_castsi256_si128(b));
+            out[5] = top_trit(both(hp[0], hp[1]));
+            out[6] = top_trit(both(hp[2], hp[3]));
+            let qh = _mm256_set1_epi32(core::ptr::read_unaligned(p.add(48) as *const i32));
+            let q = _mm256_blend_epi32::<0x22>(qh, times3(qh));
+            let q = _mm256_blend_epi32::<0x44>(q, times9(qh));
+            let q = _mm256_blend_epi32::<0x88>(q, times9(times3(qh)));
+            out[7] = top_trit(_mm256_blend_epi32::<0x0F>(q, hp[4]));
+            out
+        }
+
         /// The 32 weight values meeting activation block `b` of the row at
         /// `w`, as bytes (unsigned 0..16 for the 4-bit types, signed for
         /// Q8_0), and `[s, o]`: each value is `s·q + o` (see
@@ -247,11 +275,7 @@ macro_rules! intdot_kernels {
                         let q = load_shr(p.add(32 * (s / 4)), 2 * (s % 4));
                         _mm256_and_si256(q, _mm256_set1_epi8(3))
                     };
-                    let d = f16(core::ptr::read_unaligned(p.add(bytes - 2) as *const u16) as i32);
-                    (
-                        q,
-                        _mm_mul_ps(_mm_moveldup_ps(d), _mm_set_ps(0.0, 0.0, -1.0, 1.0)),
-                    )
+                    (q, weights_scale::<D>(w, b))
                 }
                 // Sub-block s of a 256-value block: d·sc·q − dmin·m, the
                 // low (even s) or high (odd s) nibbles of 32 bytes; Q5_K adds
@@ -275,6 +299,19 @@ macro_rules! intdot_kernels {
                     )
                 }
             }
+        }
+
+        /// A ternary block's `[s, o]` for activation block `b` (see
+        /// [`weights`]): `[d, −d]`, the digits being `t + 1`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn weights_scale<const D: u8>(w: *const u8, b: usize) -> __m128 {
+            let bytes = if D == TQ1_0 { 54 } else { 66 };
+            let p = w.add((b / 8) * bytes + bytes - 2);
+            let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                core::ptr::read_unaligned(p as *const u16) as i32,
+            ));
+            _mm_mul_ps(_mm_moveldup_ps(d), _mm_set_ps(0.0, 0.0, -1.0, 1.0))
         }
 
         /// Q6_K's block `b` (see `act::block_weights`): the 32 values
@@ -362,8 +399,17 @@ macro_rules! intdot_kernels {
             let ds = x.ds.as_ptr().add(i * x.blocks() + b);
             let (mut s, mut dw) = (_mm256_setzero_si256(), _mm_setzero_ps());
             let mut sum_x = 0.0;
+            let tq1 = if D == TQ1_0 {
+                tq1_0_all_digits(w.add((b / 8) * 54))
+            } else {
+                [_mm256_setzero_si256(); 8]
+            };
             for j in 0..8 {
-                let (wq, d) = weights::<D>(w, b + j);
+                let (wq, d) = if D == TQ1_0 {
+                    (tq1[j], weights_scale::<D>(w, b))
+                } else {
+                    weights::<D>(w, b + j)
+                };
                 s = T::block_acc::<D>(s, wq, xq.add(32 * j));
                 dw = d;
                 sum_x += (*ds.add(j))[1];
