@@ -236,9 +236,10 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
     Ok(rows)
 }
 
-/// How a backend rounds a matmul's inputs (tests/ops/matmul.rs `Rounding`).
+/// How a backend rounds a matmul's inputs: the self-test's and the parity
+/// tests' (tests/ops) allowance beside the f32 reference.
 #[derive(Clone, Copy, Debug)]
-enum Rounding {
+pub enum Rounding {
     /// Not at all: f32 throughout.
     None,
     /// Activations of the CPU's integer-dot weight types, to steps of
@@ -251,7 +252,8 @@ enum Rounding {
 }
 
 impl Rounding {
-    fn of(acts: ActivationPrecision) -> Rounding {
+    /// The CPU's rounding in activation mode `acts`.
+    pub fn of(acts: ActivationPrecision) -> Rounding {
         match acts {
             ActivationPrecision::F32 => Rounding::None,
             ActivationPrecision::Q16 => Rounding::Steps(32767.0),
@@ -259,10 +261,15 @@ impl Rounding {
         }
     }
 
-    /// The most rounding the inputs can move one output (row `w` of the
-    /// weight against row `x`, `m` rows): tests/ops/matmul.rs
-    /// `activation_bound`, which says why.
-    fn bound(self, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f64 {
+    /// The most rounding the inputs can move one output: row `w` of the
+    /// weight against row `x` of a matmul with `m` rows. Integer steps: each
+    /// value moves by at most half a step, `max|x_block| / (2·MAX)`, times
+    /// `|w|` (zero for other weight types: without CPU integer kernels for
+    /// `Steps`, without an integer-dot GEMV for `DecodeSteps`, which is zero
+    /// for prefill too). F16 GEMM: w and x each within 2⁻¹¹ relative (plus
+    /// half f16's subnormal spacing, 2⁻²⁵), so each product within
+    /// 2⁻¹⁰·|w·x| + 2⁻²⁵·(|w| + |x|) (zero for decode).
+    pub fn bound(self, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f64 {
         let max = match self {
             Rounding::None => return 0.0,
             Rounding::F16Gemm if m <= 4 => return 0.0,

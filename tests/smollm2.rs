@@ -19,21 +19,14 @@ fn refs() -> Vec<Ref> {
     let path = common::reference_dir().join("smollm2_reference.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: Value = serde_json::from_str(&text).unwrap();
-    let ids = |x: &Value| -> Vec<u32> {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap() as u32)
-            .collect()
-    };
     v["refs"]
         .as_array()
         .unwrap()
         .iter()
         .map(|r| Ref {
-            prompt_ids: ids(&r["prompt_ids"]),
-            greedy: ids(&r["greedy_32"]),
-            top10_ids: ids(&r["last_top10_ids"]),
+            prompt_ids: common::json_ids(&r["prompt_ids"]),
+            greedy: common::json_ids(&r["greedy_32"]),
+            top10_ids: common::json_ids(&r["last_top10_ids"]),
             top10_logits: r["last_top10_logits"]
                 .as_array()
                 .unwrap()

@@ -394,6 +394,15 @@ pub struct TinyRef {
     pub greedy: Vec<u32>,
 }
 
+/// A JSON array of token ids.
+pub fn json_ids(x: &serde_json::Value) -> Vec<u32> {
+    x.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap() as u32)
+        .collect()
+}
+
 /// The reference of `tests/data/reference/tiny/NAME`.
 pub fn tiny_reference(name: &str) -> TinyRef {
     use serde_json::Value;
@@ -402,15 +411,8 @@ pub fn tiny_reference(name: &str) -> TinyRef {
         .join(name)
         .join("reference.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ids = |x: &Value| -> Vec<u32> {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap() as u32)
-            .collect()
-    };
     TinyRef {
-        prompt: ids(&v["prompt_ids"]),
+        prompt: json_ids(&v["prompt_ids"]),
         logits: v["logits"]
             .as_array()
             .unwrap()
@@ -422,7 +424,7 @@ pub fn tiny_reference(name: &str) -> TinyRef {
                     .map(|x| x.as_f64().unwrap() as f32)
             })
             .collect(),
-        greedy: ids(&v["greedy_16"]),
+        greedy: json_ids(&v["greedy_16"]),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::{cols_for, cpu_backends, test_device};
 use vkllm::backend::ComputeBackend;
 use vkllm::cpu::act::{self, ActRows, ACT_BLOCK};
 use vkllm::cpu::{ActivationPrecision, CpuBackend, Isa};
+pub(crate) use vkllm::selftest::Rounding;
 use vkllm::vk::{GemvKernel, MatmulKernel};
 use vkllm::{reference, DType};
 
@@ -77,65 +78,10 @@ pub(crate) fn matmul_vulkan_backends() -> Vec<Rounded> {
     v
 }
 
-/// How a backend rounds a matmul's inputs.
-#[derive(Clone, Copy)]
-pub(crate) enum Rounding {
-    /// Not at all: f32 throughout.
-    None,
-    /// Activations of the integer-dot weight types, to steps of
-    /// max|x_block| / .0 (the CPU: decode, and prefill where it has integer
-    /// kernels; the bound holds for its f32 prefill elsewhere too).
-    Steps(f32),
-    /// As `Steps`, in decode (m <= 4) only.
-    DecodeSteps(f32),
-    /// Prefill (m > 4) weights and activations to f16 (the cooperative-
-    /// matrix GEMM).
-    F16Gemm,
-}
-
-impl Rounding {
-    fn of(acts: ActivationPrecision) -> Rounding {
-        match acts {
-            ActivationPrecision::F32 => Rounding::None,
-            ActivationPrecision::Q16 => Rounding::Steps(32767.0),
-            ActivationPrecision::Q8 => Rounding::Steps(127.0),
-        }
-    }
-}
-
-/// The most that rounding the inputs as `r` can move output `r` of row `x`
-/// (`k` values) of a matmul with `m` rows. Integer steps: each value moves
-/// by at most half a step, `max|x_block| / (2·MAX)`, times `|w|` (zero for
-/// other weight types: without CPU integer kernels for `Steps`, without an
-/// integer-dot GEMV for `DecodeSteps`, which is zero for prefill too). F16 GEMM: w and x each within 2⁻¹¹
-/// relative (plus half f16's subnormal spacing, 2⁻²⁵), so each product
-/// within 2⁻¹⁰·|w·x| + 2⁻²⁵·(|w| + |x|) (zero for decode).
+/// The most that rounding the inputs as `r` can move one output
+/// ([`Rounding::bound`], which says why).
 pub(crate) fn activation_bound(r: Rounding, dtype: DType, w: &[f32], x: &[f32], m: usize) -> f32 {
-    let max = match r {
-        Rounding::None => return 0.0,
-        Rounding::F16Gemm if m <= 4 => return 0.0,
-        Rounding::F16Gemm => {
-            let terms: f32 = w
-                .iter()
-                .zip(x)
-                .map(|(a, b)| a.abs() * b.abs() / 1024.0 + (a.abs() + b.abs()) / 33_554_432.0)
-                .sum();
-            return terms * 1.01;
-        }
-        // Vulkan rounds decode activations for the types with an
-        // integer-dot GEMV, the CPU for those with integer kernels.
-        Rounding::DecodeSteps(_) if m > 4 || !vkllm::vk::gemv_int_dot(dtype) => return 0.0,
-        Rounding::Steps(_) if !act::supports(dtype) => return 0.0,
-        _ if !x.len().is_multiple_of(ACT_BLOCK) => return 0.0,
-        Rounding::Steps(max) | Rounding::DecodeSteps(max) => max,
-    };
-    w.chunks(ACT_BLOCK)
-        .zip(x.chunks(ACT_BLOCK))
-        .map(|(wb, xb)| {
-            let step = xb.iter().fold(0f32, |a, v| a.max(v.abs())) / max;
-            wb.iter().map(|w| w.abs()).sum::<f32>() * step / 2.0
-        })
-        .sum()
+    r.bound(dtype, w, x, m) as f32
 }
 
 fn matmul_every_dtype_matches_reference((name, mut b, acts): Rounded) {
