@@ -670,8 +670,19 @@ pub trait ComputeBackend: Send {
         dst_offset: usize,
         bytes: usize,
     ) -> Result<()>;
-    /// Index of the largest value of each row (`u32`; the first on ties).
-    fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()>;
+    /// Index of the largest value of each row (`u32`; the first on ties;
+    /// NaNs never win; a row without a candidate gives 0). With `allowed`
+    /// (`n.div_ceil(32)` words a row, bit `i % 32` of word `i / 32` for value
+    /// `i`) only the values it marks compete: a grammar's mask applied where
+    /// the logits are, so the host reads one id instead of the vocabulary.
+    fn argmax(
+        &mut self,
+        x: &Buffer,
+        allowed: Option<&Buffer>,
+        out: &Buffer,
+        rows: usize,
+        n: usize,
+    ) -> Result<()>;
     /// `dst` row `positions[r]` = `src` row `r` for `rows` rows of `row_len`
     /// values (the KV-cache append at positions read on the device); `dst`
     /// holds `dst_dtype` values (`F32`, or `F16` rounded from `src`, with an

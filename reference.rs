@@ -367,18 +367,30 @@ pub fn scale(x: &[f32], s: f32) -> Vec<f32> {
     x.iter().map(|v| v * s).collect()
 }
 
-/// Index of the largest value of each row of `n` (the first on ties).
+/// Index of the largest value of each row of `n` (the first on ties, NaNs
+/// never win).
 pub fn argmax(x: &[f32], n: usize) -> Result<Vec<u32>> {
+    argmax_allowed(x, n, &|_, _| true)
+}
+
+/// [`argmax`] among the values `allowed(row, index)` admits (a grammar's
+/// mask); NaNs never win and a row without a candidate gives 0.
+pub fn argmax_allowed(
+    x: &[f32],
+    n: usize,
+    allowed: &dyn Fn(usize, usize) -> bool,
+) -> Result<Vec<u32>> {
     rows_of("argmax", x, n)?;
     Ok(x.chunks_exact(n)
-        .map(|row| {
-            let mut best = 0;
+        .enumerate()
+        .map(|(r, row)| {
+            let mut best: Option<usize> = None;
             for (i, v) in row.iter().enumerate() {
-                if *v > row[best] {
-                    best = i;
+                if allowed(r, i) && !v.is_nan() && best.is_none_or(|b| *v > row[b]) {
+                    best = Some(i);
                 }
             }
-            best as u32
+            best.unwrap_or(0) as u32
         })
         .collect())
 }

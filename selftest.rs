@@ -123,8 +123,8 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
     )?;
     let mut t = Tester::new(&device, opts, &mut rows);
     t.norms(&mut b, "")?;
-    t.attention(&mut b, "decode", DType::F32, Shape::Decode)?;
-    t.attention(&mut b, "prefill", DType::F32, Shape::Prefill)?;
+    t.attention(&mut b, "decode", DType::F32, Shape::Decode, false)?;
+    t.attention(&mut b, "prefill", DType::F32, Shape::Prefill, false)?;
     Ok(rows)
 }
 
@@ -215,7 +215,7 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
             } else {
                 "decode-whole"
             };
-            t.attention(&mut b, label, kv, Shape::Decode)?;
+            t.attention(&mut b, label, kv, Shape::Decode, false)?;
         }
         b.set_decode_splits(opened.decode_splits);
         let mut kernels = vec![
@@ -229,7 +229,8 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
         }
         for (kernel, label) in kernels {
             b.set_attention(kernel)?;
-            t.attention(&mut b, label, kv, Shape::Prefill)?;
+            let f16_math = kernel == PrefillAttention::Coopmat;
+            t.attention(&mut b, label, kv, Shape::Prefill, f16_math)?;
         }
         b.set_attention(opened.attention)?;
     }
@@ -531,13 +532,18 @@ impl<'a> Tester<'a> {
     /// Attention with GQA (8 heads over 2), head_dim 64, over a `kv` cache:
     /// within 1e-5 of the f64 reference over f32 caches
     /// (tests/ops/attention.rs `attention_gqa_positions_and_window`), 4e-5
-    /// over the f16-rounded ones (`attention_f16_cache`).
+    /// over the f16-rounded ones (`attention_f16_cache`). `f16_math`: the
+    /// kernel rounds q·scale and the probabilities to f16 (cooperative
+    /// matrices): the reference takes the same rounded q, and the
+    /// probabilities' rounding leaves 2e-3 (tests/vulkan/attention.rs
+    /// `attention_prefill_coopmat_f16_cache`).
     fn attention(
         &mut self,
         b: &mut dyn ComputeBackend,
         variant: &str,
         kv: DType,
         shape: Shape,
+        f16_math: bool,
     ) -> Result<()> {
         let (n_heads, n_kv_heads, head_dim) = (8, 2, 64);
         let (capacity, positions): (usize, Vec<u32>) = match shape {
@@ -580,12 +586,25 @@ impl<'a> Tester<'a> {
             b.free(buf);
         }
         let got = got?;
-        let p32 = AttentionParams {
-            kv_dtype: DType::F32,
-            ..p
+        let (q, p32, tol) = if f16_math {
+            let rounded = q
+                .iter()
+                .map(|&x| half::f16::from_f32(x * p.scale).to_f32())
+                .collect();
+            let p32 = AttentionParams {
+                kv_dtype: DType::F32,
+                scale: 1.0,
+                ..p
+            };
+            (rounded, p32, 2e-3)
+        } else {
+            let p32 = AttentionParams {
+                kv_dtype: DType::F32,
+                ..p
+            };
+            (q, p32, if kv == DType::F16 { 4e-5 } else { 1e-5 })
         };
         let want = reference::attention(&q, &k, &v, &positions, &p32)?;
-        let tol = if kv == DType::F16 { 4e-5 } else { 1e-5 };
         self.record(
             Op::Attention,
             variant.to_string(),

@@ -697,13 +697,28 @@ impl ComputeBackend for CpuBackend {
         })
     }
 
-    fn argmax(&mut self, x: &Buffer, out: &Buffer, rows: usize, n: usize) -> Result<()> {
+    fn argmax(
+        &mut self,
+        x: &Buffer,
+        allowed: Option<&Buffer>,
+        out: &Buffer,
+        rows: usize,
+        n: usize,
+    ) -> Result<()> {
+        const OP: &str = "argmax";
         let total = rows
             .checked_mul(n)
-            .ok_or_else(|| Error::op("argmax", "rows * n overflows"))?;
-        self.with_out("argmax", out, rows, 0, &[x], |s, dst, _| {
-            let xs = s.f32s("argmax", "x", x, total)?;
-            argmax::run(xs, n, bytemuck::cast_slice_mut(dst));
+            .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
+        let words = rows
+            .checked_mul(n.div_ceil(32))
+            .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
+        let inputs: Vec<&Buffer> = std::iter::once(x).chain(allowed).collect();
+        self.with_out(OP, out, rows, 0, &inputs, |s, dst, _| {
+            let xs = s.f32s(OP, "x", x, total)?;
+            let mask = allowed
+                .map(|a| s.u32s(OP, "allowed", a, words))
+                .transpose()?;
+            argmax::run(xs, mask, n, bytemuck::cast_slice_mut(dst));
             Ok(())
         })
     }

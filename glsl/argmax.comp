@@ -4,7 +4,8 @@
 // benches/README.md, small kernels); each workgroup reduces its slice of
 // `slice` values and writes a (value, index) partial that
 // argmax_combine.comp reduces. With groups == 1 (many rows, or short ones)
-// the result goes straight to `o`.
+// the result goes straight to `o`. With `masked`, only the values whose bit
+// is set in the row's `allow` words compete (a grammar's mask).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -15,12 +16,15 @@ layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) writeonly buffer Out { uint o[]; };
 // Per (row, group): [value bits, index].
 layout(binding = 2) writeonly buffer Part { uvec2 part[]; };
+// n.div_ceil(32) words a row; bound to `x` when not masked (never read).
+layout(binding = 3) readonly buffer Allow { uint allow[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
     uint n;
     uint groups;
     uint slice;
+    uint masked;
 } pc;
 
 #include "argmax.glsl"
@@ -39,7 +43,11 @@ void main() {
     // Consecutive invocations read consecutive values (coalesced); each
     // invocation's own candidates come in increasing index order, so a strict
     // `>` keeps the first of equal values.
+    uint words = (pc.n + 31u) / 32u;
     for (uint i = begin + gl_LocalInvocationID.x; i < end; i += gl_WorkGroupSize.x) {
+        if (pc.masked != 0u && (allow[row * words + (i >> 5)] >> (i & 31u) & 1u) == 0u) {
+            continue;
+        }
         float v = x[row * pc.n + i];
         if (v > bv || (bi == NONE && v == bv)) {
             bv = v;

@@ -251,6 +251,12 @@ pub fn generate_cached(
     };
     // With --ignore-eos the prompt pass reads logits so stop ids can be
     // barred; later device-argmax steps that pick one are redone (see below).
+    // A greedy pick under a grammar is made on the device: the host sends
+    // the mask and reads one id instead of the logits.
+    let pick_on_device = sampler.is_greedy() && !penalty && grammar.is_some();
+    // Whether the grammar has yet to take the last token picked on the
+    // device (it does so beside the next step's layers).
+    let mut unaccepted = false;
     let first_want = if opts.ignore_eos {
         Want::LastLogits
     } else {
@@ -307,6 +313,11 @@ pub fn generate_cached(
                     redo_barred(model, &mut chunk, prev, stop_ids)?;
                 }
                 chunk
+            }
+            Some(&prev) if pick_on_device => {
+                let id = pick_beside(model, prev, unaccepted, &mut grammar)?;
+                unaccepted = true;
+                vec![id]
             }
             Some(&prev) => match forward_beside(model, &[prev], want, &mut grammar)? {
                 Output::Token(t) => vec![t],
@@ -394,6 +405,38 @@ fn forward_beside(
         prepared?;
         Ok(out)
     })
+}
+
+/// A greedy step under a grammar: the layers run for `prev` while another
+/// thread has the grammar take `prev` (when `unaccepted`) and computes the
+/// mask; then the device picks the best allowed id.
+fn pick_beside(
+    model: &mut Model,
+    prev: u32,
+    unaccepted: bool,
+    grammar: &mut Option<GrammarMatcher>,
+) -> Result<u32> {
+    let Some(g) = grammar.as_mut() else {
+        return Err(Error::Invalid("a device pick needs a grammar".into()));
+    };
+    let vocab = model.config().vocab;
+    let words = std::thread::scope(|s| {
+        let prep = s.spawn(|| {
+            if unaccepted {
+                g.accept(prev)?;
+            }
+            g.allowed_words(vocab)
+        });
+        let ran = model.decode_kept(prev);
+        let words = prep.join().unwrap_or_else(|_| {
+            Err(Error::Invalid(
+                "the grammar's mask could not be computed".into(),
+            ))
+        });
+        ran?;
+        words
+    })?;
+    model.pick_allowed(&words)
 }
 
 /// Sets the logits of `ids` to minus infinity, so they are never picked.

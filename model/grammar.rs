@@ -243,6 +243,35 @@ impl GrammarMatcher {
         Ok(())
     }
 
+    /// The next step's mask as `vocab.div_ceil(32)` words, a bit per id of
+    /// a model with `vocab` output rows (ids past the tokenizer's vocabulary
+    /// forbidden), for an argmax on the device (`ComputeBackend::argmax`).
+    pub fn allowed_words(&mut self, vocab: usize) -> Result<Vec<u32>> {
+        let mask = match self.ready.take() {
+            Some(m) => m,
+            None => self.compute()?,
+        };
+        let n = mask.len().min(vocab);
+        let mut words: Vec<u32> = mask
+            .as_slice()
+            .iter()
+            .take(n.div_ceil(32))
+            .copied()
+            .collect();
+        if n % 32 != 0 {
+            if let Some(last) = words.last_mut() {
+                *last &= (1u32 << (n % 32)) - 1;
+            }
+        }
+        words.resize(vocab.div_ceil(32), 0);
+        if words.iter().all(|&w| w == 0) {
+            return Err(Error::Invalid(
+                "the grammar allows no token the model can produce here".into(),
+            ));
+        }
+        Ok(words)
+    }
+
     /// Computes the next step's mask now, so a caller can overlap it with
     /// the forward pass that makes the next logits (it depends only on the
     /// tokens accepted so far).

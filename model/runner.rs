@@ -65,6 +65,28 @@ const DECODE_TOKEN: u32 = 2;
 /// A decode step of several sequences: every row's argmax, or logits.
 pub(crate) const BATCH_ARGMAX: u32 = 3;
 pub(crate) const BATCH_LOGITS: u32 = 4;
+/// The argmax among the ids a grammar allows, a pass of its own.
+const PICK_ALLOWED: u32 = 5;
+
+/// What the host gets from a pass: nothing (a prompt chunk that only fills
+/// the cache), nothing yet (the output stays on the device for a later
+/// pass), or the output read back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Nothing,
+    OnDevice,
+    Host,
+}
+
+impl Read {
+    fn host(yes: bool) -> Read {
+        if yes {
+            Read::Host
+        } else {
+            Read::Nothing
+        }
+    }
+}
 
 /// Positions per KV page, as a power of two: 64 keeps a page table of an
 /// 8192-position context at 128 entries and a cached prefix within 63
@@ -453,7 +475,8 @@ impl Model {
                 _ if last => want,
                 _ => Want::LastLogits, // intermediate chunks only fill the cache
             };
-            let o = self.pass(seq, chunk, step_want, last || want == Want::AllLogits)?;
+            let read = Read::host(last || want == Want::AllLogits);
+            let o = self.pass(seq, chunk, step_want, read)?;
             match (o, want) {
                 (Some(Output::Logits(l)), Want::AllLogits) => all.extend(l),
                 (o, _) if last => out = o,
@@ -641,13 +664,71 @@ impl Model {
         let mut tokens = Vec::with_capacity(steps);
         let mut t = first;
         for _ in 0..steps {
-            t = match self.pass(seq, &[t], Want::Argmax, true)? {
+            t = match self.pass(seq, &[t], Want::Argmax, Read::Host)? {
                 Some(Output::Token(t)) => t,
                 _ => return Err(Error::Invalid("expected a token".into())),
             };
             tokens.push(t);
         }
         Ok(tokens)
+    }
+
+    /// The decode step of `prev` (the token chosen last), its logits left
+    /// on the device for [`Model::pick_allowed`]: a constrained greedy step
+    /// runs the layers while the host computes the grammar's mask.
+    pub fn decode_kept(&mut self, prev: u32) -> Result<()> {
+        let seq = self.solo;
+        let n_past = self.positions(seq)?;
+        if n_past >= self.kv.capacity {
+            return Err(Error::Invalid(format!(
+                "{n_past} cached + 1 new tokens exceed the context of {} positions",
+                self.kv.capacity
+            )));
+        }
+        self.check_ids(&[prev])?;
+        self.pass(seq, &[prev], Want::LastLogits, Read::OnDevice)
+            .map(|_| ())
+    }
+
+    /// The largest of the logits [`Model::decode_kept`] left among the ids
+    /// `allowed` marks (`vocab.div_ceil(32)` words, a bit per id), in a
+    /// small pass of its own: the host reads 4 bytes, not the vocabulary.
+    pub fn pick_allowed(&mut self, allowed: &[u32]) -> Result<u32> {
+        let vocab = self.cfg.vocab;
+        let words = vocab.div_ceil(32);
+        if allowed.len() != words {
+            return Err(Error::Invalid(format!(
+                "a mask of {} words for a vocabulary of {vocab} ids ({words} words)",
+                allowed.len()
+            )));
+        }
+        let replay = self.replay;
+        let Some(st) = self.stages.last_mut() else {
+            return Err(Error::Invalid("the model has no stages".into()));
+        };
+        let s = st.s;
+        st.be.upload(&s.allowed, 0, bytemuck::cast_slice(allowed))?;
+        if !(replay && st.be.replay(PICK_ALLOWED, 1)?) {
+            begin(st, replay.then_some(PICK_ALLOWED))?;
+            let picked = st
+                .be
+                .argmax(&s.logits, Some(&s.allowed), &s.token, 1, vocab);
+            let ended = st.be.end_pass();
+            picked.and(ended)?;
+        }
+        let mut t = [0u8; 4];
+        st.be.download(&s.token, 0, &mut t)?;
+        let id = u32::from_le_bytes(t);
+        // Only allowed ids whose logits are NaN leave the argmax with none.
+        let bit = allowed
+            .get(id as usize / 32)
+            .map_or(0, |w| w >> (id % 32) & 1);
+        if bit == 0 {
+            return Err(Error::Invalid(
+                "the grammar allows no token the model can produce here".into(),
+            ));
+        }
+        Ok(id)
     }
 
     pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -678,7 +759,7 @@ impl Model {
 
     /// One pass of sequence `seq` over `ids` (at most `max_batch` rows)
     /// through every stage; on an error the sequence is as before.
-    fn pass(&mut self, seq: SeqId, ids: &[u32], want: Want, read: bool) -> Result<Option<Output>> {
+    fn pass(&mut self, seq: SeqId, ids: &[u32], want: Want, read: Read) -> Result<Option<Output>> {
         let n_past = self.positions(seq)?;
         let copy = self.pool.append(seq, ids)?;
         let run = match copy {
@@ -699,7 +780,7 @@ impl Model {
         n_past: usize,
         ids: &[u32],
         want: Want,
-        read: bool,
+        read: Read,
     ) -> Result<Option<Output>> {
         let m = ids.len();
         let vocab = self.cfg.vocab;
@@ -712,8 +793,8 @@ impl Model {
         let end = n_past + m;
         let paged = !self.in_order(&table, end);
         let kind = match want {
-            Want::LastLogits if m == 1 && read => Some(DECODE_LOGITS),
-            Want::Argmax if m == 1 && read => Some(DECODE_TOKEN),
+            Want::LastLogits if m == 1 && read != Read::Nothing => Some(DECODE_LOGITS),
+            Want::Argmax if m == 1 && read != Read::Nothing => Some(DECODE_TOKEN),
             _ => None,
         };
         // Kept or not, a pass is planned for its span class, so a replayed
@@ -726,14 +807,14 @@ impl Model {
             m,
             span: class.span,
             want,
-            read,
+            read: read != Read::Nothing,
             feedback: false,
             each_row: false,
             paged,
         };
         let key = key.filter(|_| self.replay);
         run_stages(&mut self.stages, &mut self.boundary, key, &rec)?;
-        if !read {
+        if read != Read::Host {
             return Ok(None);
         }
         let last = &mut self.stages[n - 1];

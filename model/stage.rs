@@ -80,6 +80,9 @@ pub(crate) struct Scratch {
     expert_out: Buffer,
     last: Buffer,
     pub logits: Buffer,
+    /// A grammar's mask over the vocabulary, a bit per id, written by the
+    /// host (see `Model::pick_allowed`).
+    pub allowed: Buffer,
     pub token: Buffer,
     /// Greedy decode steps: [count, tokens...] (see `append_token`).
     pub history: Buffer,
@@ -139,6 +142,7 @@ impl Scratch {
             expert_out: f32_buf(b, slot_values(cfg.n_embd)?)?,
             last: f32_buf(b, cfg.n_embd)?,
             logits: f32_buf(b, cfg.vocab)?,
+            allowed: b.alloc_mapped(cfg.vocab.div_ceil(32) * 4)?,
             token: b.alloc_mapped(rows * 4)?,
             history: b.alloc_mapped((1 + MAX_DECODE_STEPS) * 4)?,
         })
@@ -595,7 +599,7 @@ impl Stage {
             let (h, nw) = self.pre_norm(c, &head.norm, s.x, s.h, m)?;
             self.linear(c, &out, h, nw, s.logits, m, false)?;
             if r.want == Want::Argmax {
-                self.be.argmax(&s.logits, &s.token, m, c.vocab)?;
+                self.be.argmax(&s.logits, None, &s.token, m, c.vocab)?;
             }
         } else if r.read {
             // Only the last row's logits are needed.
@@ -608,10 +612,10 @@ impl Stage {
             let (h, nw) = self.pre_norm(c, &head.norm, last, s.h, 1)?;
             self.linear(c, &out, h, nw, s.logits, 1, false)?;
             if r.want == Want::Argmax && r.feedback {
-                self.be.argmax(&s.logits, &s.ids, 1, c.vocab)?;
+                self.be.argmax(&s.logits, None, &s.ids, 1, c.vocab)?;
                 self.be.append_token(&s.ids, &s.pos, &s.history)?;
             } else if r.want == Want::Argmax {
-                self.be.argmax(&s.logits, &s.token, 1, c.vocab)?;
+                self.be.argmax(&s.logits, None, &s.token, 1, c.vocab)?;
             }
         }
         Ok(())

@@ -437,6 +437,61 @@ fn vulkan_schemas_validate() {
     check_schema("vulkan greedy", &schemas()[7], &res);
 }
 
+/// A greedy request under a grammar picks on the device (the mask goes
+/// up, one id comes back): the same ids as masking the logits on the host
+/// and taking their argmax, step by step, on each device.
+fn greedy_under_a_grammar_picks_what_the_host_would((name, be): (&str, Box<dyn ComputeBackend>)) {
+    use vkllm::model::runner::{Output, Want};
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut model, tok) = load(be, &tiny_gguf(&tmp));
+    let prompt = tok.encode("Answer in JSON:", false).unwrap();
+    for i in [0, 7, 12] {
+        let constraint =
+            Constraint::new(&tok, GrammarSpec::JsonSchema(schemas()[i].clone())).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: 300,
+            sampler: SamplerConfig::greedy(),
+            constraint: Some(constraint.clone()),
+            ..GenerateOptions::default()
+        };
+        let got = generate(&mut model, &tok, &prompt, &opts, &mut |_, _| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        model.reset();
+        let mut g = constraint.matcher().unwrap();
+        let mut want = Vec::new();
+        let mut input = prompt.clone();
+        while want.len() < opts.max_tokens {
+            let Output::Logits(mut l) = model.forward(&input, Want::LastLogits).unwrap() else {
+                panic!("{name}: no logits");
+            };
+            g.mask(&mut l).unwrap();
+            let id = common::argmax(&l);
+            want.push(id);
+            if tok.stop_ids().contains(&id) {
+                break;
+            }
+            g.accept(id).unwrap();
+            input = vec![id];
+        }
+        assert_eq!(got.tokens, want, "{name} schema {i}");
+        check_schema(&format!("{name} greedy schema {i}"), &schemas()[i], &got);
+    }
+}
+
+#[test]
+fn greedy_under_a_grammar_picks_what_the_host_would_cpu() {
+    greedy_under_a_grammar_picks_what_the_host_would(("cpu", common::cpu()));
+}
+
+#[test]
+fn greedy_under_a_grammar_picks_what_the_host_would_vulkan() {
+    if let Some(vk) = common::vulkan() {
+        greedy_under_a_grammar_picks_what_the_host_would(("vulkan", vk));
+    }
+}
+
 /// The mask word by word: on SmolLM2's byte-level vocabulary, a digits
 /// regex leaves exactly the tokens that are digits only (checked id by id
 /// from their text), and ids past the vocabulary (an output matrix's

@@ -312,7 +312,8 @@ impl ComputeBackend for VulkanBackend {
             => encode_round_i8;
         "copy": fn copy(src: &Buffer, src_offset: usize, dst: &Buffer, dst_offset: usize,
             bytes: usize) => encode_copy;
-        "argmax": fn argmax(x: &Buffer, out: &Buffer, rows: usize, n: usize) => encode_argmax;
+        "argmax": fn argmax(x: &Buffer, allowed: Option<&Buffer>, out: &Buffer, rows: usize,
+            n: usize) => encode_argmax;
         "store_rows": fn store_rows(src: &Buffer, dst: &Buffer, positions: &Buffer, rows: usize,
             row_len: usize, dst_dtype: DType, pages: Option<&KvPages>) => encode_store_rows;
         "rope_store": fn rope_store(q: &Buffer, k: &Buffer, v: &Buffer, positions: &Buffer,

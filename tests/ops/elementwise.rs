@@ -343,7 +343,7 @@ fn argmax_first_on_ties((name, mut b): Named) {
         assert_eq!(want, vec![first as u32, n as u32 - 1, 0, 0], "n={n}");
         let xb = upload_f32(b.as_mut(), &x);
         let out = b.alloc(4 * 4).unwrap();
-        pass(b.as_mut(), |b| b.argmax(&xb, &out, 4, n).unwrap());
+        pass(b.as_mut(), |b| b.argmax(&xb, None, &out, 4, n).unwrap());
         assert_eq!(download_u32(b.as_mut(), &out, 4), want, "{name} n={n}");
     }
 }
@@ -381,12 +381,12 @@ fn argmax_vocab_rows_split_over_workgroups((name, mut b): Named) {
         x[3 * n..4 * n].fill(f32::NAN);
         let xb = upload_f32(b.as_mut(), &x);
         let out = b.alloc(rows * 4).unwrap();
-        pass(b.as_mut(), |b| b.argmax(&xb, &out, rows, n).unwrap());
+        pass(b.as_mut(), |b| b.argmax(&xb, None, &out, rows, n).unwrap());
         assert_eq!(download_u32(b.as_mut(), &out, rows), want, "{name} n={n}");
         // One row (decode), against the reference.
         let one = rand_f32(n, 54);
         let ob = upload_f32(b.as_mut(), &one);
-        pass(b.as_mut(), |b| b.argmax(&ob, &out, 1, n).unwrap());
+        pass(b.as_mut(), |b| b.argmax(&ob, None, &out, 1, n).unwrap());
         assert_eq!(
             download_u32(b.as_mut(), &out, 1),
             reference::argmax(&one, n).unwrap(),
@@ -398,4 +398,60 @@ test_device!(
     argmax_vocab_rows_split_over_workgroups,
     argmax_vocab_rows_split_over_workgroups_cpu,
     argmax_vocab_rows_split_over_workgroups_vulkan
+);
+
+fn argmax_among_allowed_ids((name, mut b): Named) {
+    // A grammar's mask: per row, a random half of the ids allowed, then
+    // row 0's maximum forbidden (the best allowed wins), row 1 a tie of
+    // allowed values in distant slices (the first wins) beside a larger
+    // forbidden one, row 2 nothing allowed (0), row 3 only NaNs allowed (0).
+    for n in [50usize, 1000, 128256] {
+        let rows = 4;
+        let words = n.div_ceil(32);
+        let mut x = rand_f32(rows * n, 61 + n as u64);
+        let mut allow: Vec<u32> = rand_f32(rows * words, 62)
+            .iter()
+            .map(|v| v.to_bits() ^ (v.to_bits() >> 7))
+            .collect();
+        let set = |a: &mut Vec<u32>, r: usize, i: usize, on: bool| {
+            let (w, bit) = (r * words + i / 32, 1u32 << (i % 32));
+            a[w] = if on { a[w] | bit } else { a[w] & !bit };
+        };
+        // Ids past n in the last word are never read.
+        let top = (0..n)
+            .max_by(|&i, &j| x[i].total_cmp(&x[j]).then(j.cmp(&i)))
+            .unwrap_or(0);
+        set(&mut allow, 0, top, false);
+        let (a, c) = (n / 7, n - 2);
+        x[n + a] = 8.0;
+        x[n + c] = 8.0;
+        x[n + n / 2] = 9.0;
+        set(&mut allow, 1, a, true);
+        set(&mut allow, 1, c, true);
+        set(&mut allow, 1, n / 2, false);
+        allow[2 * words..3 * words].fill(0);
+        x[3 * n..4 * n].fill(f32::NAN);
+        let allowed = |r: usize, i: usize| allow[r * words + i / 32] >> (i % 32) & 1 == 1;
+        let want = reference::argmax_allowed(&x, n, &allowed).unwrap();
+        assert_ne!(want[0] as usize, top, "n={n}");
+        assert_eq!(&want[1..], &[a as u32, 0, 0], "n={n}");
+        let xb = upload_f32(b.as_mut(), &x);
+        let ab = upload_u32(b.as_mut(), &allow);
+        let out = b.alloc(rows * 4).unwrap();
+        pass(b.as_mut(), |b| {
+            b.argmax(&xb, Some(&ab), &out, rows, n).unwrap()
+        });
+        assert_eq!(download_u32(b.as_mut(), &out, rows), want, "{name} n={n}");
+        // A mask shorter than the rows is refused.
+        let short = upload_u32(b.as_mut(), &allow[..rows * words - 1]);
+        b.begin_pass().unwrap();
+        let err = b.argmax(&xb, Some(&short), &out, rows, n);
+        b.end_pass().unwrap();
+        assert!(err.is_err(), "{name} n={n}: a short mask was taken");
+    }
+}
+test_device!(
+    argmax_among_allowed_ids,
+    argmax_among_allowed_ids_cpu,
+    argmax_among_allowed_ids_vulkan
 );

@@ -189,7 +189,7 @@ fn mapped_buffers_round_trip_and_feed_ops((name, mut b): Named) {
     assert_eq!(download_u32(b.as_mut(), &m, 4), [0; 4], "{name}: zeroed");
     b.upload(&m, 4, &5u32.to_le_bytes()).unwrap();
     let x = upload_f32(b.as_mut(), &[1.0, 9.0, 3.0]);
-    pass(b.as_mut(), |b| b.argmax(&x, &m, 1, 3).unwrap());
+    pass(b.as_mut(), |b| b.argmax(&x, None, &m, 1, 3).unwrap());
     assert_eq!(download_u32(b.as_mut(), &m, 4), [1, 5, 0, 0], "{name}");
 }
 test_device!(

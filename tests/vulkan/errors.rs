@@ -95,7 +95,7 @@ fn out_of_range_shapes_are_errors() {
         "copy past the end"
     );
     assert!(b.copy(&small, 2, &big, 8, 4).is_err(), "unaligned copy");
-    assert!(b.argmax(&small, &big, 1, 0).is_err(), "empty rows");
+    assert!(b.argmax(&small, None, &big, 1, 0).is_err(), "empty rows");
     assert!(
         b.rms_norm(&small, &small, &small, 1, 4, 1e-5).is_err(),
         "out aliases x"

@@ -236,7 +236,7 @@ fn replayed_pass_reads_new_token_and_position() {
             b.embedding(&table, &ids, &h, 1).unwrap();
             b.attention(&h, &kc, &kc, &pos, &a, &att).unwrap();
             b.matmul(&w, None, &a, &logits, 1).unwrap();
-            b.argmax(&logits, &best, 1, vocab).unwrap();
+            b.argmax(&logits, None, &best, 1, vocab).unwrap();
         })
     };
     let expect = |token: u32, p: u32| {

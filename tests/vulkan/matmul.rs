@@ -235,7 +235,7 @@ fn matmul_more_rows_than_one_dispatch_dimension() {
     let am = b.alloc(4).unwrap();
     pass(&mut b, |b| {
         b.matmul(&w, None, &xb, &yb, 1).unwrap();
-        b.argmax(&yb, &am, 1, rows).unwrap();
+        b.argmax(&yb, None, &am, 1, rows).unwrap();
     });
     let got = download_f32(&mut b, &yb, rows);
     let want = reference::matmul(DType::Q8_0, &wb, rows, cols, None, &x, 1).unwrap();

@@ -1,4 +1,5 @@
-//! `argmax` (glsl/argmax.comp, glsl/argmax_combine.comp), `u32` results.
+//! `argmax` (glsl/argmax.comp, glsl/argmax_combine.comp), `u32` results,
+//! over all of a row or the values a mask allows.
 //! A long row is split over many workgroups that each write a (value, index)
 //! partial to a backend-owned scratch buffer; one small workgroup per row then
 //! reduces the partials. One workgroup per row (what short rows and many rows
@@ -26,6 +27,8 @@ struct Push {
     n: u32,
     groups: u32,
     slice: u32,
+    /// 1: only the values `allowed` marks compete.
+    masked: u32,
 }
 
 #[repr(C)]
@@ -48,6 +51,7 @@ impl Encoder<'_> {
     pub(in crate::vk) fn encode_argmax(
         &mut self,
         x: &Buffer,
+        allowed: Option<&Buffer>,
         out: &Buffer,
         rows: usize,
         n: usize,
@@ -61,6 +65,12 @@ impl Encoder<'_> {
             .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
         check::fits(OP, "x", x, total)?;
         check::fits(OP, "out", out, rows)?;
+        if let Some(a) = allowed {
+            let words = rows
+                .checked_mul(n.div_ceil(32))
+                .ok_or_else(|| Error::op(OP, "rows * n overflows"))?;
+            check::fits(OP, "allowed", a, words)?;
+        }
         if rows == 0 {
             return Ok(());
         }
@@ -70,6 +80,7 @@ impl Encoder<'_> {
             n: u32_of(OP, "n", n)?,
             groups: groups as u32,
             slice: u32_of(OP, "slice", slice)?,
+            masked: u32::from(allowed.is_some()),
         };
         let all = rows
             .checked_mul(groups)
@@ -80,7 +91,12 @@ impl Encoder<'_> {
         self.dispatch(
             OP,
             plain("argmax"),
-            &[read(x), write(out), write(&part)],
+            &[
+                read(x),
+                write(out),
+                write(&part),
+                read(allowed.unwrap_or(x)),
+            ],
             bytemuck::bytes_of(&push),
             wgs,
         )?;
