@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use vkllm::model::chat::{render_chat, ChatMessage};
 use vkllm::model::generate::{check_prompt, generate, GenerateOptions};
+use vkllm::model::grammar::{Constraint, GrammarSpec};
 use vkllm::model::sampling::{Sampler, SamplerConfig};
 use vkllm::model::tokenizer::Tokenizer;
 use vkllm::model::{LoadOptions, Output, SeqId, Want};
@@ -86,12 +87,14 @@ impl Engine {
         .map_err(|e| e.to_string())
     }
 
-    /// Generates after `prompt` from an empty cache; `on_piece` gets each
-    /// non-empty piece of text and returns false to stop.
+    /// Generates after `prompt` from an empty cache, under `spec` when
+    /// given; `on_piece` gets each non-empty piece of text and returns false
+    /// to stop.
     fn generate(
         &mut self,
         prompt: &Prompt,
         opts: &GenerateOptions,
+        spec: Option<&GrammarSpec>,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<String, String> {
         let ids = self.prompt_ids(prompt)?;
@@ -99,6 +102,19 @@ impl Engine {
             .tokenizer
             .as_ref()
             .map_err(|why| format!("the model has no tokenizer: {why}"))?;
+        let constrained;
+        let opts = match spec {
+            Some(spec) => {
+                constrained = GenerateOptions {
+                    constraint: Some(
+                        Constraint::new(tok, spec.clone()).map_err(|e| e.to_string())?,
+                    ),
+                    ..opts.clone()
+                };
+                &constrained
+            }
+            None => opts,
+        };
         let mut on_token = |_: u32, text: &str| {
             if text.is_empty() || on_piece(text) {
                 ControlFlow::Continue(())
@@ -305,6 +321,49 @@ struct Model {
     n_ctx: usize,
 }
 
+/// The structured output a call asks for: at most one of `json_schema` (a
+/// dict, or JSON text), `json_object`, `grammar` (llguidance's Lark syntax)
+/// and `regex`.
+fn grammar_spec(
+    json_schema: Option<&Bound<'_, PyAny>>,
+    json_object: bool,
+    grammar: Option<String>,
+    regex: Option<String>,
+) -> PyResult<Option<GrammarSpec>> {
+    let given = [
+        json_schema.is_some(),
+        json_object,
+        grammar.is_some(),
+        regex.is_some(),
+    ];
+    if given.iter().filter(|&&g| g).count() > 1 {
+        return Err(py_err(
+            "give at most one of json_schema, json_object, grammar and regex",
+        ));
+    }
+    if let Some(schema) = json_schema {
+        let text: String = match schema.extract::<String>() {
+            Ok(text) => text,
+            Err(_) => schema
+                .py()
+                .import("json")?
+                .call_method1("dumps", (schema,))
+                .map_err(|e| py_err(format!("json_schema is not JSON: {e}")))?
+                .extract()?,
+        };
+        let value = serde_json::from_str(&text)
+            .map_err(|e| py_err(format!("json_schema is not JSON: {e}")))?;
+        return Ok(Some(GrammarSpec::JsonSchema(value)));
+    }
+    Ok(if json_object {
+        Some(GrammarSpec::JsonObject)
+    } else if let Some(g) = grammar {
+        Some(GrammarSpec::Lark(g))
+    } else {
+        regex.map(GrammarSpec::Regex)
+    })
+}
+
 /// Locks the engine; a panic in an earlier call leaves it unusable.
 fn lock(engine: &Mutex<Engine>) -> Result<MutexGuard<'_, Engine>, String> {
     engine
@@ -369,12 +428,15 @@ impl Model {
         py: Python<'_>,
         prompt: Prompt,
         opts: GenerateOptions,
+        spec: Option<GrammarSpec>,
         stream: bool,
     ) -> PyResult<PyObject> {
         if !stream {
             let engine = Arc::clone(&self.engine);
             let text = py
-                .allow_threads(move || lock(&engine)?.generate(&prompt, &opts, &mut |_| true))
+                .allow_threads(move || {
+                    lock(&engine)?.generate(&prompt, &opts, spec.as_ref(), &mut |_| true)
+                })
                 .map_err(py_err)?;
             return Ok(text.into_pyobject(py)?.into_any().unbind());
         }
@@ -388,7 +450,7 @@ impl Model {
                 let run = std::panic::AssertUnwindSafe(|| {
                     lock(&engine).and_then(|mut e| {
                         // A dropped stream ends generation.
-                        e.generate(&prompt, &opts, &mut |piece| {
+                        e.generate(&prompt, &opts, spec.as_ref(), &mut |piece| {
                             tx.send(Ok(piece.to_string())).is_ok()
                         })
                     })
@@ -567,7 +629,10 @@ impl Model {
     /// Text generated after `prompt` (text, or token ids used verbatim):
     /// the whole text, or with `stream=True` an iterator of its pieces.
     /// A temperature of 0 is greedy; the defaults are `vkllm generate`'s.
-    #[pyo3(signature = (prompt, max_tokens = 128, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, repeat_last_n = 64, seed = None, stop = None, ignore_eos = false, stream = false))]
+    /// Structured output (at most one, masked while sampling): `json_schema`
+    /// (a dict or JSON text), `json_object`, `grammar` (llguidance's Lark
+    /// syntax, `start: ...`) or `regex` (the whole output matches).
+    #[pyo3(signature = (prompt, max_tokens = 128, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, repeat_last_n = 64, seed = None, stop = None, ignore_eos = false, stream = false, *, json_schema = None, json_object = false, grammar = None, regex = None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -584,7 +649,12 @@ impl Model {
         stop: Option<Vec<String>>,
         ignore_eos: bool,
         stream: bool,
+        json_schema: Option<&Bound<'_, PyAny>>,
+        json_object: bool,
+        grammar: Option<String>,
+        regex: Option<String>,
     ) -> PyResult<PyObject> {
+        let spec = grammar_spec(json_schema, json_object, grammar, regex)?;
         let opts = generate_options(
             max_tokens,
             temperature,
@@ -597,13 +667,13 @@ impl Model {
             stop,
             ignore_eos,
         );
-        self.run(py, prompt.into(), opts, stream)
+        self.run(py, prompt.into(), opts, spec, stream)
     }
 
     /// The assistant's reply to `messages` (dicts with "role" and
     /// "content"), through the model's chat template; streaming as
     /// `generate`.
-    #[pyo3(signature = (messages, max_tokens = 128, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, repeat_last_n = 64, seed = None, stop = None, ignore_eos = false, stream = false))]
+    #[pyo3(signature = (messages, max_tokens = 128, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, repeat_last_n = 64, seed = None, stop = None, ignore_eos = false, stream = false, *, json_schema = None, json_object = false, grammar = None, regex = None))]
     #[allow(clippy::too_many_arguments)]
     fn chat(
         &self,
@@ -620,7 +690,12 @@ impl Model {
         stop: Option<Vec<String>>,
         ignore_eos: bool,
         stream: bool,
+        json_schema: Option<&Bound<'_, PyAny>>,
+        json_object: bool,
+        grammar: Option<String>,
+        regex: Option<String>,
     ) -> PyResult<PyObject> {
+        let spec = grammar_spec(json_schema, json_object, grammar, regex)?;
         let messages = chat_messages(messages)?;
         let opts = generate_options(
             max_tokens,
@@ -634,7 +709,7 @@ impl Model {
             stop,
             ignore_eos,
         );
-        self.run(py, Prompt::Chat(messages), opts, stream)
+        self.run(py, Prompt::Chat(messages), opts, spec, stream)
     }
 
     /// Token ids generated after `tokens` (no tokenizer needed): ends at

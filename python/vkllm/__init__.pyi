@@ -78,6 +78,11 @@ class Model:
         stop: Optional[Sequence[str]] = None,
         ignore_eos: bool = False,
         stream: Literal[False] = False,
+        *,
+        json_schema: Optional[Union[Mapping[str, object], str]] = None,
+        json_object: bool = False,
+        grammar: Optional[str] = None,
+        regex: Optional[str] = None,
     ) -> str: ...
     @overload
     def generate(
@@ -95,6 +100,10 @@ class Model:
         ignore_eos: bool = False,
         *,
         stream: Literal[True],
+        json_schema: Optional[Union[Mapping[str, object], str]] = None,
+        json_object: bool = False,
+        grammar: Optional[str] = None,
+        regex: Optional[str] = None,
     ) -> TextStream: ...
     @overload
     def chat(
@@ -111,6 +120,11 @@ class Model:
         stop: Optional[Sequence[str]] = None,
         ignore_eos: bool = False,
         stream: Literal[False] = False,
+        *,
+        json_schema: Optional[Union[Mapping[str, object], str]] = None,
+        json_object: bool = False,
+        grammar: Optional[str] = None,
+        regex: Optional[str] = None,
     ) -> str: ...
     @overload
     def chat(
@@ -128,6 +142,10 @@ class Model:
         ignore_eos: bool = False,
         *,
         stream: Literal[True],
+        json_schema: Optional[Union[Mapping[str, object], str]] = None,
+        json_object: bool = False,
+        grammar: Optional[str] = None,
+        regex: Optional[str] = None,
     ) -> TextStream: ...
     def generate_tokens(
         self,
