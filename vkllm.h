@@ -81,6 +81,15 @@ typedef struct vkllm_generate_options {
   // `n_stop` stop strings (UTF-8, NUL-terminated); NULL when `n_stop` is 0.
   const char *const *stop;
   size_t n_stop;
+  // Structured output, at most one (NULL / false for none), masked while
+  // sampling: a JSON schema (JSON text) the output is valid against...
+  const char *json_schema;
+  // ... any JSON object ...
+  bool json_object;
+  // ... a grammar in llguidance's Lark syntax (`start: ...`) ...
+  const char *grammar;
+  // ... or a regular expression the whole output matches.
+  const char *regex;
 } vkllm_generate_options;
 
 // Called with each generated id and the text it completes (`len` bytes of
@@ -182,7 +191,8 @@ enum vkllm_status vkllm_sample(struct vkllm_model *m,
 //
 // # Safety
 // `m` is a live handle; `prompt` points to `n` ids; `opts` is null or valid
-// (its `stop` pointing to `n_stop` strings); `n_tokens` and `stop` are null
+// (its `stop` pointing to `n_stop` strings, its `json_schema`, `grammar` and
+// `regex` null or NUL-terminated); `n_tokens` and `stop` are null
 // or writable; `cb` may be called with `user`.
 enum vkllm_status vkllm_generate(struct vkllm_model *m,
                                  const uint32_t *prompt,

@@ -2,6 +2,7 @@
 
 use super::{guard, handle, put, slice_arg, str_arg, Fail, VkllmModel, VkllmStatus};
 use crate::model::generate::{GenerateOptions, StopReason};
+use crate::model::grammar::{Constraint, GrammarSpec};
 use crate::model::sampling::{Sampler, SamplerConfig};
 use crate::model::session::Session;
 use crate::model::{LoadOptions, Output, Want};
@@ -54,6 +55,15 @@ pub struct VkllmGenerateOptions {
     /// `n_stop` stop strings (UTF-8, NUL-terminated); NULL when `n_stop` is 0.
     pub stop: *const *const c_char,
     pub n_stop: usize,
+    /// Structured output, at most one (NULL / false for none), masked while
+    /// sampling: a JSON schema (JSON text) the output is valid against...
+    pub json_schema: *const c_char,
+    /// ... any JSON object ...
+    pub json_object: bool,
+    /// ... a grammar in llguidance's Lark syntax (`start: ...`) ...
+    pub grammar: *const c_char,
+    /// ... or a regular expression the whole output matches.
+    pub regex: *const c_char,
 }
 
 /// Why `vkllm_generate` ended.
@@ -106,7 +116,51 @@ pub extern "C" fn vkllm_default_generate_options() -> VkllmGenerateOptions {
         ignore_eos: false,
         stop: std::ptr::null(),
         n_stop: 0,
+        json_schema: std::ptr::null(),
+        json_object: false,
+        grammar: std::ptr::null(),
+        regex: std::ptr::null(),
     }
+}
+
+/// The structured output `o` asks for.
+///
+/// # Safety
+/// Its string pointers are null or NUL-terminated strings.
+unsafe fn grammar_spec(o: &VkllmGenerateOptions) -> Result<Option<GrammarSpec>, Fail> {
+    // SAFETY: null or NUL-terminated, per the contract.
+    let text = |p: *const c_char, what: &str| -> Result<Option<String>, Fail> {
+        if p.is_null() {
+            return Ok(None);
+        }
+        unsafe { str_arg(p, what) }.map(|s| Some(s.to_string()))
+    };
+    let schema = text(o.json_schema, "json_schema")?;
+    let grammar = text(o.grammar, "grammar")?;
+    let regex = text(o.regex, "regex")?;
+    let given = [
+        schema.is_some(),
+        o.json_object,
+        grammar.is_some(),
+        regex.is_some(),
+    ];
+    if given.iter().filter(|&&g| g).count() > 1 {
+        return Err(Fail::Arg(
+            "give at most one of json_schema, json_object, grammar and regex".into(),
+        ));
+    }
+    if let Some(s) = schema {
+        let value = serde_json::from_str(&s)
+            .map_err(|e| Fail::Arg(format!("json_schema is not JSON: {e}")))?;
+        return Ok(Some(GrammarSpec::JsonSchema(value)));
+    }
+    Ok(if o.json_object {
+        Some(GrammarSpec::JsonObject)
+    } else if let Some(g) = grammar {
+        Some(GrammarSpec::Lark(g))
+    } else {
+        regex.map(GrammarSpec::Regex)
+    })
 }
 
 fn sampler_config(s: &VkllmSampling) -> SamplerConfig {
@@ -351,7 +405,8 @@ unsafe fn sample_with(m: *mut VkllmModel, cfg: &SamplerConfig, out: *mut u32) ->
 ///
 /// # Safety
 /// `m` is a live handle; `prompt` points to `n` ids; `opts` is null or valid
-/// (its `stop` pointing to `n_stop` strings); `n_tokens` and `stop` are null
+/// (its `stop` pointing to `n_stop` strings, its `json_schema`, `grammar` and
+/// `regex` null or NUL-terminated); `n_tokens` and `stop` are null
 /// or writable; `cb` may be called with `user`.
 #[no_mangle]
 pub unsafe extern "C" fn vkllm_generate(
@@ -378,16 +433,19 @@ pub unsafe extern "C" fn vkllm_generate(
             // SAFETY: each a NUL-terminated string, per the contract.
             .map(|&s| unsafe { str_arg(s, "a stop string") }.map(String::from))
             .collect::<Result<Vec<_>, Fail>>()?;
+        // SAFETY: null or NUL-terminated strings, per the contract.
+        let spec = unsafe { grammar_spec(&o) }?;
+        let tok = m.tokenizer.as_ref().ok_or_else(|| {
+            Fail::Arg(format!("the model has no tokenizer: {}", m.tokenizer_error))
+        })?;
         let gopts = GenerateOptions {
             max_tokens: o.max_tokens as usize,
             sampler: sampler_config(&o.sampling),
             ignore_eos: o.ignore_eos,
             stop: stop_strings,
+            constraint: spec.map(|s| Constraint::new(tok, s)).transpose()?,
             ..GenerateOptions::default()
         };
-        let tok = m.tokenizer.as_ref().ok_or_else(|| {
-            Fail::Arg(format!("the model has no tokenizer: {}", m.tokenizer_error))
-        })?;
         let mut on_token = |id: u32, text: &str| {
             let Some(f) = cb else {
                 return ControlFlow::Continue(());

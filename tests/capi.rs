@@ -142,6 +142,40 @@ fn the_c_example_runs_against_the_tiny_models_and_smollm2() {
     assert!(out.contains("streamed == detokenized"), "{out}");
     assert!(out.contains("small buffer: status 6, needs"), "{out}");
     assert!(out.contains("<|im_start|>user\nAnd of Germany?"), "{out}");
+    // Structured output: the reply parses and holds what the schema asks.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}
+        },
+        "required": ["name", "age"],
+        "additionalProperties": false
+    });
+    let (out, err) = run(
+        &exe,
+        &[
+            "json",
+            model.to_str().unwrap(),
+            &schema.to_string(),
+            "Give a name and an age as JSON.",
+        ],
+    );
+    let reply = out
+        .lines()
+        .find_map(|l| l.strip_prefix("json: "))
+        .unwrap_or_else(|| panic!("no reply: {out}{err}"));
+    let value: Value = serde_json::from_str(reply).unwrap_or_else(|e| panic!("{reply}: {e}"));
+    assert!(
+        value["name"]
+            .as_str()
+            .is_some_and(|n| n.chars().count() <= 12),
+        "{value}"
+    );
+    assert!(value["age"].as_u64().is_some_and(|a| a <= 120), "{value}");
+    assert_eq!(value.as_object().map(|o| o.len()), Some(2), "{value}");
+    assert!(out.contains(", stop 0"), "{out}");
+    assert!(out.contains("give at most one of json_schema"), "{out}");
     let (out, _) = run(&exe, &["error", "/no/such/model.gguf"]);
     assert!(out.contains("status 4"), "{out}");
     assert!(out.contains("/no/such/model.gguf"), "{out}");

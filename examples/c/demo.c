@@ -3,6 +3,7 @@
  *   demo ids MODEL 1,2,3 N     greedy N ids after a prompt of ids
  *   demo chat MODEL QUESTION   chat template, tokenize, stream a reply, two turns
  *   demo batch MODEL 1,2,3 N   three sequences decoded together, each against its run alone
+ *   demo json MODEL SCHEMA Q   a reply valid against a JSON schema (structured output)
  *   demo error MODEL           what a failed load reports
  *
  * Build: cargo build --release, then
@@ -193,11 +194,50 @@ static int error(const char *path) {
     return s == VKLLM_STATUS_OK ? 1 : 0;
 }
 
+/* A greedy reply to `question` under a JSON schema, then what asking for
+ * two constraints at once reports. */
+static int json(const char *path, const char *schema, const char *question) {
+    vkllm_model *m = load(path);
+    if (!m) return 1;
+    vkllm_chat_message msg = {"user", question};
+    char prompt[8192];
+    size_t len;
+    vkllm_status s = vkllm_apply_chat_template(m, &msg, 1, true, prompt, sizeof prompt, &len);
+    uint32_t ids[2048];
+    size_t n_ids = 0;
+    if (s == VKLLM_STATUS_OK) s = vkllm_tokenize(m, prompt, false, ids, 2048, &n_ids);
+    vkllm_generate_options opts = vkllm_default_generate_options();
+    opts.max_tokens = 96;
+    opts.sampling.temperature = 0;
+    opts.json_schema = schema;
+    struct reply r;
+    memset(&r, 0, sizeof r);
+    size_t generated;
+    vkllm_stop why = VKLLM_STOP_TOKEN;
+    if (s == VKLLM_STATUS_OK) s = vkllm_generate(m, ids, n_ids, &opts, on_token, &r, &generated, &why);
+    if (s != VKLLM_STATUS_OK) {
+        vkllm_model_free(m);
+        return fail("json", s);
+    }
+    fprintf(stderr, "\n");
+    /* On one line: a raw newline in JSON text is whitespace between tokens. */
+    for (char *c = r.text; *c; c++)
+        if (*c == '\n') *c = ' ';
+    printf("json: %s\n", r.text);
+    printf("%zu tokens, stop %d\n", generated, (int)why);
+    opts.regex = "[0-9]+";
+    s = vkllm_generate(m, ids, n_ids, &opts, NULL, NULL, NULL, NULL);
+    printf("two constraints: status %d: %s\n", (int)s, vkllm_last_error());
+    vkllm_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "ids") == 0) return ids(argv[2], argv[3], atoi(argv[4]));
     if (argc == 4 && strcmp(argv[1], "chat") == 0) return chat(argv[2], argv[3]);
     if (argc == 5 && strcmp(argv[1], "batch") == 0) return batch(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 5 && strcmp(argv[1], "json") == 0) return json(argv[2], argv[3], argv[4]);
     if (argc == 3 && strcmp(argv[1], "error") == 0) return error(argv[2]);
-    fprintf(stderr, "usage: demo ids MODEL 1,2,3 N | demo chat MODEL QUESTION | demo batch MODEL 1,2,3 N | demo error MODEL\n");
+    fprintf(stderr, "usage: demo ids MODEL 1,2,3 N | demo chat MODEL QUESTION | demo batch MODEL 1,2,3 N | demo json MODEL SCHEMA QUESTION | demo error MODEL\n");
     return 2;
 }
