@@ -183,10 +183,12 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         max_tokens: usize,
+        sampler: SamplerConfig,
     ) -> Result<Vec<Vec<u32>>, String> {
         for p in prompts {
             check_prompt(&self.model, p).map_err(|e| e.to_string())?;
         }
+        sampler.validate().map_err(|e| e.to_string())?;
         let stop_ids: Vec<u32> = self
             .tokenizer
             .as_ref()
@@ -194,9 +196,18 @@ impl Engine {
             .unwrap_or_default();
         let group = self.model.max_sequences().max(1);
         let mut outs = Vec::with_capacity(prompts.len());
-        for chunk in prompts.chunks(group) {
+        for (g, chunk) in prompts.chunks(group).enumerate() {
+            // Prompt i draws with seed + i, as `generate_tokens` would alone.
+            let samplers = (0..chunk.len())
+                .map(|i| {
+                    Sampler::new(SamplerConfig {
+                        seed: sampler.seed.wrapping_add((g * group + i) as u64),
+                        ..sampler.clone()
+                    })
+                })
+                .collect();
             let mut seqs = Vec::with_capacity(chunk.len());
-            let res = self.batch_group(chunk, max_tokens, &stop_ids, &mut seqs);
+            let res = self.batch_group(chunk, max_tokens, samplers, &stop_ids, &mut seqs);
             // The sequences end whatever happened, so the pool stays usable.
             for seq in seqs {
                 let _ = self.model.free_sequence(seq);
@@ -210,6 +221,7 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         max_tokens: usize,
+        mut samplers: Vec<Sampler>,
         stop_ids: &[u32],
         seqs: &mut Vec<SeqId>,
     ) -> vkllm::Result<Vec<Vec<u32>>> {
@@ -217,6 +229,24 @@ impl Engine {
         if max_tokens == 0 {
             return Ok(outs);
         }
+        // Greedy picks on the device; otherwise each row's logits come back
+        // for its own sampler, which sees its prompt and output so far.
+        let device = samplers.iter().all(|s| {
+            let c = s.config();
+            s.is_greedy() && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
+        });
+        let want = if device {
+            Want::Argmax
+        } else {
+            Want::LastLogits
+        };
+        let mut pick = |i: usize, out: Output, outs: &[Vec<u32>]| match out {
+            Output::Token(t) => t,
+            Output::Logits(l) => {
+                let history: Vec<u32> = prompts[i].iter().chain(&outs[i]).copied().collect();
+                samplers[i].sample(&l, &history)
+            }
+        };
         let capacity = self.model.capacity();
         // (prompt index, its sequence, its last token) of the unfinished.
         let mut live = Vec::with_capacity(prompts.len());
@@ -230,7 +260,7 @@ impl Engine {
                     p.len()
                 ))
             })?;
-            let t = token_of(self.model.prefill(seq, rest, Want::Argmax)?);
+            let t = pick(i, self.model.prefill(seq, rest, want)?, &outs);
             outs[i].push(t);
             if outs[i].len() < max_tokens
                 && !stop_ids.contains(&t)
@@ -241,10 +271,10 @@ impl Engine {
         }
         while !live.is_empty() {
             let rows: Vec<(SeqId, u32)> = live.iter().map(|&(_, s, t)| (s, t)).collect();
-            let next = self.model.decode_rows(&rows, Want::Argmax)?;
+            let next = self.model.decode_rows(&rows, want)?;
             let mut still = Vec::with_capacity(live.len());
             for (&(i, seq, _), out) in live.iter().zip(next) {
-                let t = token_of(out);
+                let t = pick(i, out, &outs);
                 outs[i].push(t);
                 if outs[i].len() < max_tokens
                     && !stop_ids.contains(&t)
@@ -256,18 +286,6 @@ impl Engine {
             live = still;
         }
         Ok(outs)
-    }
-}
-
-/// The greedy token of a step's output (the first of ties, as the device's
-/// argmax).
-fn token_of(out: Output) -> u32 {
-    match out {
-        Output::Token(t) => t,
-        Output::Logits(l) => l
-            .iter()
-            .enumerate()
-            .fold(0, |b, (i, &x)| if x > l[b] { i } else { b }) as u32,
     }
 }
 
@@ -743,18 +761,37 @@ impl Model {
             .map_err(py_err)
     }
 
-    /// Greedy token ids after each of `prompts`, the sequences decoded
-    /// together (one pass a step for up to `sequences` of them, the load
-    /// option); each ends at `max_tokens`, a full context or a stop id.
-    #[pyo3(signature = (prompts, max_tokens = 128))]
+    /// Token ids after each of `prompts`, the sequences decoded together
+    /// (one pass a step for up to `sequences` of them, the load option);
+    /// each ends at `max_tokens`, a full context or a stop id. Greedy by
+    /// default; with a temperature, prompt `i` is sampled with `seed + i`
+    /// (what `generate_tokens` gives it alone with that seed).
+    #[pyo3(signature = (prompts, max_tokens = 128, temperature = 0.0, top_k = 40, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0, repeat_last_n = 64, seed = None))]
+    #[allow(clippy::too_many_arguments)]
     fn generate_batch(
         &self,
         py: Python<'_>,
         prompts: Vec<Vec<u32>>,
         max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        min_p: f32,
+        repeat_penalty: f32,
+        repeat_last_n: usize,
+        seed: Option<u64>,
     ) -> PyResult<Vec<Vec<u32>>> {
+        let cfg = sampler_config(
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            repeat_last_n,
+            seed,
+        );
         let engine = Arc::clone(&self.engine);
-        py.allow_threads(move || lock(&engine)?.generate_batch(&prompts, max_tokens))
+        py.allow_threads(move || lock(&engine)?.generate_batch(&prompts, max_tokens, cfg))
             .map_err(py_err)
     }
 

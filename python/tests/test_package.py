@@ -249,6 +249,11 @@ def test_batch_equals_alone(arch, backend):
     assert model.generate_batch(prompts, max_tokens=12) == alone
     # Again: the first prompt's cached pages are reused.
     assert model.generate_batch(prompts, max_tokens=12) == alone
+    # Sampled: prompt i draws with seed + i, as alone with that seed.
+    kw = dict(max_tokens=12, temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
+    sampled = [model.generate_tokens(q, seed=11 + i, **kw) for i, q in enumerate(prompts)]
+    assert sampled != alone
+    assert model.generate_batch(prompts, seed=11, **kw) == sampled
     with pytest.raises(vkllm.VkllmError, match="outside the model's vocabulary"):
         model.generate_batch([p, [10**6]], max_tokens=2)
 

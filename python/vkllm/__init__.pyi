@@ -160,7 +160,17 @@ class Model:
         seed: Optional[int] = None,
     ) -> list[int]: ...
     def generate_batch(
-        self, prompts: Sequence[Sequence[int]], max_tokens: int = 128
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        repeat_last_n: int = 64,
+        seed: Optional[int] = None,
     ) -> list[list[int]]:
-        """Greedy ids after each prompt, decoded together (up to
-        ``sequences`` per pass)."""
+        """Ids after each prompt, decoded together (up to ``sequences`` per
+        pass): greedy by default; sampled with a temperature, prompt ``i``
+        with ``seed + i``."""
