@@ -144,6 +144,18 @@ impl Entry {
             && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
     }
 
+    /// Greedy under a grammar with nothing else to see the logits: the
+    /// device picks among the allowed ids (see [`Engine::decode_allowed`]).
+    fn device_pick(&self) -> bool {
+        let c = self.sampler.config();
+        self.sampler.is_greedy()
+            && !self.req.ignore_eos
+            && self.req.logprobs.is_none()
+            && !self.req.echo_logprobs
+            && self.grammar.is_some()
+            && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
+    }
+
     /// The next token from `logits`, and its log-probabilities (from the
     /// logits as they come, before the stop ids are masked) when asked.
     fn pick(&mut self, logits: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
@@ -465,6 +477,9 @@ impl Engine {
                 if lone && self.running[i].device_greedy() {
                     return self.decode_alone(events);
                 }
+                if lone && self.running[i].device_pick() {
+                    return self.decode_allowed(events);
+                }
             }
             let feed: Vec<(SeqId, u32)> = rows
                 .iter()
@@ -543,6 +558,58 @@ impl Engine {
             }
             Err(err) if err.kind() == ErrorKind::OutOfDeviceMemory => self.fail(0, err, events),
             Err(err) => Err(err),
+        }
+    }
+
+    /// The one running request, greedy under a grammar and alone: the mask
+    /// goes to the device and one id comes back, the mask computed beside
+    /// the layers (as `generate` does).
+    fn decode_allowed(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        let vocab = self.model.config().vocab;
+        let Some(e) = self.running.first_mut() else {
+            return Err(lost());
+        };
+        let (Some(seq), Some(&last), Some(g)) = (e.seq, e.out.last(), e.grammar.as_mut()) else {
+            return Err(lost());
+        };
+        let model = &mut self.model;
+        let (ran, words) = std::thread::scope(|s| {
+            let prep = s.spawn(|| g.allowed_words(vocab));
+            let ran = model.decode_kept_seq(seq, last);
+            let words = prep.join().unwrap_or_else(|_| {
+                Err(Error::Invalid(
+                    "the grammar's mask could not be computed".into(),
+                ))
+            });
+            (ran, words)
+        });
+        if let Err(err) = ran {
+            return match err.kind() {
+                ErrorKind::OutOfDeviceMemory => self.fail(0, err, events),
+                _ => Err(err),
+            };
+        }
+        // The grammar's failures end the request; the device's the engine.
+        let words = match words {
+            Ok(w) => w,
+            Err(err) => return self.fail(0, err, events),
+        };
+        let token = match self.model.pick_allowed(&words) {
+            Ok(t) => t,
+            Err(err) if err.kind() == ErrorKind::InvalidInput => return self.fail(0, err, events),
+            Err(err) => return Err(err),
+        };
+        let e = &mut self.running[0];
+        e.evaluated += 1;
+        // Taken now, as `Entry::pick` does: the grammar is always past the
+        // last token out.
+        let accepted = match e.grammar.as_mut() {
+            Some(g) => g.accept(token),
+            None => Err(lost()),
+        };
+        match accepted {
+            Ok(()) => self.emit(0, token, None, events),
+            Err(err) => self.fail(0, err, events),
         }
     }
 

@@ -677,7 +677,11 @@ impl Model {
     /// on the device for [`Model::pick_allowed`]: a constrained greedy step
     /// runs the layers while the host computes the grammar's mask.
     pub fn decode_kept(&mut self, prev: u32) -> Result<()> {
-        let seq = self.solo;
+        self.decode_kept_seq(self.solo, prev)
+    }
+
+    /// [`Model::decode_kept`] for sequence `seq`.
+    pub(crate) fn decode_kept_seq(&mut self, seq: SeqId, prev: u32) -> Result<()> {
         let n_past = self.positions(seq)?;
         if n_past >= self.kv.capacity {
             return Err(Error::Invalid(format!(

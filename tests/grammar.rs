@@ -437,13 +437,49 @@ fn vulkan_schemas_validate() {
     check_schema("vulkan greedy", &schemas()[7], &res);
 }
 
+/// Greedy ids under `constraint` with the mask applied to the logits on
+/// the host, step by step: what a device pick must reproduce.
+fn host_masked_greedy(
+    model: &mut Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    constraint: &Constraint,
+    max_tokens: usize,
+) -> Vec<u32> {
+    use vkllm::model::runner::{Output, Want};
+    model.reset();
+    let mut g = constraint.matcher().unwrap();
+    let mut ids = Vec::new();
+    let mut input = prompt.to_vec();
+    while ids.len() < max_tokens {
+        let Output::Logits(mut l) = model.forward(&input, Want::LastLogits).unwrap() else {
+            panic!("no logits");
+        };
+        g.mask(&mut l).unwrap();
+        let id = common::argmax(&l);
+        ids.push(id);
+        if tok.stop_ids().contains(&id) {
+            break;
+        }
+        g.accept(id).unwrap();
+        input = vec![id];
+    }
+    ids
+}
+
 /// A greedy request under a grammar picks on the device (the mask goes
 /// up, one id comes back): the same ids as masking the logits on the host
-/// and taking their argmax, step by step, on each device.
-fn greedy_under_a_grammar_picks_what_the_host_would((name, be): (&str, Box<dyn ComputeBackend>)) {
-    use vkllm::model::runner::{Output, Want};
+/// and taking their argmax, step by step, on each device; and so does a
+/// lone such request in the batching engine.
+fn greedy_under_a_grammar_picks_what_the_host_would(
+    name: &str,
+    make: &dyn Fn() -> Box<dyn ComputeBackend>,
+) {
     let tmp = tempfile::tempdir().unwrap();
-    let (mut model, tok) = load(be, &tiny_gguf(&tmp));
+    let path = tiny_gguf(&tmp);
+    let (mut model, tok) = load(make(), &path);
+    let (served, _) = load(make(), &path);
+    let mut engine = Engine::new(served, EngineOptions::default()).unwrap();
     let prompt = tok.encode("Answer in JSON:", false).unwrap();
     for i in [0, 7, 12] {
         let constraint =
@@ -458,37 +494,45 @@ fn greedy_under_a_grammar_picks_what_the_host_would((name, be): (&str, Box<dyn C
             ControlFlow::Continue(())
         })
         .unwrap();
-        model.reset();
-        let mut g = constraint.matcher().unwrap();
-        let mut want = Vec::new();
-        let mut input = prompt.clone();
-        while want.len() < opts.max_tokens {
-            let Output::Logits(mut l) = model.forward(&input, Want::LastLogits).unwrap() else {
-                panic!("{name}: no logits");
-            };
-            g.mask(&mut l).unwrap();
-            let id = common::argmax(&l);
-            want.push(id);
-            if tok.stop_ids().contains(&id) {
-                break;
-            }
-            g.accept(id).unwrap();
-            input = vec![id];
-        }
+        let want = host_masked_greedy(&mut model, &tok, &prompt, &constraint, opts.max_tokens);
         assert_eq!(got.tokens, want, "{name} schema {i}");
         check_schema(&format!("{name} greedy schema {i}"), &schemas()[i], &got);
+        let id = engine
+            .add(Request {
+                prompt: prompt.clone(),
+                max_tokens: opts.max_tokens,
+                sampler: SamplerConfig::greedy(),
+                stop_ids: tok.stop_ids().to_vec(),
+                ignore_eos: false,
+                logprobs: None,
+                echo_logprobs: false,
+                constraint: Some(constraint),
+            })
+            .unwrap();
+        let mut served_ids = Vec::new();
+        while !engine.is_idle() {
+            for e in engine.step().unwrap() {
+                match e {
+                    Event::Token(r, t, _) if r == id => served_ids.push(t),
+                    Event::Failed(r, err) => panic!("{name} request {r}: {err}"),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(served_ids, want, "{name} schema {i} in the engine");
     }
 }
 
 #[test]
 fn greedy_under_a_grammar_picks_what_the_host_would_cpu() {
-    greedy_under_a_grammar_picks_what_the_host_would(("cpu", common::cpu()));
+    greedy_under_a_grammar_picks_what_the_host_would("cpu", &common::cpu);
 }
 
 #[test]
 fn greedy_under_a_grammar_picks_what_the_host_would_vulkan() {
-    if let Some(vk) = common::vulkan() {
-        greedy_under_a_grammar_picks_what_the_host_would(("vulkan", vk));
+    if common::vulkan().is_some() {
+        let make = || common::vulkan().expect("a Vulkan device");
+        greedy_under_a_grammar_picks_what_the_host_would("vulkan", &make);
     }
 }
 
