@@ -55,6 +55,10 @@ pub struct ActRows<T> {
     /// Every block of a row has the row's `d` ([`ActRows::levels`]), so the
     /// kernels may sum several blocks' integers before scaling.
     pub row_scale: bool,
+    /// With `row_scale`: per row and whole 256 values, the sum of their 8
+    /// blocks' `d · Σq`, which every weight row's offset term needs (summed
+    /// once here, not once per weight row).
+    pub sums256: Vec<f32>,
 }
 
 impl<T: ActInt> ActRows<T> {
@@ -69,6 +73,7 @@ impl<T: ActInt> ActRows<T> {
             qs: vec![T::default(); m * k],
             ds: vec![[0.0; 2]; m * k / ACT_BLOCK],
             row_scale: false,
+            sums256: Vec::new(),
         };
         quantize_blocks(&x[..m * k], &mut out.qs, &mut out.ds);
         out
@@ -90,6 +95,7 @@ impl ActRows<i8> {
             qs: Vec::with_capacity(m * k),
             ds: Vec::with_capacity(m * k / ACT_BLOCK),
             row_scale: true,
+            sums256: Vec::with_capacity(m * k / 256),
         };
         for row in x[..m * k].chunks_exact(k) {
             let amax = row.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-5);
@@ -110,6 +116,10 @@ impl ActRows<i8> {
                     sum += q as i32;
                 }
                 out.ds.push([1.0 / s, sum as f32 / s]);
+            }
+            let row_ds = &out.ds[out.ds.len() - k / ACT_BLOCK..];
+            for eight in row_ds.chunks_exact(256 / ACT_BLOCK) {
+                out.sums256.push(eight.iter().map(|d| d[1]).sum());
             }
         }
         Some(out)

@@ -398,7 +398,7 @@ macro_rules! intdot_kernels {
             let xq = x.qs.as_ptr().add(i * x.k + 32 * b);
             let ds = x.ds.as_ptr().add(i * x.blocks() + b);
             let (mut s, mut dw) = (_mm256_setzero_si256(), _mm_setzero_ps());
-            let mut sum_x = 0.0;
+            let sum_x = *x.sums256.as_ptr().add(i * (x.blocks() / 8) + b / 8);
             let tq1 = if D == TQ1_0 {
                 tq1_0_all_digits(w.add((b / 8) * 54))
             } else {
@@ -412,7 +412,6 @@ macro_rules! intdot_kernels {
                 };
                 s = T::block_acc::<D>(s, wq, xq.add(32 * j));
                 dw = d;
-                sum_x += (*ds.add(j))[1];
             }
             scale_into(s, dw, _mm_set_ps(0.0, 0.0, sum_x, (*ds)[0]), acc, off);
         }
