@@ -129,38 +129,19 @@ pub extern "C" fn vkllm_default_generate_options() -> VkllmGenerateOptions {
 /// Its string pointers are null or NUL-terminated strings.
 unsafe fn grammar_spec(o: &VkllmGenerateOptions) -> Result<Option<GrammarSpec>, Fail> {
     // SAFETY: null or NUL-terminated, per the contract.
-    let text = |p: *const c_char, what: &str| -> Result<Option<String>, Fail> {
+    let text = |p: *const c_char, what: &str| -> Result<Option<&str>, Fail> {
         if p.is_null() {
             return Ok(None);
         }
-        unsafe { str_arg(p, what) }.map(|s| Some(s.to_string()))
+        unsafe { str_arg(p, what) }.map(Some)
     };
-    let schema = text(o.json_schema, "json_schema")?;
-    let grammar = text(o.grammar, "grammar")?;
-    let regex = text(o.regex, "regex")?;
-    let given = [
-        schema.is_some(),
+    GrammarSpec::from_options(
+        text(o.json_schema, "json_schema")?,
         o.json_object,
-        grammar.is_some(),
-        regex.is_some(),
-    ];
-    if given.iter().filter(|&&g| g).count() > 1 {
-        return Err(Fail::Arg(
-            "give at most one of json_schema, json_object, grammar and regex".into(),
-        ));
-    }
-    if let Some(s) = schema {
-        let value = serde_json::from_str(&s)
-            .map_err(|e| Fail::Arg(format!("json_schema is not JSON: {e}")))?;
-        return Ok(Some(GrammarSpec::JsonSchema(value)));
-    }
-    Ok(if o.json_object {
-        Some(GrammarSpec::JsonObject)
-    } else if let Some(g) = grammar {
-        Some(GrammarSpec::Lark(g))
-    } else {
-        regex.map(GrammarSpec::Regex)
-    })
+        text(o.grammar, "grammar")?,
+        text(o.regex, "regex")?,
+    )
+    .map_err(|e| Fail::Arg(e.to_string()))
 }
 
 fn sampler_config(s: &VkllmSampling) -> SamplerConfig {

@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::generate::StopReason;
+use crate::model::generate::{beside, StopReason};
 use crate::model::grammar::{Constraint, GrammarMatcher};
 use crate::model::kv_pages::SeqId;
 use crate::model::logprobs::{TokenLogprobs, MAX_TOP_LOGPROBS};
@@ -133,27 +133,23 @@ impl Entry {
     }
 
     /// Device argmax stands in for the sampler only when nothing would
-    /// change the logits first.
-    fn device_greedy(&self) -> bool {
-        let c = self.sampler.config();
-        self.sampler.is_greedy()
+    /// change or read the logits first (barred stop ids, log-probabilities).
+    fn argmax_on_device(&self) -> bool {
+        self.sampler.is_plain_argmax()
             && !self.req.ignore_eos
             && self.req.logprobs.is_none()
             && !self.req.echo_logprobs
-            && self.grammar.is_none()
-            && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
     }
 
-    /// Greedy under a grammar with nothing else to see the logits: the
-    /// device picks among the allowed ids (see [`Engine::decode_allowed`]).
+    /// Greedy with no grammar: the device's argmax picks.
+    fn device_greedy(&self) -> bool {
+        self.argmax_on_device() && self.grammar.is_none()
+    }
+
+    /// Greedy under a grammar: the device picks among the allowed ids (see
+    /// [`Engine::decode_allowed`]).
     fn device_pick(&self) -> bool {
-        let c = self.sampler.config();
-        self.sampler.is_greedy()
-            && !self.req.ignore_eos
-            && self.req.logprobs.is_none()
-            && !self.req.echo_logprobs
-            && self.grammar.is_some()
-            && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
+        self.argmax_on_device() && self.grammar.is_some()
     }
 
     /// The next token from `logits`, and its log-probabilities (from the
@@ -573,16 +569,10 @@ impl Engine {
             return Err(lost());
         };
         let model = &mut self.model;
-        let (ran, words) = std::thread::scope(|s| {
-            let prep = s.spawn(|| g.allowed_words(vocab));
-            let ran = model.decode_kept_seq(seq, last);
-            let words = prep.join().unwrap_or_else(|_| {
-                Err(Error::Invalid(
-                    "the grammar's mask could not be computed".into(),
-                ))
-            });
-            (ran, words)
-        });
+        let (ran, words) = beside(
+            || model.decode_kept_seq(seq, last),
+            || g.allowed_words(vocab),
+        );
         if let Err(err) = ran {
             return match err.kind() {
                 ErrorKind::OutOfDeviceMemory => self.fail(0, err, events),
@@ -683,14 +673,17 @@ fn decode_beside(
     if constrained.is_empty() {
         return model.decode_rows(feed, want);
     }
-    std::thread::scope(|s| {
-        s.spawn(move || {
+    // A mask that fails here fails again, with its message, when applied.
+    let (decoded, _) = beside(
+        || model.decode_rows(feed, want),
+        move || {
             for g in constrained {
                 let _ = g.prepare();
             }
-        });
-        model.decode_rows(feed, want)
-    })
+            Ok(())
+        },
+    );
+    decoded
 }
 
 /// Most steps [`Engine::decode_alone`] chains (`generate`'s default chunk).

@@ -239,12 +239,8 @@ pub fn generate_cached(
     model.set_n_past(cached)?;
     let fresh = &prompt[cached..];
     let mut sampler = Sampler::new(opts.sampler.clone());
-    let cfg = sampler.config();
-    // The device argmax sees raw logits, so it only stands in for the
-    // sampler when no repetition penalty would change them.
-    let penalty = cfg.repeat_penalty != 1.0 && cfg.repeat_last_n > 0;
     // A grammar's mask is applied to logits on the host.
-    let want = if sampler.is_greedy() && !penalty && grammar.is_none() {
+    let want = if sampler.is_plain_argmax() && grammar.is_none() {
         Want::Argmax
     } else {
         Want::LastLogits
@@ -253,7 +249,7 @@ pub fn generate_cached(
     // barred; later device-argmax steps that pick one are redone (see below).
     // A greedy pick under a grammar is made on the device: the host sends
     // the mask and reads one id instead of the logits.
-    let pick_on_device = sampler.is_greedy() && !penalty && grammar.is_some();
+    let pick_on_device = sampler.is_plain_argmax() && grammar.is_some();
     // Whether the grammar has yet to take the last token picked on the
     // device (it does so beside the next step's layers).
     let mut unaccepted = false;
@@ -393,17 +389,28 @@ fn forward_beside(
     let Some(g) = grammar.as_mut() else {
         return model.forward(ids, want);
     };
+    let (out, prepared) = beside(|| model.forward(ids, want), || g.prepare());
+    let out = out?;
+    prepared?;
+    Ok(out)
+}
+
+/// `pass` (the device's work) on this thread and `mask` (the grammar's, on
+/// the host) on another meanwhile, so the host's time hides behind the
+/// device's: both results.
+pub(crate) fn beside<P, M: Send>(
+    pass: impl FnOnce() -> P,
+    mask: impl FnOnce() -> Result<M> + Send,
+) -> (P, Result<M>) {
     std::thread::scope(|s| {
-        let prep = s.spawn(|| g.prepare());
-        let out = model.forward(ids, want);
-        let prepared = prep.join().unwrap_or_else(|_| {
+        let side = s.spawn(mask);
+        let passed = pass();
+        let masked = side.join().unwrap_or_else(|_| {
             Err(Error::Invalid(
                 "the grammar's mask could not be computed".into(),
             ))
         });
-        let out = out?;
-        prepared?;
-        Ok(out)
+        (passed, masked)
     })
 }
 
@@ -420,23 +427,17 @@ fn pick_beside(
         return Err(Error::Invalid("a device pick needs a grammar".into()));
     };
     let vocab = model.config().vocab;
-    let words = std::thread::scope(|s| {
-        let prep = s.spawn(|| {
+    let (ran, words) = beside(
+        || model.decode_kept(prev),
+        || {
             if unaccepted {
                 g.accept(prev)?;
             }
             g.allowed_words(vocab)
-        });
-        let ran = model.decode_kept(prev);
-        let words = prep.join().unwrap_or_else(|_| {
-            Err(Error::Invalid(
-                "the grammar's mask could not be computed".into(),
-            ))
-        });
-        ran?;
-        words
-    })?;
-    model.pick_allowed(&words)
+        },
+    );
+    ran?;
+    model.pick_allowed(&words?)
 }
 
 /// Sets the logits of `ids` to minus infinity, so they are never picked.

@@ -41,6 +41,39 @@ pub enum GrammarSpec {
 const JSON_WHITESPACE: &str = r"[\x20]|[\n][\x20\x09]{0,20}";
 
 impl GrammarSpec {
+    /// The constraint an API call's options ask for (the Python package's
+    /// and the C API's): at most one of `json_schema` (JSON text),
+    /// `json_object`, `grammar` (Lark) and `regex`; `None` for none.
+    pub fn from_options(
+        json_schema: Option<&str>,
+        json_object: bool,
+        grammar: Option<&str>,
+        regex: Option<&str>,
+    ) -> Result<Option<GrammarSpec>> {
+        let given = [
+            json_schema.is_some(),
+            json_object,
+            grammar.is_some(),
+            regex.is_some(),
+        ];
+        if given.iter().filter(|&&g| g).count() > 1 {
+            return Err(Error::Invalid(
+                "give at most one of json_schema, json_object, grammar and regex".into(),
+            ));
+        }
+        Ok(if let Some(text) = json_schema {
+            let schema = serde_json::from_str(text)
+                .map_err(|e| Error::Invalid(format!("json_schema is not JSON: {e}")))?;
+            Some(GrammarSpec::JsonSchema(schema))
+        } else if json_object {
+            Some(GrammarSpec::JsonObject)
+        } else if let Some(g) = grammar {
+            Some(GrammarSpec::Lark(g.to_string()))
+        } else {
+            regex.map(|r| GrammarSpec::Regex(r.to_string()))
+        })
+    }
+
     fn top_level(&self) -> TopLevelGrammar {
         match self {
             GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(with_whitespace(

@@ -101,6 +101,12 @@ impl Sampler {
         self.cfg.temperature <= 0.0 || self.cfg.top_k == 1
     }
 
+    /// Whether every draw is the argmax of the logits as they come (greedy,
+    /// no repetition penalty rewriting them): a device's argmax can stand in.
+    pub fn is_plain_argmax(&self) -> bool {
+        self.is_greedy() && !self.penalizes()
+    }
+
     /// The next token given `logits` (one per vocabulary entry) and the ids
     /// generated so far (for the repetition penalty). NaN logits are never
     /// picked; if no logit is usable, returns 0.

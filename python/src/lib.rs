@@ -139,9 +139,7 @@ impl Engine {
         check_prompt(&self.model, prompt).map_err(|e| e.to_string())?;
         sampler.validate().map_err(|e| e.to_string())?;
         let mut sampler = Sampler::new(sampler);
-        let cfg = sampler.config();
-        let penalty = cfg.repeat_penalty != 1.0 && cfg.repeat_last_n > 0;
-        let want = if sampler.is_greedy() && !penalty {
+        let want = if sampler.is_plain_argmax() {
             Want::Argmax
         } else {
             Want::LastLogits
@@ -231,10 +229,7 @@ impl Engine {
         }
         // Greedy picks on the device; otherwise each row's logits come back
         // for its own sampler, which sees its prompt and output so far.
-        let device = samplers.iter().all(|s| {
-            let c = s.config();
-            s.is_greedy() && (c.repeat_penalty == 1.0 || c.repeat_last_n == 0)
-        });
+        let device = samplers.iter().all(Sampler::is_plain_argmax);
         let want = if device {
             Want::Argmax
         } else {
@@ -348,38 +343,25 @@ fn grammar_spec(
     grammar: Option<String>,
     regex: Option<String>,
 ) -> PyResult<Option<GrammarSpec>> {
-    let given = [
-        json_schema.is_some(),
-        json_object,
-        grammar.is_some(),
-        regex.is_some(),
-    ];
-    if given.iter().filter(|&&g| g).count() > 1 {
-        return Err(py_err(
-            "give at most one of json_schema, json_object, grammar and regex",
-        ));
-    }
-    if let Some(schema) = json_schema {
-        let text: String = match schema.extract::<String>() {
+    let schema: Option<String> = match json_schema {
+        None => None,
+        Some(s) => Some(match s.extract::<String>() {
             Ok(text) => text,
-            Err(_) => schema
+            Err(_) => s
                 .py()
                 .import("json")?
-                .call_method1("dumps", (schema,))
+                .call_method1("dumps", (s,))
                 .map_err(|e| py_err(format!("json_schema is not JSON: {e}")))?
                 .extract()?,
-        };
-        let value = serde_json::from_str(&text)
-            .map_err(|e| py_err(format!("json_schema is not JSON: {e}")))?;
-        return Ok(Some(GrammarSpec::JsonSchema(value)));
-    }
-    Ok(if json_object {
-        Some(GrammarSpec::JsonObject)
-    } else if let Some(g) = grammar {
-        Some(GrammarSpec::Lark(g))
-    } else {
-        regex.map(GrammarSpec::Regex)
-    })
+        }),
+    };
+    GrammarSpec::from_options(
+        schema.as_deref(),
+        json_object,
+        grammar.as_deref(),
+        regex.as_deref(),
+    )
+    .map_err(py_err)
 }
 
 /// Locks the engine; a panic in an earlier call leaves it unusable.
