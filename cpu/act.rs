@@ -92,38 +92,72 @@ impl ActRows<i8> {
         let mut out = ActRows {
             k,
             m,
-            qs: Vec::with_capacity(m * k),
-            ds: Vec::with_capacity(m * k / ACT_BLOCK),
+            qs: vec![0; m * k],
+            ds: vec![[0.0; 2]; m * k / ACT_BLOCK],
             row_scale: true,
             sums256: Vec::with_capacity(m * k / 256),
         };
-        for row in x[..m * k].chunks_exact(k) {
-            let amax = row.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-5);
-            if !amax.is_finite() {
+        for ((row, qs), ds) in x[..m * k]
+            .chunks_exact(k)
+            .zip(out.qs.chunks_exact_mut(k))
+            .zip(out.ds.chunks_exact_mut(k / ACT_BLOCK))
+        {
+            if !level_row(row, qs, ds) {
                 return None;
             }
-            let s = 127.0 / amax;
-            for xb in row.chunks_exact(ACT_BLOCK) {
-                let mut sum = 0i32;
-                for v in xb {
-                    let t = v * s;
-                    let q = super::round_i8::ties_even(t);
-                    // q / s * s is within a few ulps of q.
-                    if (t - q).abs() > 1e-3 || !(-128.0..=127.0).contains(&q) {
-                        return None;
-                    }
-                    out.qs.push(q as i8);
-                    sum += q as i32;
-                }
-                out.ds.push([1.0 / s, sum as f32 / s]);
-            }
-            let row_ds = &out.ds[out.ds.len() - k / ACT_BLOCK..];
-            for eight in row_ds.chunks_exact(256 / ACT_BLOCK) {
+            for eight in ds.chunks_exact(256 / ACT_BLOCK) {
                 out.sums256.push(eight.iter().map(|d| d[1]).sum());
             }
         }
         Some(out)
     }
+}
+
+/// One row of [`ActRows::levels`]: its integers and blocks' `[1 / s, Σq / s]`,
+/// false when a value is off the row's levels. Vectorized for AVX2 where the
+/// CPU has it (the same IEEE operations): it runs on the calling thread
+/// before each BitNet matmul, while the team waits.
+fn level_row(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
+            level_row_in(row, qs, ds)
+        }
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { avx2(row, qs, ds) };
+    }
+    level_row_in(row, qs, ds)
+}
+
+#[inline(always)]
+fn level_row_in(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
+    let amax = row.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-5);
+    if !amax.is_finite() {
+        return false;
+    }
+    let s = 127.0 / amax;
+    for ((xb, qb), d) in row
+        .chunks_exact(ACT_BLOCK)
+        .zip(qs.chunks_exact_mut(ACT_BLOCK))
+        .zip(ds.iter_mut())
+    {
+        // Branch-free over the block (so it vectorizes), checked after it.
+        let (mut off, mut sum) = (false, 0i32);
+        for (v, q) in xb.iter().zip(qb.iter_mut()) {
+            let t = v * s;
+            let r = super::round_i8::ties_even(t);
+            // r / s * s is within a few ulps of r.
+            off |= (t - r).abs() > 1e-3 || !(-128.0..=127.0).contains(&r);
+            *q = r as i8;
+            sum += r as i32;
+        }
+        if off {
+            return false;
+        }
+        *d = [1.0 / s, sum as f32 / s];
+    }
+    true
 }
 
 /// [`quantize_block`] over whole blocks, vectorized for AVX2 where the CPU

@@ -25,6 +25,9 @@ use super::ActivationPrecision;
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
 
+/// Weight bytes a decode task reads at least.
+const MIN_TASK_BYTES: usize = 16 << 10;
+
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -95,7 +98,10 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
         Some(a) if packed_rows > 0 => Some(a.digits()),
         _ => None,
     };
-    let mut per_task = (n / (par::threads() * 8)).clamp(8, 256);
+    // At least ~16 KiB of weights a task: smaller ones cost more in
+    // hand-off and in streams the prefetchers never got going on.
+    let min_rows = (MIN_TASK_BYTES / rb.max(1)).max(8);
+    let mut per_task = (n / (par::threads() * 8)).clamp(min_rows, 256.max(min_rows));
     if w.packed {
         per_task = per_task.next_multiple_of(R);
     }

@@ -13,6 +13,7 @@ mod argmax;
 mod attention;
 mod buffers;
 mod copy;
+mod denormals;
 mod embedding;
 mod glu;
 mod layer_norm;
@@ -230,6 +231,7 @@ impl CpuBackend {
                     ))
                 }
             };
+            let flush = denormals::FlushDenormals::new();
             let result = match &mut slot {
                 Slot::Data { words, bytes } if *bytes >= n * 4 => {
                     let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
@@ -254,6 +256,7 @@ impl CpuBackend {
                 )),
                 Slot::Weight(_) => Err(Error::op(op, "the output buffer is a weight")),
             };
+            drop(flush);
             be.store.restore(out, slot);
             result
         })

@@ -12,7 +12,7 @@
 //! SmolLM2 at 1.5-4.4 tok/s beside two spinning processes on 2 cores, one
 //! thread at 29-38.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,7 +35,11 @@ struct Job {
 struct Shared {
     /// Bumped when a job is published (or the team stops).
     epoch: AtomicU64,
-    job: Mutex<Option<Job>>,
+    /// Written by the publisher only while no helper is inside a job and
+    /// before the epoch that announces it (Release); read by helpers that
+    /// joined that epoch while it is open (see `helper`). No lock: with
+    /// one, 15 helpers queued on it at every op.
+    job: UnsafeCell<Option<Job>>,
     /// The epoch of the job helpers may still join; 0 once it is closed.
     open: AtomicU64,
     /// Helpers inside a job (joined and not yet left).
@@ -45,8 +49,11 @@ struct Shared {
     /// A task of the current job panicked on a helper.
     panicked: AtomicBool,
     stop: AtomicBool,
-    /// Helpers asleep wait here for a new epoch.
+    /// Helpers asleep (or about to sleep) wait here for a new epoch.
     sleep: Mutex<()>,
+    /// Helpers past their spinning: the publisher wakes them only then
+    /// (a `notify_all` is a system call).
+    sleepers: AtomicUsize,
     wake: Condvar,
 }
 
@@ -71,13 +78,14 @@ impl Team {
     pub fn new(threads: usize) -> Team {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
-            job: Mutex::new(None),
+            job: UnsafeCell::new(None),
             open: AtomicU64::new(0),
             joined: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sleep: Mutex::new(()),
+            sleepers: AtomicUsize::new(0),
             wake: Condvar::new(),
         });
         let helpers = (1..threads.max(1))
@@ -110,16 +118,21 @@ impl Team {
         // function closes it and waits for `joined == 0` before it returns
         // or unwinds.
         let f_static: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-        *lock(&s.job) = Some(Job { f: f_static, n });
+        // SAFETY: no helper is inside a job (the last one ended with
+        // `joined == 0`), and helpers read the slot only after seeing the
+        // epoch stored below.
+        unsafe { *s.job.get() = Some(Job { f: f_static, n }) };
         s.next.store(0, Ordering::Relaxed);
         s.panicked.store(false, Ordering::Relaxed);
-        {
-            let _g = lock(&s.sleep);
-            let e = s.epoch.load(Ordering::Relaxed) + 1;
-            s.open.store(e, Ordering::SeqCst);
-            s.epoch.store(e, Ordering::Release);
+        let e = s.epoch.load(Ordering::Relaxed) + 1;
+        s.open.store(e, Ordering::SeqCst);
+        s.epoch.store(e, Ordering::SeqCst);
+        // A helper counts itself a sleeper before it checks the epoch under
+        // the lock: either it sees `e` there, or this load sees it counted.
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            drop(lock(&s.sleep));
+            s.wake.notify_all();
         }
-        s.wake.notify_all();
         let mine = panic::catch_unwind(AssertUnwindSafe(|| take_tasks(s, f, n)));
         // Every task is taken: helpers not in yet stay out, and those in
         // finish the tasks they hold. (Sequentially consistent with the
@@ -129,7 +142,6 @@ impl Team {
         while s.joined.load(Ordering::SeqCst) != 0 {
             spin_or_yield(&mut spins);
         }
-        *lock(&s.job) = None;
         if let Err(p) = mine {
             panic::resume_unwind(p);
         }
@@ -184,6 +196,8 @@ fn take_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync), n: usize) {
 }
 
 fn helper(s: &Shared) {
+    // For the thread's life: it only runs the backend's tasks.
+    let _flush = super::denormals::FlushDenormals::new();
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
@@ -197,10 +211,14 @@ fn helper(s: &Shared) {
                 spin_or_yield(&mut spins);
                 continue;
             }
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
             let g = lock(&s.sleep);
-            if s.epoch.load(Ordering::Acquire) == seen {
+            if s.epoch.load(Ordering::SeqCst) == seen {
                 drop(s.wake.wait(g).unwrap_or_else(|e| e.into_inner()));
+            } else {
+                drop(g);
             }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         if s.stop.load(Ordering::Relaxed) {
             return;
@@ -209,7 +227,11 @@ fn helper(s: &Shared) {
         // A job already closed (its tasks all taken while this helper was
         // not running) or a later one than the epoch seen is not joined.
         let job = if s.open.load(Ordering::SeqCst) == seen {
-            *lock(&s.job)
+            // SAFETY: the job of epoch `seen` is open and this helper has
+            // joined it, so the publisher neither rewrites the slot (it
+            // waits for `joined == 0` first) nor has yet to write it (it
+            // wrote it before storing the epoch this helper saw).
+            unsafe { *s.job.get() }
         } else {
             None
         };
