@@ -65,11 +65,7 @@ fn gbs(b: &mut CpuBackend, dtype: DType, rows: usize, cols: usize) -> f64 {
 }
 
 fn main() {
-    let want: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .map(|a| a.to_ascii_lowercase())
-        .collect();
+    let want = common::wanted();
     let threads = std::env::var("VKLLM_BENCH_THREADS")
         .ok()
         .and_then(|t| t.parse().ok());

@@ -29,6 +29,7 @@ mod round_i8;
 mod route_experts;
 mod scale;
 pub mod simd;
+mod spread;
 mod store_rows;
 mod sum_experts;
 mod team;
@@ -89,6 +90,8 @@ pub struct CpuBackend {
     /// Intermediates given back (`free_temp`), reused: fresh ones cost a
     /// page fault per 4 KiB on first write, ~20% of a 1B prefill pass.
     temps: Vec<Buffer>,
+    /// Team or inline for each op and size, by their times.
+    spread: spread::Spread,
 }
 
 /// CPU features relevant to the kernels, space-separated (e.g. "avx512f avx2 fma").
@@ -173,6 +176,7 @@ impl CpuBackend {
             in_pass: false,
             profile: None,
             temps: Vec::new(),
+            spread: spread::Spread::default(),
         }
     }
 
@@ -235,7 +239,9 @@ impl CpuBackend {
             let result = match &mut slot {
                 Slot::Data { words, bytes } if *bytes >= n * 4 => {
                     let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
-                    let par = be.threads > 1 && work >= par::PAR_MIN_WORK;
+                    let par =
+                        be.threads > 1 && work >= par::PAR_MIN_WORK && be.spread.team(op, work);
+                    let start = Instant::now();
                     let (store, ctx) = (
                         &be.store,
                         Ctx {
@@ -244,11 +250,15 @@ impl CpuBackend {
                             acts: be.acts,
                         },
                     );
-                    if par {
+                    let r = if par {
                         par::with_team(&be.team, || f(store, dst, ctx))
                     } else {
                         f(store, dst, ctx)
+                    };
+                    if be.threads > 1 && work >= par::PAR_MIN_WORK {
+                        be.spread.took(op, work, par, start.elapsed());
                     }
+                    r
                 }
                 Slot::Data { bytes, .. } => Err(Error::op(
                     op,

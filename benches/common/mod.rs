@@ -25,6 +25,16 @@ pub fn rotate_bytes(default: usize) -> usize {
         .map_or(default, |mb| mb << 20)
 }
 
+/// The bench's arguments that are not flags (cargo passes `--bench`),
+/// lower-cased: the names of what to run, all when empty.
+pub fn wanted() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| a.to_ascii_lowercase())
+        .collect()
+}
+
 /// Deterministic pseudo-random f32s in [-1, 1).
 pub fn rand(n: usize, seed: u64) -> Vec<f32> {
     vkllm::random::uniform_f32(n, seed)
