@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// Ops slower than this on the team are never tried inline: a probe
-/// costs a multiple of what the team saves.
+/// Ops whose fastest team run took this long are never tried inline: a
+/// probe costs a multiple of what the team saves.
 const PROBE_BELOW: Duration = Duration::from_micros(250);
 /// Team runs of a size before its first inline probe.
 const WARM: u32 = 8;
@@ -24,6 +24,9 @@ struct Times {
     /// Smoothed call times, ns; 0 = not measured yet.
     team: f64,
     inline: f64,
+    /// The fastest team run, ns: the op's size, where the smoothed time
+    /// also holds what a busy machine added.
+    team_min: f64,
     calls: u32,
     team_runs: u32,
     /// The call count of the next probe of the side that lost.
@@ -57,7 +60,7 @@ impl Spread {
         }
         let t = self.times.entry((op, work)).or_default();
         t.calls = t.calls.wrapping_add(1);
-        if t.team_runs < WARM || t.team >= PROBE_BELOW.as_nanos() as f64 {
+        if t.team_runs < WARM || t.team_min >= PROBE_BELOW.as_nanos() as f64 {
             return true;
         }
         if t.inline == 0.0 {
@@ -84,6 +87,11 @@ impl Spread {
             let ns = took.as_nanos() as f64;
             if team {
                 Times::record(&mut t.team, ns);
+                t.team_min = if t.team_runs == 0 {
+                    ns
+                } else {
+                    t.team_min.min(ns)
+                };
                 t.team_runs = t.team_runs.saturating_add(1);
             } else {
                 Times::record(&mut t.inline, ns);
@@ -116,6 +124,11 @@ mod tests {
         // The machine changes (helpers now win): the probes notice.
         let inline = run(&mut s, 10, 20, 1000);
         assert!(inline < 100, "{inline}");
+        // A busy machine's stalls on the team (a helper set aside) push
+        // its smoothed time past the large-op limit: still probed, inline.
+        let mut busy = Spread::default();
+        run(&mut busy, 30, 40, 20);
+        assert!(run(&mut busy, 2000, 40, 500) > 400);
         // Large ops never run inline.
         let mut big = Spread::default();
         assert_eq!(run(&mut big, 400, 100, 500), 0);
