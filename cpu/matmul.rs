@@ -100,8 +100,8 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     };
     // At least ~16 KiB of weights a task: smaller ones cost more in
     // hand-off and in streams the prefetchers never got going on.
-    let min_rows = (MIN_TASK_BYTES / rb.max(1)).max(8);
-    let mut per_task = (n / (par::threads() * 8)).clamp(min_rows, 256.max(min_rows));
+    let min_rows = MIN_TASK_BYTES / rb.max(1);
+    let mut per_task = (n / (par::threads() * 8)).clamp(8, 256).max(min_rows);
     if w.packed {
         per_task = per_task.next_multiple_of(R);
     }

@@ -239,9 +239,10 @@ impl CpuBackend {
             let result = match &mut slot {
                 Slot::Data { words, bytes } if *bytes >= n * 4 => {
                     let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
-                    let par =
-                        be.threads > 1 && work >= par::PAR_MIN_WORK && be.spread.team(op, work);
-                    let start = Instant::now();
+                    // Worth a team at all; then team or inline by their times.
+                    let eligible = be.threads > 1 && work >= par::PAR_MIN_WORK;
+                    let par = eligible && be.spread.team(op, work);
+                    let start = eligible.then(Instant::now);
                     let (store, ctx) = (
                         &be.store,
                         Ctx {
@@ -255,7 +256,7 @@ impl CpuBackend {
                     } else {
                         f(store, dst, ctx)
                     };
-                    if be.threads > 1 && work >= par::PAR_MIN_WORK {
+                    if let Some(start) = start {
                         be.spread.took(op, work, par, start.elapsed());
                     }
                     r

@@ -27,10 +27,11 @@ struct Times {
     /// The fastest team run, ns: the op's size, where the smoothed time
     /// also holds what a busy machine added.
     team_min: f64,
-    calls: u32,
+    /// Calls so far (64 bits: a count that wrapped would stop the probes).
+    calls: u64,
     team_runs: u32,
     /// The call count of the next probe of the side that lost.
-    probe_at: u32,
+    probe_at: u64,
     probe_every: u32,
 }
 
@@ -59,7 +60,7 @@ impl Spread {
             return true;
         }
         let t = self.times.entry((op, work)).or_default();
-        t.calls = t.calls.wrapping_add(1);
+        t.calls += 1;
         if t.team_runs < WARM || t.team_min >= PROBE_BELOW.as_nanos() as f64 {
             return true;
         }
@@ -77,7 +78,7 @@ impl Spread {
         } else {
             PROBE_EVERY
         };
-        t.probe_at = t.calls.saturating_add(t.probe_every);
+        t.probe_at = t.calls + u64::from(t.probe_every);
         !team_wins
     }
 
