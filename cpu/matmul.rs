@@ -1,7 +1,9 @@
 //! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
-//! Decode (`m <= GEMV_MAX_M`): each weight row is read once against up to
-//! four activation rows; the team splits the output rows. Rows of the types of
+//! Decode (`m <= GEMV_MAX_M`), and prefill of the repacked types whose row
+//! dots beat the GEMM (`packed_prefill`: the ternary ones): each weight row
+//! is read once against each chunk of up to four activation rows; the team
+//! splits the output rows. Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`ActivationPrecision`); other types, and
@@ -57,9 +59,11 @@ pub(crate) fn run(
     let int = ctx.acts != ActivationPrecision::F32
         && act::supports(w.dtype)
         && w.cols.is_multiple_of(ACT_BLOCK);
+    let row_dots = int && w.packed && w.dtype.format().cpu.packed_prefill;
     match ctx.isa.gemm_tile() {
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
+        _ if row_dots => gemv(ctx, w, x, y, m),
         _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => gemm_int(ctx, w, x, y, m),
         Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
         _ => gemv(ctx, w, x, y, m),
@@ -77,9 +81,10 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
     let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
     // Quantized once per call (in chunks of up to 4 rows), shared by every task.
-    // Decode only (as on every instruction set, including those without a
-    // GEMM kernel, whose prefill also comes here).
-    let quantized = m <= GEMV_MAX_M && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
+    // Decode, and prefill of repacked rows whose kernels serve it (`run`);
+    // not other prefill (instruction sets without a GEMM kernel come here).
+    let quantized =
+        (m <= GEMV_MAX_M || w.packed) && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
     // Rows already on int8 levels (BitNet's) take the 8-bit kernels at any
     // integer precision: exact, and faster than 16 bits.
     let int_acts = if !quantized || ctx.acts == ActivationPrecision::F32 {

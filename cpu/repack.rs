@@ -16,6 +16,10 @@
 //! - Q6_K (3360 bytes): `d[16]` f16, the 16 scales as 16 planes of 16, then
 //!   the 128 `ql` and 64 `qh` bytes as dword groups in the order the kernel
 //!   reads them: 16 steps of 192 bytes (see `table`), so it streams.
+//! - TQ1_0 (864 bytes): `d[16]`, then the 48 `qs` and 4 `qh` bytes as 13
+//!   dword groups of 64 bytes.
+//! - TQ2_0 (1056 bytes): `d[16]`, then the 64 `qs` bytes as 16 dword
+//!   groups of 64 bytes.
 
 use crate::dtype::DType;
 
@@ -70,8 +74,18 @@ fn segments(dtype: DType) -> &'static [Seg] {
         seg(128, 8, 4, 288 + 128, 192),
         seg(160, 8, 4, 288 + 1536 + 128, 192),
     ];
+    // qs dword `g` to `32 + 64g`, after the 16 rows' `d`.
+    const TQ2_0: [Seg; 2] = [seg(64, 1, 2, 0, 0), seg(0, 16, 4, 32, 64)];
+    // qs dword `g` to `32 + 64g`, then the qh dword (group 12).
+    const TQ1_0: [Seg; 3] = [
+        seg(52, 1, 2, 0, 0),
+        seg(0, 12, 4, 32, 64),
+        seg(48, 1, 4, 32 + 64 * 12, 0),
+    ];
     match dtype {
         DType::Q4_0 => &Q4_0,
+        DType::TQ1_0 => &TQ1_0,
+        DType::TQ2_0 => &TQ2_0,
         DType::Q4K => &Q4K,
         DType::Q6K => &Q6K,
         // Rows without `cpu.repack` never come here (`packs`).
@@ -197,7 +211,8 @@ mod tests {
 
     /// Rows at the extremes of each type's integer ranges, so the exact
     /// sums reach their bounds: Q4_0 nibbles 15; Q4_K nibbles 15, scales and
-    /// mins 63; Q6_K `q − 32 = −32` with scale −128. `d` (and `dmin`) 1.
+    /// mins 63; Q6_K `q − 32 = −32` with scale −128; TQ2_0 digits 3 (the
+    /// bits' largest, past the ternary 2), TQ1_0 bytes 255. `d` (and `dmin`) 1.
     fn extreme_rows(dtype: DType, rows: usize, k: usize) -> Vec<u8> {
         let rb = dtype.row_bytes(k).unwrap();
         let one = half::f16::from_f32(1.0).to_bits().to_le_bytes();
@@ -211,6 +226,14 @@ mod tests {
                 block[..2].copy_from_slice(&one);
                 block[2..4].copy_from_slice(&one);
                 block[4..].fill(0xFF);
+            }
+            DType::TQ1_0 => {
+                block[..52].fill(0xFF);
+                block[52..].copy_from_slice(&one);
+            }
+            DType::TQ2_0 => {
+                block[..64].fill(0xFF);
+                block[64..].copy_from_slice(&one);
             }
             _ => {
                 block[192..208].fill(0x80);

@@ -70,6 +70,10 @@ pub struct CpuKernels {
     /// Weights repacked at load into groups of 16 rows (cpu/repack.rs,
     /// cpu/simd/x86/packed.rs).
     pub repack: bool,
+    /// The repacked row dots serve prefill too, at any number of rows
+    /// (they decode each group once for four activation rows, and beat
+    /// the integer GEMM's 16-bit panels: benches/README.md, "Ternary").
+    pub packed_prefill: bool,
 }
 
 const fn repack(split: usize, shift: usize, padded: usize) -> Option<Repack> {

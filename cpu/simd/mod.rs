@@ -292,35 +292,33 @@ pub(crate) fn dot_rows_packed(
         use x86::packed::{avx2, vnni, Xrow};
         let blocks = row_bytes / dtype.block_bytes();
         let (lo, vnni) = (!x.lo.is_empty(), isa == Isa::Avx512 && has_vnni());
-        let mut tmp = [0f32; R];
+        let mut tmp = [0f32; R * 4];
+        let row = |i: usize| Xrow {
+            hi: x.hi[i * k..].as_ptr(),
+            lo: if lo {
+                x.lo[i * k..].as_ptr()
+            } else {
+                x.hi.as_ptr().cast()
+            },
+            ds: ds[i * k / act::ACT_BLOCK..].as_ptr(),
+            x32: x.x32[i * k / 16..].as_ptr(),
+        };
+        let xr: [Xrow; 4] = core::array::from_fn(|i| row(i.min(m - 1)));
+        let xr = &xr[..m];
         for g in 0..groups {
-            for i in 0..m {
-                // SAFETY: row i's slices hold k values (k / 32 blocks, k / 16
-                // sums), asserted above; `lo` is read only when present.
-                let xr = unsafe {
-                    Xrow {
-                        hi: x.hi.as_ptr().add(i * k),
-                        lo: if lo {
-                            x.lo.as_ptr().add(i * k)
-                        } else {
-                            x.hi.as_ptr().cast()
-                        },
-                        ds: ds.as_ptr().add(i * k / act::ACT_BLOCK),
-                        x32: x.x32.as_ptr().add(i * k / 16),
-                    }
-                };
-                let wg = w[g * gb..].as_ptr();
-                // SAFETY: the instruction set (and VNNI where used) was
-                // checked when the backend was made; group g holds `blocks`
-                // blocks of 16 rows; `tmp` takes 16 values.
-                unsafe {
-                    if vnni {
-                        vnni::group(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
-                    } else {
-                        avx2::group(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
-                    }
+            let wg = w[g * gb..].as_ptr();
+            // SAFETY: the instruction set (and VNNI where used) was checked
+            // when the backend was made; group g holds `blocks` blocks of 16
+            // rows; `tmp` takes 16 values for each of the m ≤ 4 rows.
+            unsafe {
+                if vnni {
+                    vnni::group_rows(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
+                } else {
+                    avx2::group_rows(dtype, wg, blocks, xr, lo, tmp.as_mut_ptr())
                 }
-                for (j, v) in tmp.iter().enumerate() {
+            }
+            for i in 0..m {
+                for (j, v) in tmp[R * i..R * (i + 1)].iter().enumerate() {
                     out[(g * R + j) * m + i] = *v;
                 }
             }

@@ -292,7 +292,8 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
 /// integer precision, with the row's scale: the decode result is the exact
 /// dot of the dequantized weights with those activations (f32 rounding
 /// only), on every instruction set, every integer weight type, reductions
-/// with and without a tail of whole 256-value blocks.
+/// with and without a tail of whole 256-value blocks; prefill (m > 4) where
+/// the repacked kernels serve it.
 #[test]
 fn matmul_rows_on_int8_levels_are_exact() {
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
@@ -304,7 +305,19 @@ fn matmul_rows_on_int8_levels_are_exact() {
     };
     for (isa, acts, mut b) in integer_backends() {
         for dtype in INT_DTYPES {
-            for (rows, cols, m) in [(9, 4352, 1), (5, 2048, 2), (3, 768, 4), (4, 256, 3)] {
+            // 16 rows and more take the repacked kernels where the type has
+            // them; the types whose repacked kernels serve prefill, at m > 4.
+            let mut shapes = vec![
+                (9, 4352, 1),
+                (5, 2048, 2),
+                (3, 768, 4),
+                (4, 256, 3),
+                (37, 1024, 1),
+            ];
+            if dtype.format().cpu.packed_prefill {
+                shapes.extend([(33, 512, 6), (18, 768, 13)]);
+            }
+            for (rows, cols, m) in shapes {
                 let mut x = Vec::with_capacity(m * cols);
                 for _ in 0..m {
                     let amax = 0.5 + (next() % 1000) as f32 / 100.0;

@@ -1,5 +1,5 @@
 //! Decode GEMV kernels for weights repacked in 16-row groups
-//! (`cpu::repack`): Q4_0, Q4_K, Q6_K against activations split into bytes
+//! (`cpu::repack`): Q4_0, Q4_K, Q6_K, TQ1_0, TQ2_0 against activations split into bytes
 //! (`act::ActDigits`). Each register lane is one weight row; a broadcast
 //! activation word meets the same 4 weights of every row, so the integer
 //! sums need no horizontal reduction and each block's scales are
@@ -220,11 +220,247 @@ macro_rules! packed_kernels {
             }
         }
 
-        /// The 16 rows of one repacked group at `w` (`blocks` blocks of
-        /// `dtype` per row) dotted with the activation row `x` into
-        /// `out[..16]`; `lo`: 16-bit activations (hi and lo bytes).
+        /// Each byte times 3 (8-bit wrapping).
+        #[inline]
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn group(
+        unsafe fn times3(v: V) -> V {
+            add8(v, add8(v, v))
+        }
+
+        /// The top trit of each byte `v` (`3v >> 8`, 0..=2) without a byte
+        /// multiply (ggml's trick, as `intdot`'s `top_trit`).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn top_trit(v: V) -> V {
+            let u = subs8u(v, mask(1));
+            let u = avg8(u, avg8(u, mask(0)));
+            and(srli16::<6>(u), mask(3))
+        }
+
+        /// One 32-value activation block's sums `a` of `M` rows, each times
+        /// 4^-`shift` (exact: the digits were masked in place) and its
+        /// row's `d_x`, into `dsum`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn finish<const LO: bool, const M: usize>(
+            a: &mut [Acc; M],
+            x: &[Xrow; M],
+            blk: usize,
+            shift: bool,
+            dsum: &mut [F; M],
+        ) {
+            for i in 0..M {
+                settle::<LO>(&mut a[i]);
+                let t = total::<LO>(a[i]);
+                let t = if shift { srai32::<2>(t) } else { t };
+                let dx = (*x[i].ds.add(blk))[0];
+                dsum[i] = fmadd(cvt(t), fsplat(dx), dsum[i]);
+            }
+        }
+
+        /// Row `i`'s `d_x Σq_x` over the 8 activation blocks of block `b`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn sum_x(x: Xrow, b: usize) -> f32 {
+            let mut sx = 0.0;
+            for blk in 0..8 {
+                sx += (*x.ds.add(8 * b + blk))[1];
+            }
+            sx
+        }
+
+        /// TQ1_0 against `M` activation rows (the digits decoded once for
+        /// all of them): `nb` blocks of 864 bytes (`d[16]`, 13 dword groups:
+        /// 12 of `qs`, then `qh`). Trit `n` (the top trit of `3ⁿ·q`, see
+        /// `quants::ternary`) of `qs` byte `i < 32` is the digit `t + 1` of
+        /// value `32n + i`; of `qs` byte `32 + i`, of value `160 + 16n + i`;
+        /// of `qh` byte `i` (`n < 4`), of value `240 + 4n + i`. Each 32-value
+        /// activation block gets eight dots (the AVX2 i16 sums stay below
+        /// 8·2·2·255).
+        #[target_feature(enable = $feat)]
+        unsafe fn tq1_0<const LO: bool, const M: usize>(
+            w: *const u8,
+            nb: usize,
+            x: [Xrow; M],
+            out: *mut f32,
+        ) {
+            let mut acc = [[fzero(); H]; M];
+            let mut off = [[fzero(); H]; M];
+            for b in 0..nb {
+                let p = w.add(b * 864);
+                let o = 256 * b;
+                for h in 0..H {
+                    let ld_g = |g: usize| p.add(32 + 64 * g + HB * h);
+                    let mut dsum = [fzero(); M];
+                    // Bytes 0..32: trit n is block n.
+                    let mut v = [ld(ld_g(0)); 8];
+                    for (g, v) in v.iter_mut().enumerate() {
+                        *v = ld(ld_g(g));
+                    }
+                    for n in 0..5 {
+                        let mut a = [Acc::new(); M];
+                        for (g, v) in v.iter_mut().enumerate() {
+                            let q = top_trit(*v);
+                            for i in 0..M {
+                                let (xh, xl) = xw::<LO>(x[i], o + 32 * n + 4 * g);
+                                dot4::<LO>(&mut a[i], q, xh, xl);
+                            }
+                            *v = times3(*v);
+                        }
+                        finish::<LO, M>(&mut a, &x, 8 * b + n, false, &mut dsum);
+                    }
+                    // Bytes 32..48: trits 2j and 2j + 1 are block 5 + j; the
+                    // qh trits end block 7.
+                    let mut u = [ld(ld_g(8)); 4];
+                    for (g, u) in u.iter_mut().enumerate() {
+                        *u = ld(ld_g(8 + g));
+                    }
+                    for j in 0..3 {
+                        let mut a = [Acc::new(); M];
+                        for n in 2 * j..(2 * j + 2).min(5) {
+                            for (g, u) in u.iter_mut().enumerate() {
+                                let q = top_trit(*u);
+                                for i in 0..M {
+                                    let (xh, xl) = xw::<LO>(x[i], o + 160 + 16 * n + 4 * g);
+                                    dot4::<LO>(&mut a[i], q, xh, xl);
+                                }
+                                *u = times3(*u);
+                            }
+                        }
+                        if j == 2 {
+                            let mut vh = ld(ld_g(12));
+                            for n in 0..4 {
+                                let q = top_trit(vh);
+                                for i in 0..M {
+                                    let (xh, xl) = xw::<LO>(x[i], o + 240 + 4 * n);
+                                    dot4::<LO>(&mut a[i], q, xh, xl);
+                                }
+                                vh = times3(vh);
+                            }
+                        }
+                        finish::<LO, M>(&mut a, &x, 8 * b + 5 + j, false, &mut dsum);
+                    }
+                    let d = f16(p.add(HB / 2 * h));
+                    for i in 0..M {
+                        acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
+                        off[i][h] = fmadd(d, fsplat(sum_x(x[i], b)), off[i][h]);
+                    }
+                }
+            }
+            // The values are d·(t + 1) − d: the offset term is d·d_x Σq_x.
+            for i in 0..M {
+                for h in 0..H {
+                    store(out.add(16 * i + L * h), fsub(acc[i][h], off[i][h]));
+                }
+            }
+        }
+
+        /// TQ2_0 against `M` activation rows: `nb` blocks of 1056 bytes
+        /// (`d[16]`, 16 dword groups of `qs`). Bit pair `s` of byte `i` is
+        /// the digit `t + 1` of value `128·(i / 32) + 32·s + i % 32`, so
+        /// pair `s` of the dword groups `8·half..+8` is one 32-value
+        /// activation block. Pairs 0 and 2 go as `v & 3`, 1 and 3 as
+        /// `v & 12` (four times the digit, shifted back out of the exact
+        /// sum).
+        #[target_feature(enable = $feat)]
+        unsafe fn tq2_0<const LO: bool, const M: usize>(
+            w: *const u8,
+            nb: usize,
+            x: [Xrow; M],
+            out: *mut f32,
+        ) {
+            let mut acc = [[fzero(); H]; M];
+            let mut off = [[fzero(); H]; M];
+            let (m3, m12) = (mask(3), mask(12));
+            for b in 0..nb {
+                let p = w.add(b * 1056);
+                for h in 0..H {
+                    let mut dsum = [fzero(); M];
+                    for half in 0..2 {
+                        for s in 0..4 {
+                            let mut a = [Acc::new(); M];
+                            for g in 8 * half..8 * half + 8 {
+                                let v = ld(p.add(32 + 64 * g + HB * h));
+                                let v = if s < 2 { v } else { srli16::<4>(v) };
+                                let q = and(v, if s % 2 == 0 { m3 } else { m12 });
+                                let o = 256 * b + 128 * half + 32 * s + 4 * (g % 8);
+                                for i in 0..M {
+                                    let (xh, xl) = xw::<LO>(x[i], o);
+                                    dot4::<LO>(&mut a[i], q, xh, xl);
+                                    if g % 4 == 3 {
+                                        settle::<LO>(&mut a[i]);
+                                    }
+                                }
+                            }
+                            let blk = 8 * b + 4 * half + s;
+                            finish::<LO, M>(&mut a, &x, blk, s % 2 == 1, &mut dsum);
+                        }
+                    }
+                    let d = f16(p.add(HB / 2 * h));
+                    for i in 0..M {
+                        acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
+                        off[i][h] = fmadd(d, fsplat(sum_x(x[i], b)), off[i][h]);
+                    }
+                }
+            }
+            // The values are d·(t + 1) − d: the offset term is d·d_x Σq_x.
+            for i in 0..M {
+                for h in 0..H {
+                    store(out.add(16 * i + L * h), fsub(acc[i][h], off[i][h]));
+                }
+            }
+        }
+
+        /// A ternary group's 16 rows against the `M` activation rows `x`
+        /// into `out[16·i..16·i + 16]`.
+        #[target_feature(enable = $feat)]
+        unsafe fn ternary<const M: usize>(
+            dtype: DType,
+            w: *const u8,
+            blocks: usize,
+            x: &[Xrow],
+            lo: bool,
+            out: *mut f32,
+        ) {
+            let x: [Xrow; M] = core::array::from_fn(|i| x[i]);
+            match (dtype, lo) {
+                (DType::TQ1_0, true) => tq1_0::<true, M>(w, blocks, x, out),
+                (DType::TQ1_0, false) => tq1_0::<false, M>(w, blocks, x, out),
+                (DType::TQ2_0, true) => tq2_0::<true, M>(w, blocks, x, out),
+                _ => tq2_0::<false, M>(w, blocks, x, out),
+            }
+        }
+
+        /// The 16 rows of one repacked group at `w` (`blocks` blocks of
+        /// `dtype` per row) dotted with the 1 to 4 activation rows `x` into
+        /// `out[16·i..16·i + 16]` for row `i`; `lo`: 16-bit activations (hi
+        /// and lo bytes). The ternary kernels decode once for all rows.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn group_rows(
+            dtype: DType,
+            w: *const u8,
+            blocks: usize,
+            x: &[Xrow],
+            lo: bool,
+            out: *mut f32,
+        ) {
+            match (dtype, x.len()) {
+                (DType::TQ1_0 | DType::TQ2_0, 1) => ternary::<1>(dtype, w, blocks, x, lo, out),
+                (DType::TQ1_0 | DType::TQ2_0, 2) => ternary::<2>(dtype, w, blocks, x, lo, out),
+                (DType::TQ1_0 | DType::TQ2_0, 3) => ternary::<3>(dtype, w, blocks, x, lo, out),
+                (DType::TQ1_0 | DType::TQ2_0, _) => ternary::<4>(dtype, w, blocks, x, lo, out),
+                _ => {
+                    for (i, &xr) in x.iter().enumerate() {
+                        group(dtype, w, blocks, xr, lo, out.add(16 * i));
+                    }
+                }
+            }
+        }
+
+        /// [`group_rows`] for one activation row and the types that take
+        /// one at a time.
+        #[target_feature(enable = $feat)]
+        unsafe fn group(
             dtype: DType,
             w: *const u8,
             blocks: usize,
@@ -277,6 +513,26 @@ pub(crate) mod vnni {
     #[target_feature(enable = "avx512f")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm512_sub_epi32(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn srai32<const N: u32>(v: V) -> V {
+        _mm512_srai_epi32::<N>(v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn add8(a: V, b: V) -> V {
+        _mm512_add_epi8(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn subs8u(a: V, b: V) -> V {
+        _mm512_subs_epu8(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn avg8(a: V, b: V) -> V {
+        _mm512_avg_epu8(a, b)
     }
     /// `(a & m) | b` in one instruction.
     #[inline]
@@ -440,6 +696,26 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm256_sub_epi32(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn srai32<const N: i32>(v: V) -> V {
+        _mm256_srai_epi32::<N>(v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn add8(a: V, b: V) -> V {
+        _mm256_add_epi8(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn subs8u(a: V, b: V) -> V {
+        _mm256_subs_epu8(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avg8(a: V, b: V) -> V {
+        _mm256_avg_epu8(a, b)
     }
     /// `(a & m) | b`.
     #[inline]
