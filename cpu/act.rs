@@ -249,6 +249,40 @@ fn pack_rows_in<T: ActInt>(x: &[f32], k: usize, mr: usize, qs: &mut [i32], ds: &
     }
 }
 
+/// Rows `r0..r0 + mr` of `a` laid out for the 8-bit integer GEMM tiles,
+/// which broadcast one quad (4 consecutive values) of each row at a time:
+/// `qs` is `[k / 4][mr]` quads (value `4p + j` in byte `j`), `ds` is
+/// `[k / span][2][mr]`: per `span`-value scale group (16, 32, or 256 where
+/// every block of a row has the row's scale, `row_scale`) its `d`, then
+/// `d · Σq`. Rows past `a.m` are zero.
+pub fn pack_quads(
+    a: &ActRows<i8>,
+    r0: usize,
+    mr: usize,
+    span: usize,
+    qs: &mut [i32],
+    ds: &mut [f32],
+) {
+    let k = a.k;
+    assert!(matches!(span, 16 | 32) || (span == 256 && a.row_scale));
+    assert!(k.is_multiple_of(span) && qs.len() == k / 4 * mr && ds.len() == k / span * 2 * mr);
+    qs.fill(0);
+    ds.fill(0.0);
+    for i in 0..mr.min(a.m.saturating_sub(r0)) {
+        let row = &a.qs[(r0 + i) * k..(r0 + i + 1) * k];
+        let rds = &a.ds[(r0 + i) * a.blocks()..(r0 + i + 1) * a.blocks()];
+        for (p, q) in row.chunks_exact(4).enumerate() {
+            qs[p * mr + i] = i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
+        }
+        for (g, grp) in row.chunks_exact(span).enumerate() {
+            let d = rds[g * span / ACT_BLOCK][0];
+            let sum: i32 = grp.iter().map(|&q| q as i32).sum();
+            ds[g * 2 * mr + i] = d;
+            ds[g * 2 * mr + mr + i] = d * sum as f32;
+        }
+    }
+}
+
 /// Activation rows split for the repacked weight kernels (`cpu::repack`),
 /// whose byte dot products (`vpdpbusd`, `vpmaddubsw`) take one unsigned and
 /// one signed byte: a 16-bit value is `256·hi + lo` (`hi` signed, `lo`

@@ -1,9 +1,9 @@
 //! `y[m, n] = x[m, k] · Wᵀ + bias` with exactly dequantized weights.
 //!
-//! Decode (`m <= GEMV_MAX_M`), and prefill of the repacked types whose row
-//! dots beat the GEMM (`packed_prefill`: the ternary ones): each weight row
-//! is read once against each chunk of up to four activation rows; the team
-//! splits the output rows. Rows of the types of
+//! Decode (`m <= GEMV_MAX_M`), and short prefill of the repacked types whose
+//! row dots beat the GEMM there (`packed_dots_max_m`: the ternary ones): each
+//! weight row is read once against each chunk of up to four activation rows;
+//! the team splits the output rows. Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`ActivationPrecision`); other types, and
@@ -12,7 +12,10 @@
 //! set has integer kernels (`Isa::int_dots`): the activations are quantized
 //! once, as for decode, and each panel of weight rows is decoded once into
 //! 16-bit integers that the integer tile reuses across all `m` rows, with
-//! exact per-block integer sums; the team splits the panels.
+//! exact per-block integer sums; the team splits the panels. With int8
+//! activations (rows on int8 levels, exact; or `ActivationPrecision::Q8`)
+//! where the instruction set has it (`simd::int8_gemm`), both sides go as
+//! bytes instead (`gemm_int8`): twice the products per instruction.
 //! Other prefill: weight rows are dequantized once per panel of `NR` rows into an
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
 //! `m` activation rows; the team splits the panels.
@@ -59,12 +62,23 @@ pub(crate) fn run(
     let int = ctx.acts != ActivationPrecision::F32
         && act::supports(w.dtype)
         && w.cols.is_multiple_of(ACT_BLOCK);
-    let row_dots = int && w.packed && w.dtype.format().cpu.packed_prefill;
+    let row_dots = int && w.packed && m <= w.dtype.format().cpu.packed_dots_max_m;
     match ctx.isa.gemm_tile() {
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
         _ if row_dots => gemv(ctx, w, x, y, m),
-        _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => gemm_int(ctx, w, x, y, m),
+        _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => {
+            // Rows on int8 levels (BitNet's) are exact as int8 at any
+            // integer precision; other rows are int8 only when asked (Q8).
+            let eight = simd::int8_gemm(ctx.isa, w.dtype);
+            match eight.then(|| ActRows::levels(x, m, w.cols)).flatten() {
+                Some(levels) => gemm_int8(ctx, w, x, Some(&levels), y, m),
+                None if eight && ctx.acts == ActivationPrecision::Q8 => {
+                    gemm_int8(ctx, w, x, None, y, m)
+                }
+                None => gemm_int(ctx, w, x, y, m),
+            }
+        }
         Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
         _ => gemv(ctx, w, x, y, m),
     }
@@ -295,13 +309,93 @@ fn gemm_int(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
             for g in 0..groups {
                 let (q, d) = (&xq[g * gq..(g + 1) * gq], &xd[g * gd..(g + 1) * gd]);
                 simd::int_gemm_tile_run(isa, panel, q, d, tile);
-                for i in 0..mr.min(m - g * mr) {
-                    for (j, v) in tile[i * nr..i * nr + nc].iter().enumerate() {
-                        // SAFETY: (g·mr + i, r0 + j) lies in the [m, n] output;
-                        // columns r0..r0 + nc belong to this panel alone.
-                        unsafe { *yp.get().add((g * mr + i) * n + r0 + j) = *v };
-                    }
-                }
+                store_tile(tile, yp, g * mr, mr.min(m - g * mr), n, r0, nr, nc);
+            }
+        },
+    );
+    PACKED_X.set((xq, xd));
+}
+
+/// Rows `0..mm` and columns `0..nc` of a `[mr][nr]` tile into rows `i0..`
+/// and columns `r0..` of the `[m, n]` output behind `yp`; the caller owns
+/// those columns alone.
+#[allow(clippy::too_many_arguments)]
+fn store_tile(
+    tile: &[f32],
+    yp: OutPtr,
+    i0: usize,
+    mm: usize,
+    n: usize,
+    r0: usize,
+    nr: usize,
+    nc: usize,
+) {
+    for i in 0..mm {
+        for (j, v) in tile[i * nr..i * nr + nc].iter().enumerate() {
+            // SAFETY: (i0 + i, r0 + j) lies in the [m, n] output; columns
+            // r0..r0 + nc belong to the calling panel alone.
+            unsafe { *yp.get().add((i0 + i) * n + r0 + j) = *v };
+        }
+    }
+}
+
+/// [`gemm_int`] with 8-bit integers: activations as int8 quads
+/// (`act::pack_quads`) from `levels` (rows on int8 levels, exact) or
+/// quantized per block, each panel of weight rows decoded once into
+/// unsigned digits (`simd::pack_int8_panel`): twice the products per
+/// instruction of the 16-bit tile, half the panel bytes.
+fn gemm_int8(
+    ctx: Ctx,
+    w: WeightRows<'_>,
+    x: &[f32],
+    levels: Option<&ActRows<i8>>,
+    y: &mut [f32],
+    m: usize,
+) {
+    let isa = ctx.isa;
+    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let (mr, nr) = simd::int8_gemm_tile(isa);
+    let span = simd::int8_span(w.dtype, levels.is_some());
+    let groups = m.div_ceil(mr);
+    let (gq, gd) = (k / 4 * mr, k / span * 2 * mr);
+    // Kept from call to call (a fresh allocation page-faults on first write).
+    let (mut xq, mut xd) = PACKED_X.take();
+    xq.resize(groups * gq, 0);
+    xd.resize(groups * gd, 0.0);
+    let xds: Vec<std::sync::Mutex<&mut [f32]>> =
+        xd.chunks_mut(gd).map(std::sync::Mutex::new).collect();
+    par::chunks(ctx.par, &mut xq, gq, |g, q| {
+        let mut d = xds[g].lock().unwrap_or_else(|e| e.into_inner());
+        match levels {
+            Some(a) => act::pack_quads(a, g * mr, mr, span, q, &mut d),
+            None => {
+                let rows = ((g + 1) * mr).min(m) - g * mr;
+                let a = ActRows::<i8>::quantize(&x[g * mr * k..], rows, k);
+                act::pack_quads(&a, 0, mr, span, q, &mut d)
+            }
+        }
+    });
+    drop(xds);
+    let yp = OutPtr(y.as_mut_ptr());
+    par::range_init(
+        ctx.par,
+        n.div_ceil(nr),
+        || {
+            (
+                simd::IntPanel::new8(isa, k, span),
+                vec![0f32; mr * nr],
+                Vec::new(),
+            )
+        },
+        |(panel, tile, scratch), p| {
+            let r0 = p * nr;
+            let nc = nr.min(n - r0);
+            let rows = w.rows_at(r0, r0 + nc, scratch);
+            simd::pack_int8_panel(isa, w.dtype, rows, rb, k, panel);
+            for g in 0..groups {
+                let (q, d) = (&xq[g * gq..(g + 1) * gq], &xd[g * gd..(g + 1) * gd]);
+                simd::int8_gemm_tile_run(isa, panel, q, d, tile);
+                store_tile(tile, yp, g * mr, mr.min(m - g * mr), n, r0, nr, nc);
             }
         },
     );

@@ -70,10 +70,11 @@ pub struct CpuKernels {
     /// Weights repacked at load into groups of 16 rows (cpu/repack.rs,
     /// cpu/simd/x86/packed.rs).
     pub repack: bool,
-    /// The repacked row dots serve prefill too, at any number of rows
-    /// (they decode each group once for four activation rows, and beat
-    /// the integer GEMM's 16-bit panels: benches/README.md, "Ternary").
-    pub packed_prefill: bool,
+    /// Up to this many activation rows the repacked row dots serve prefill
+    /// too (they decode a group once for four rows; the GEMM decodes a panel
+    /// once for all rows, which wins on long prompts: benches/README.md,
+    /// "Ternary prefill"); 0: decode only.
+    pub packed_dots_max_m: usize,
 }
 
 const fn repack(split: usize, shift: usize, padded: usize) -> Option<Repack> {

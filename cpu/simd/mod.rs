@@ -355,6 +355,9 @@ pub(crate) struct IntPanel {
     pw: Vec<i32>,
     ps: Vec<f32>,
     po: Vec<f32>,
+    /// Values per scale group of an 8-bit panel ([`IntPanel::new8`]); 0
+    /// for a 16-bit one.
+    span: usize,
 }
 
 impl IntPanel {
@@ -370,6 +373,150 @@ impl IntPanel {
             pw: vec![0; k / 2 * nr],
             ps: vec![0.0; groups * nr],
             po: vec![0.0; groups * nr],
+            span: 0,
+        }
+    }
+
+    /// An 8-bit panel ([`pack_int8_panel`]) for rows of up to `k` values,
+    /// `span` ([`int8_span`]) dividing `k`; `isa` one of [`int8_gemm`].
+    pub(crate) fn new8(isa: Isa, k: usize, span: usize) -> IntPanel {
+        let nr = int8_gemm_tile(isa).1;
+        IntPanel {
+            nr,
+            k: 0,
+            g: 0,
+            pw: vec![0; k / 4 * nr],
+            ps: vec![0.0; k / span * nr],
+            po: vec![0.0; k / span * nr],
+            span,
+        }
+    }
+}
+
+/// Whether `isa` has the 8-bit integer GEMM for weights of `dtype` (one of
+/// `act::supports`): AVX-512 VNNI for all, AVX2 for all but Q8_0, whose
+/// unsigned digits (up to 255) would saturate `vpmaddubsw`'s i16 pairs.
+pub(crate) fn int8_gemm(isa: Isa, dtype: DType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (isa == Isa::Avx512 && has_vnni()) || (isa.int_dots() && dtype != DType::Q8_0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, dtype);
+        false
+    }
+}
+
+/// Values per scale group of the 8-bit integer GEMM for weights of `dtype`
+/// (see the x86 `pack_panel8`): Q6_K's 16-value scales; the ternary types'
+/// one `d` per 256 values when every activation row has one scale
+/// (`row_scale`: the exact sums then span 256 values before scaling);
+/// else one block.
+pub(crate) fn int8_span(dtype: DType, row_scale: bool) -> usize {
+    match dtype {
+        DType::Q6K => 16,
+        DType::TQ1_0 | DType::TQ2_0 if row_scale => 256,
+        _ => act::ACT_BLOCK,
+    }
+}
+
+/// 8-bit integer GEMM tile of `isa` (activation rows, weight rows); `isa`
+/// as for [`int8_gemm`].
+pub(crate) fn int8_gemm_tile(isa: Isa) -> (usize, usize) {
+    assert!(isa.int_dots());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        if isa == Isa::Avx512 && has_vnni() {
+            vnni::GEMM8_TILE
+        } else {
+            avx2::GEMM8_TILE
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("integer GEMM kernels exist on x86-64 only")
+}
+
+/// The weight rows `w` (as for [`pack_int_panel`], `dtype` one of
+/// [`int8_gemm`]) decoded into the 8-bit `panel` (`IntPanel::new8`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn pack_int8_panel(
+    isa: Isa,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    panel: &mut IntPanel,
+) {
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
+    let (nr, span) = (panel.nr, panel.span);
+    assert!(int8_gemm(isa, dtype) && k.is_multiple_of(act::ACT_BLOCK) && rows <= nr);
+    assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
+    assert!(nr == int8_gemm_tile(isa).1 && span > 0 && k.is_multiple_of(span));
+    assert!(span == int8_span(dtype, span == 256) && panel.pw.len() >= k / 4 * nr);
+    assert!(panel.ps.len().min(panel.po.len()) >= k / span * nr);
+    if rows < nr {
+        panel.pw.fill(0);
+        panel.ps.fill(0.0);
+        panel.po.fill(0.0);
+    }
+    panel.k = k;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        let nb = k / act::ACT_BLOCK;
+        let (pw, ps, po) = (
+            panel.pw.as_mut_ptr(),
+            panel.ps.as_mut_ptr(),
+            panel.po.as_mut_ptr(),
+        );
+        let wp = w.as_ptr();
+        // SAFETY: the instruction set was checked when the backend was made
+        // (VNNI here); the panel holds `nb` blocks' quads and `k / span`
+        // groups' scales and offsets for `nr` rows, and `w` `rows` rows of
+        // `nb` blocks, all asserted above.
+        unsafe {
+            if isa == Isa::Avx512 && has_vnni() {
+                vnni::pack_panel8_typed(dtype, wp, row_bytes, rows, nb, span, pw, ps, po)
+            } else {
+                avx2::pack_panel8_typed(dtype, wp, row_bytes, rows, nb, span, pw, ps, po)
+            }
+        }
+    }
+}
+
+/// One tile of the 8-bit integer GEMM: the activation rows packed by
+/// `act::pack_quads` (`xq`, `xd`, with [`int8_gemm_tile`]'s `mr` and the
+/// panel's span) against `panel`, into `out` (`[mr][nr]`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn int8_gemm_tile_run(
+    isa: Isa,
+    panel: &IntPanel,
+    xq: &[i32],
+    xd: &[f32],
+    out: &mut [f32],
+) {
+    let (mr, nr) = int8_gemm_tile(isa);
+    let (k, span) = (panel.k, panel.span);
+    assert!(span > 0 && panel.nr == nr && k.is_multiple_of(span));
+    let groups = k / span;
+    assert!(xq.len() == k / 4 * mr && xd.len() == groups * 2 * mr);
+    assert!(out.len() >= mr * nr && panel.pw.len() >= k / 4 * nr);
+    assert!(panel.ps.len().min(panel.po.len()) >= groups * nr);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::intdot::{avx2, vnni};
+        let (pw, ps, po) = (panel.pw.as_ptr(), panel.ps.as_ptr(), panel.po.as_ptr());
+        let (xq, xd, o) = (xq.as_ptr(), xd.as_ptr(), out.as_mut_ptr());
+        // SAFETY: instruction set (and VNNI for its tile) checked when the
+        // backend was made; the lengths were asserted above.
+        unsafe {
+            if isa == Isa::Avx512 && has_vnni() {
+                vnni::gemm8_tile(span, pw, ps, po, groups, xq, xd, o)
+            } else {
+                avx2::gemm8_tile(span, pw, ps, po, groups, xq, xd, o)
+            }
         }
     }
 }

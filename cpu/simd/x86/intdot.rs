@@ -3,7 +3,8 @@
 //! 8 bits ([`ActRows`]).
 //! Per block the products are summed exactly in i32, then scaled in f32 as
 //! `cpu::act::dot_row` does. Two instances: AVX2 (`vpmaddwd`,
-//! `vpmaddubsw`) and AVX-512 VNNI (`vpdpwssd`, `vpdpbusd`).
+//! `vpmaddubsw`) and AVX-512 VNNI (`vpdpwssd`, `vpdpbusd`). Also the
+//! prefill GEMM's panel packers and tiles, 16-bit and 8-bit.
 
 use crate::cpu::act::ActRows;
 use crate::dtype::DType;
@@ -594,6 +595,146 @@ macro_rules! intdot_kernels {
             16
         }
 
+        /// The `rows` (at most 16) weight rows at `w` as the 8-bit integer
+        /// GEMM panel: `pw` `[nb · 8][16]` quads of unsigned digits (4
+        /// consecutive values of one row in an i32, the rows interleaved:
+        /// one `vpdpbusd` operand per quad), `ps` / `po` `[k / span][16]`
+        /// each `span`-value group's `s` and `o`, the values being `s·u + o`
+        /// for the digits `u`. Signed types go as unsigned digits with the
+        /// shift in `o`: Q8_0 `q + 128`, Q6_K `q` (0..64) per 16-value
+        /// group, `o = −32·s`. `span` is 16 for Q6_K, else 32, or 256 for
+        /// the ternary types (one `d` per 256 values) against activations
+        /// with one scale per row.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn pack_panel8<const D: u8>(
+            w: *const u8,
+            row_bytes: usize,
+            rows: usize,
+            nb: usize,
+            span: usize,
+            pw: *mut i32,
+            ps: *mut f32,
+            po: *mut f32,
+        ) {
+            // Up to 8 blocks of every row decoded, then each block's 16
+            // rows transposed in registers (scattering the quads one by one
+            // cost more than the tile's products). Rows past `rows` stay 0.
+            let mut digits = [[_mm256_setzero_si256(); 16]; 8];
+            let mut tq1 = [_mm256_setzero_si256(); 8];
+            for b0 in (0..nb).step_by(8) {
+                let bn = (nb - b0).min(8);
+                for j in 0..rows {
+                    let wr = w.add(j * row_bytes);
+                    for (c, dj) in digits.iter_mut().take(bn).enumerate() {
+                        let b = b0 + c;
+                        dj[j] = if D == Q6_K {
+                            let (q, sa, sb, dw) = weights_q6_k(wr, b);
+                            let d = _mm_cvtss_f32(dw);
+                            for (t, sc) in [(2 * b, sa), (2 * b + 1, sb)] {
+                                let s = d * sc as f32;
+                                *ps.add(t * 16 + j) = s;
+                                *po.add(t * 16 + j) = -32.0 * s;
+                            }
+                            _mm256_add_epi8(q, _mm256_set1_epi8(32))
+                        } else {
+                            let (q, so) = if D == TQ1_0 {
+                                // All 8 digit blocks of a 256-value block at once.
+                                if c == 0 {
+                                    tq1 = tq1_0_all_digits(wr.add((b / 8) * 54));
+                                }
+                                (tq1[c], weights_scale::<D>(wr, b))
+                            } else {
+                                weights::<D>(wr, b)
+                            };
+                            let (s, o) = (_mm_cvtss_f32(so), _mm_cvtss_f32(_mm_movehdup_ps(so)));
+                            let t = b * 32 / span;
+                            *ps.add(t * 16 + j) = s;
+                            if D == Q8_0 {
+                                *po.add(t * 16 + j) = -128.0 * s;
+                                _mm256_xor_si256(q, _mm256_set1_epi8(-128))
+                            } else {
+                                *po.add(t * 16 + j) = o;
+                                q
+                            }
+                        };
+                    }
+                }
+                for (c, dj) in digits.iter().take(bn).enumerate() {
+                    let out = pw.add(8 * (b0 + c) * 16);
+                    transpose_quads(&dj[..8], out);
+                    transpose_quads(&dj[8..], out.add(8));
+                }
+            }
+        }
+
+        /// 8 rows' quads (`r[j]` lane `p`: row `j`'s quad `p`) transposed:
+        /// quad `p` of the 8 rows to `out + 16·p`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn transpose_quads(r: &[__m256i], out: *mut i32) {
+            let lo32 = |a, b| _mm256_unpacklo_epi32(a, b);
+            let hi32 = |a, b| _mm256_unpackhi_epi32(a, b);
+            let t = [
+                lo32(r[0], r[1]),
+                hi32(r[0], r[1]),
+                lo32(r[2], r[3]),
+                hi32(r[2], r[3]),
+                lo32(r[4], r[5]),
+                hi32(r[4], r[5]),
+                lo32(r[6], r[7]),
+                hi32(r[6], r[7]),
+            ];
+            // u[p] (u[4 + p]): rows 0..4 (4..8), quad p in the low half,
+            // quad 4 + p in the high.
+            let mut u = [_mm256_setzero_si256(); 8];
+            for h in [0, 4] {
+                u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+                u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+                u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+                u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+            }
+            for p in 0..4 {
+                let (lo, hi) = (
+                    _mm256_permute2x128_si256::<0x20>(u[p], u[p + 4]),
+                    _mm256_permute2x128_si256::<0x31>(u[p], u[p + 4]),
+                );
+                _mm256_storeu_si256(out.add(16 * p) as *mut __m256i, lo);
+                _mm256_storeu_si256(out.add(16 * (p + 4)) as *mut __m256i, hi);
+            }
+        }
+
+        /// [`pack_panel8`] for `dtype` (one of `act::supports`).
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn pack_panel8_typed(
+            dtype: DType,
+            w: *const u8,
+            row_bytes: usize,
+            rows: usize,
+            nb: usize,
+            span: usize,
+            pw: *mut i32,
+            ps: *mut f32,
+            po: *mut f32,
+        ) {
+            let a = (w, row_bytes, rows, nb, span, pw, ps, po);
+            match dtype {
+                DType::Q4_0 => pack_panel8::<Q4_0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q4_1 => pack_panel8::<Q4_1>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q5_0 => pack_panel8::<Q5_0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q5_1 => pack_panel8::<Q5_1>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q4K => pack_panel8::<Q4_K>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q5K => pack_panel8::<Q5_K>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q6K => pack_panel8::<Q6_K>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::Q8_0 => pack_panel8::<Q8_0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::TQ1_0 => pack_panel8::<TQ1_0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                DType::TQ2_0 => pack_panel8::<TQ2_0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+                // Rows without `cpu.int_dot` never come here (`act::supports`).
+                _ => unreachable!("no integer-dot kernel for this type"),
+            }
+        }
+
         /// See `cpu::simd::dot_rows_int`: the kernel of `dtype` for
         /// activations of width `T` (i16 or i8).
         #[target_feature(enable = $feat)]
@@ -726,6 +867,90 @@ pub(crate) mod avx2 {
         }
     }
 
+    /// 8-bit integer GEMM tile: activation rows, weight rows.
+    pub(crate) const GEMM8_TILE: (usize, usize) = (3, 16);
+
+    /// `MR` activation rows packed by `act::pack_quads` (quads `xq`, scales
+    /// `xd`) against a 16-row `pack_panel8` panel (`G` quads per scale
+    /// group, `groups` groups) into `out` (`[MR][16]`), in two 8-row
+    /// halves. Two quads' `vpmaddubsw` pairs are added in i16 before
+    /// `vpmaddwd` widens them: with digits at most 63 (the callers keep
+    /// Q8_0 off this kernel) each pair is within ±2·63·128, two within
+    /// i16. Then scaled as the 16-bit `tile` does.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile8<const MR: usize, const G: usize>(
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        for t in 0..groups {
+            let mut sums = [[_mm256_setzero_si256(); 2]; MR];
+            for p in (t * G..(t + 1) * G).step_by(2) {
+                let w = |p: usize, h: usize| {
+                    _mm256_loadu_si256(pw.add(p * 16 + 8 * h) as *const __m256i)
+                };
+                let (w00, w01, w10, w11) = (w(p, 0), w(p, 1), w(p + 1, 0), w(p + 1, 1));
+                for (i, s) in sums.iter_mut().enumerate() {
+                    let x0 = _mm256_set1_epi32(*xq.add(p * MR + i));
+                    let x1 = _mm256_set1_epi32(*xq.add((p + 1) * MR + i));
+                    let a = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w00, x0),
+                        _mm256_maddubs_epi16(w10, x1),
+                    );
+                    let b = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w01, x0),
+                        _mm256_maddubs_epi16(w11, x1),
+                    );
+                    s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(a, ones));
+                    s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(b, ones));
+                }
+            }
+            let d = xd.add(t * 2 * MR);
+            for h in 0..2 {
+                let (s, o) = (
+                    _mm256_loadu_ps(ps.add(t * 16 + 8 * h)),
+                    _mm256_loadu_ps(po.add(t * 16 + 8 * h)),
+                );
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
+                    a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][h]), scale, a[h]);
+                    a[h] = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), a[h]);
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * 16), a[0]);
+            _mm256_storeu_ps(out.add(i * 16 + 8), a[1]);
+        }
+    }
+
+    /// [`tile8`] with [`GEMM8_TILE`]'s rows, `span` values per scale group.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm8_tile(
+        span: usize,
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        match span {
+            16 => tile8::<3, 4>(pw, ps, po, groups, xq, xd, out),
+            32 => tile8::<3, 8>(pw, ps, po, groups, xq, xd, out),
+            _ => tile8::<3, 64>(pw, ps, po, groups, xq, xd, out),
+        }
+    }
+
     /// `acc` plus Σ w·x over a block with 8-bit activations, as 8 i32 lanes. Q8_0 goes
     /// as |w| × (x with w's sign), so `vpmaddubsw`'s i16 pair sums cannot
     /// saturate: at most 2 · 128 · 127 = 32,512.
@@ -831,6 +1056,70 @@ pub(crate) mod vnni {
             tile::<8, 8>(pw, ps, po, groups, xq, xd, out)
         } else {
             tile::<8, 16>(pw, ps, po, groups, xq, xd, out)
+        }
+    }
+
+    /// 8-bit integer GEMM tile: activation rows, weight rows.
+    pub(crate) const GEMM8_TILE: (usize, usize) = (MR8, 16);
+
+    /// Activation rows of the 8-bit tile.
+    const MR8: usize = 8;
+
+    /// The AVX2 `tile8` with 16 weight rows per `vpdpbusd` (64 products,
+    /// exact in i32: no saturation, so Q8_0's digits up to 255 too).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile8<const MR: usize, const G: usize>(
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for t in 0..groups {
+            let mut sums = [_mm512_setzero_si512(); MR];
+            for p in t * G..(t + 1) * G {
+                let w = _mm512_loadu_si512(pw.add(p * 16) as *const _);
+                for (i, s) in sums.iter_mut().enumerate() {
+                    *s = _mm512_dpbusd_epi32(*s, w, _mm512_set1_epi32(*xq.add(p * MR + i)));
+                }
+            }
+            let (s, o) = (
+                _mm512_loadu_ps(ps.add(t * 16)),
+                _mm512_loadu_ps(po.add(t * 16)),
+            );
+            let d = xd.add(t * 2 * MR);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let scale = _mm512_mul_ps(s, _mm512_set1_ps(*d.add(i)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i]), scale, *a);
+                *a = _mm512_fmadd_ps(o, _mm512_set1_ps(*d.add(MR + i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(i * 16), *a);
+        }
+    }
+
+    /// [`tile8`] with [`GEMM8_TILE`]'s rows, `span` values per scale group.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm8_tile(
+        span: usize,
+        pw: *const i32,
+        ps: *const f32,
+        po: *const f32,
+        groups: usize,
+        xq: *const i32,
+        xd: *const f32,
+        out: *mut f32,
+    ) {
+        match span {
+            16 => tile8::<MR8, 4>(pw, ps, po, groups, xq, xd, out),
+            32 => tile8::<MR8, 8>(pw, ps, po, groups, xq, xd, out),
+            _ => tile8::<MR8, 64>(pw, ps, po, groups, xq, xd, out),
         }
     }
 
