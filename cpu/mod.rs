@@ -402,6 +402,7 @@ impl ComputeBackend for CpuBackend {
             && self.isa.int_dots()
             && self.acts != ActivationPrecision::F32
             && repack::packs(dtype)
+            && !simd::rows_beat_repacked(self.isa, dtype, self.acts, cols)
             && rows >= repack::R;
         let mut bytes = HostBytes::zeroed(need).ok_or_else(|| Error::OutOfHostMemory {
             what: format!("allocating a CPU weight of {need} bytes"),

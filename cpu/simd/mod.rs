@@ -12,6 +12,7 @@ mod neon;
 mod x86;
 
 use crate::cpu::act::{self, ActRows};
+use crate::cpu::ActivationPrecision;
 use crate::dtype::DType;
 use crate::quants;
 use std::ops::Range;
@@ -211,6 +212,26 @@ impl ActQuant<'_> {
             ActQuant::I8(x) => (x.m, x.k, x.qs.len(), x.ds.len()),
         }
     }
+}
+
+/// Whether rows of `cols` values of `dtype` stream faster through the row
+/// kernel than repacked at `acts` on `isa`, so they stay GGUF rows: Q6_K
+/// with 16-bit activations on AVX-512 VNNI (`intdot::vnni::q6_rows_i16`;
+/// single-threaded from DRAM ~27 GB/s against the repacked kernel's ~19 at
+/// 2048 columns), up to 4096 columns: its prepared activations (3 bytes a
+/// value) then stay in L1, and at 8192 the repacked kernel was faster.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn rows_beat_repacked(
+    isa: Isa,
+    dtype: DType,
+    acts: ActivationPrecision,
+    cols: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && dtype == DType::Q6K && acts == ActivationPrecision::Q16 {
+        return cols <= 4096 && has_vnni();
+    }
+    false
 }
 
 /// Dots of each weight row in `w` (rows of `row_bytes`, a type with

@@ -35,6 +35,9 @@ macro_rules! intdot_kernels {
             /// `acc` plus [`BlockSum::block_sum`] (one `vpdpbusd` with VNNI).
             unsafe fn block_acc<const D: u8>(acc: __m256i, w: __m256i, x: *const Self) -> __m256i;
             unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const Self) -> __m256i;
+            /// Q6_K's rows (see [`dot_rows`]): the instance's whole-row kernel
+            /// where it has one.
+            unsafe fn q6_rows(w: &[u8], row_bytes: usize, x: &ActRows<Self>, out: &mut [f32]);
         }
         impl BlockSum for i16 {
             #[inline]
@@ -51,6 +54,11 @@ macro_rules! intdot_kernels {
             #[target_feature(enable = $feat)]
             unsafe fn q6_sum(q: __m256i, sa: i16, sb: i16, x: *const i16) -> __m256i {
                 q6_sum_i16(q, sa, sb, x)
+            }
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn q6_rows(w: &[u8], row_bytes: usize, x: &ActRows<i16>, out: &mut [f32]) {
+                q6_rows_i16(w, row_bytes, x, out)
             }
         }
         impl BlockSum for i8 {
@@ -72,6 +80,11 @@ macro_rules! intdot_kernels {
                 let x = _mm256_loadu_si256(x as *const __m256i);
                 let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
                 _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16(sb), _mm_set1_epi16(sa)))
+            }
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn q6_rows(w: &[u8], row_bytes: usize, x: &ActRows<i8>, out: &mut [f32]) {
+                dot_rows::<i8, Q6_K>(w, row_bytes, x, out)
             }
         }
 
@@ -752,7 +765,7 @@ macro_rules! intdot_kernels {
                 DType::Q5_1 => dot_rows::<T, Q5_1>(w, row_bytes, x, out),
                 DType::Q4K => dot_rows::<T, Q4_K>(w, row_bytes, x, out),
                 DType::Q5K => dot_rows::<T, Q5_K>(w, row_bytes, x, out),
-                DType::Q6K => dot_rows::<T, Q6_K>(w, row_bytes, x, out),
+                DType::Q6K => T::q6_rows(w, row_bytes, x, out),
                 DType::Q8_0 => dot_rows::<T, Q8_0>(w, row_bytes, x, out),
                 DType::TQ1_0 => dot_rows::<T, TQ1_0>(w, row_bytes, x, out),
                 DType::TQ2_0 => dot_rows::<T, TQ2_0>(w, row_bytes, x, out),
@@ -794,6 +807,12 @@ pub(crate) mod avx2 {
         let x0 = _mm256_loadu_si256(x as *const __m256i);
         let x1 = _mm256_loadu_si256(x.add(16) as *const __m256i);
         _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1))
+    }
+
+    /// Q6_K rows with 16-bit activations: the per-block kernel.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q6_rows_i16(w: &[u8], row_bytes: usize, x: &ActRows<i16>, out: &mut [f32]) {
+        dot_rows::<i16, Q6_K>(w, row_bytes, x, out)
     }
 
     /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
@@ -985,18 +1004,164 @@ pub(crate) mod vnni {
         _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
     }
 
-    /// Q6_K's block with 16-bit activations: the scales multiplied into the
-    /// widened values, then one `vpdpwssd` (bounds as in the AVX2 kernel).
-    #[inline]
+    /// Never called: [`q6_rows_i16`] takes every Q6_K row with 16-bit
+    /// activations here.
+    unsafe fn q6_sum_i16(_: __m256i, _: i16, _: i16, _: *const i16) -> __m256i {
+        unreachable!("Q6_K with 16-bit activations goes through q6_rows_i16")
+    }
+
+    /// Q6_K rows with 16-bit activations, 64 values (two blocks) per
+    /// 512-bit step; replaces the per-block kernel, whose scale `vpmullw`,
+    /// 256-bit decode and per-block fold made it compute-bound.
+    ///
+    /// The values stay unsigned (0..64) and widen by `vpunpck{l,h}bw`
+    /// (in-lane, no cross-lane widening): [`q6_prep_i16`] lays out the
+    /// activations in that interleaved order once per call, with each i32
+    /// lane's `−32 · Σx` as its accumulator's start, so `vpdpwssd` sums
+    /// `(q − 32) · x` exactly (4 products a lane). The 16 sub-block scales
+    /// go in f32 with `d`: every lane of a 64-value step is one 16-value
+    /// sub-block of one activation block (lanes 0..8 the first, 8..16 the
+    /// second).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    pub(super) unsafe fn q6_rows_i16(
+        w: &[u8],
+        row_bytes: usize,
+        x: &ActRows<i16>,
+        out: &mut [f32],
+    ) {
+        let xp = q6_prep_i16(x);
+        for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+            let (wr, o) = (row.as_ptr(), out.as_mut_ptr().add(r * x.m));
+            match x.m {
+                1 => q6_row_i16::<1>(wr, x, &xp, o),
+                2 => q6_row_i16::<2>(wr, x, &xp, o),
+                3 => q6_row_i16::<3>(wr, x, &xp, o),
+                _ => q6_row_i16::<4>(wr, x, &xp, o),
+            }
+        }
+    }
+
+    /// Per row of `x` and 64 values, 3 vectors: the activations meeting
+    /// `vpunpcklbw` / `vpunpckhbw` of the 64 weight bytes (128-bit lane `l`
+    /// holds values `16l..16l + 8` / `16l + 8..16l + 16`), and each i32
+    /// lane's `−32 · Σx`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn q6_sum_i16(q: __m256i, sa: i16, sb: i16, x: *const i16) -> __m256i {
-        let sc = _mm512_inserti64x4::<1>(
-            _mm512_castsi256_si512(_mm256_set1_epi16(sa)),
-            _mm256_set1_epi16(sb),
-        );
-        let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q), sc);
-        let s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(x as *const _));
-        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+    unsafe fn q6_prep_i16(x: &ActRows<i16>) -> Vec<__m512i> {
+        let groups = x.k / 64;
+        let mut v = vec![_mm512_setzero_si512(); 3 * groups * x.m];
+        let lo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0);
+        let hi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
+        let m32 = _mm512_set1_epi16(-32);
+        for i in 0..x.m {
+            for g in 0..groups {
+                let q = x.qs.as_ptr().add(i * x.k + 64 * g);
+                let (a, b) = (
+                    _mm512_loadu_si512(q as *const _),
+                    _mm512_loadu_si512(q.add(32) as *const _),
+                );
+                let (xl, xh) = (
+                    _mm512_permutex2var_epi64(a, lo, b),
+                    _mm512_permutex2var_epi64(a, hi, b),
+                );
+                let off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), m32, xl);
+                let p = &mut v[3 * (i * groups + g)..];
+                p[0] = xl;
+                p[1] = xh;
+                p[2] = _mm512_dpwssd_epi32(off, m32, xh);
+            }
+        }
+        v
+    }
+
+    /// One Q6_K row against the `M` rows of `x` ([`q6_prep_i16`]'s `xp`)
+    /// into `out[..M]`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    unsafe fn q6_row_i16<const M: usize>(
+        w: *const u8,
+        x: &ActRows<i16>,
+        xp: &[__m512i],
+        out: *mut f32,
+    ) {
+        let (k, nb) = (x.k, x.blocks());
+        // `[d, d·Σq]` of two blocks to the first `d` in lanes 0..8, the
+        // second in 8..16.
+        let dsel = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi32(2));
+        let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        // Bits 2g..2g + 2 of `qh` to bits 4..6 for the groups g = 0, 1 (and
+        // 2, 3), one per 256-bit half.
+        let shl = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+        let shr = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+        // Lane 4l + u of 64-value step j is sub-block 4j + l.
+        let idx: [__m512i; 4] = core::array::from_fn(|j| {
+            let j = 4 * j as i32;
+            _mm512_set_epi32(
+                j + 3,
+                j + 3,
+                j + 3,
+                j + 3,
+                j + 2,
+                j + 2,
+                j + 2,
+                j + 2,
+                j + 1,
+                j + 1,
+                j + 1,
+                j + 1,
+                j,
+                j,
+                j,
+                j,
+            )
+        });
+        // Two accumulators per row, so consecutive steps' adds overlap.
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        for sb in 0..k / 256 {
+            let p = w.add(sb * 210);
+            let d = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(
+                p.add(208) as *const u16
+            ) as i32));
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                p.add(192) as *const __m128i
+            )));
+            let sc = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
+            for h in 0..2 {
+                let ql = _mm512_loadu_si512(p.add(64 * h) as *const _);
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    p.add(128 + 32 * h) as *const __m256i
+                ));
+                // (a & b) | c: the low nibbles with the two high bits.
+                let q01 = _mm512_ternarylogic_epi32::<0xEA>(
+                    ql,
+                    m4,
+                    _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+                );
+                let q23 = _mm512_ternarylogic_epi32::<0xEA>(
+                    _mm512_srli_epi16::<4>(ql),
+                    m4,
+                    _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+                );
+                for (t, q) in [q01, q23].into_iter().enumerate() {
+                    let j = 2 * h + t;
+                    let lo = _mm512_unpacklo_epi8(q, _mm512_setzero_si512());
+                    let hi = _mm512_unpackhi_epi8(q, _mm512_setzero_si512());
+                    let s = _mm512_permutexvar_ps(idx[j], sc);
+                    let g = 4 * sb + j;
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let xg = xp.as_ptr().add(3 * (i * (k / 64) + g));
+                        let v = _mm512_dpwssd_epi32(*xg.add(2), lo, *xg);
+                        let v = _mm512_dpwssd_epi32(v, hi, *xg.add(1));
+                        let ds = x.ds.as_ptr().add(i * nb + 2 * g) as *const f32;
+                        let dx =
+                            _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_loadu_ps(ds)));
+                        a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(s, dx), a[t]);
+                    }
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            *out.add(i) = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
+        }
     }
 
     /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
