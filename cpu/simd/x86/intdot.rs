@@ -847,19 +847,41 @@ pub(crate) mod avx2 {
                     s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(w1, x));
                 }
             }
-            let d = xd.add(t * G / 16 * 2 * MR);
-            for h in 0..2 {
-                let (s, o) = (
-                    _mm256_loadu_ps(ps.add(t * 16 + 8 * h)),
-                    _mm256_loadu_ps(po.add(t * 16 + 8 * h)),
-                );
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
-                    a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][h]), scale, a[h]);
-                    a[h] = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), a[h]);
-                }
+            scale_group(&mut acc, &sums, ps, po, t, xd.add(t * G / 16 * 2 * MR));
+        }
+        store_tile(&acc, out);
+    }
+
+    /// Group `t`'s exact sums of a tile scaled into `acc`: the weight rows'
+    /// scales and offsets (`ps`, `po`) times the activation rows' `[d, d·Σq]`
+    /// at `d` (all rows' `d`, then all rows' `d·Σq`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scale_group<const MR: usize>(
+        acc: &mut [[__m256; 2]; MR],
+        sums: &[[__m256i; 2]; MR],
+        ps: *const f32,
+        po: *const f32,
+        t: usize,
+        d: *const f32,
+    ) {
+        for h in 0..2 {
+            let (s, o) = (
+                _mm256_loadu_ps(ps.add(t * 16 + 8 * h)),
+                _mm256_loadu_ps(po.add(t * 16 + 8 * h)),
+            );
+            for (i, a) in acc.iter_mut().enumerate() {
+                let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
+                a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][h]), scale, a[h]);
+                a[h] = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), a[h]);
             }
         }
+    }
+
+    /// A tile's `[MR][16]` results into `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_tile<const MR: usize>(acc: &[[__m256; 2]; MR], out: *mut f32) {
         for (i, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.add(i * 16), a[0]);
             _mm256_storeu_ps(out.add(i * 16 + 8), a[1]);
@@ -931,23 +953,9 @@ pub(crate) mod avx2 {
                     s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(b, ones));
                 }
             }
-            let d = xd.add(t * 2 * MR);
-            for h in 0..2 {
-                let (s, o) = (
-                    _mm256_loadu_ps(ps.add(t * 16 + 8 * h)),
-                    _mm256_loadu_ps(po.add(t * 16 + 8 * h)),
-                );
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(*d.add(i)));
-                    a[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][h]), scale, a[h]);
-                    a[h] = _mm256_fmadd_ps(o, _mm256_set1_ps(*d.add(MR + i)), a[h]);
-                }
-            }
+            scale_group(&mut acc, &sums, ps, po, t, xd.add(t * 2 * MR));
         }
-        for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(i * 16), a[0]);
-            _mm256_storeu_ps(out.add(i * 16 + 8), a[1]);
-        }
+        store_tile(&acc, out);
     }
 
     /// [`tile8`] with [`GEMM8_TILE`]'s rows, `span` values per scale group.
@@ -1167,10 +1175,13 @@ pub(crate) mod vnni {
     /// Integer GEMM tile: activation rows, weight rows (one i32 lane each).
     pub(crate) const GEMM_TILE: (usize, usize) = (8, 16);
 
-    /// The AVX2 `tile` with 16 weight rows per `vpdpwssd`.
+    /// The AVX2 `tile` with 16 weight rows per `vpdpwssd` (16-bit pairs)
+    /// or, `EIGHT`, per `vpdpbusd` (8-bit quads: 64 products, exact in
+    /// i32, no saturation, so Q8_0's digits up to 255 too; `G` quads per
+    /// scale group).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<const MR: usize, const G: usize>(
+    unsafe fn tile<const MR: usize, const G: usize, const EIGHT: bool>(
         pw: *const i32,
         ps: *const f32,
         po: *const f32,
@@ -1185,14 +1196,22 @@ pub(crate) mod vnni {
             for p in t * G..(t + 1) * G {
                 let w = _mm512_loadu_si512(pw.add(p * 16) as *const _);
                 for (i, s) in sums.iter_mut().enumerate() {
-                    *s = _mm512_dpwssd_epi32(*s, w, _mm512_set1_epi32(*xq.add(p * MR + i)));
+                    let x = _mm512_set1_epi32(*xq.add(p * MR + i));
+                    *s = if EIGHT {
+                        _mm512_dpbusd_epi32(*s, w, x)
+                    } else {
+                        _mm512_dpwssd_epi32(*s, w, x)
+                    };
                 }
             }
             let (s, o) = (
                 _mm512_loadu_ps(ps.add(t * 16)),
                 _mm512_loadu_ps(po.add(t * 16)),
             );
-            let d = xd.add(t * G / 16 * 2 * MR);
+            // The activation block of group `t`: 16-bit tiles have `G / 16`
+            // blocks a group (Q6_K half a block), 8-bit tiles one.
+            let blk = if EIGHT { t } else { t * G / 16 };
+            let d = xd.add(blk * 2 * MR);
             for (i, a) in acc.iter_mut().enumerate() {
                 let scale = _mm512_mul_ps(s, _mm512_set1_ps(*d.add(i)));
                 *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i]), scale, *a);
@@ -1218,9 +1237,9 @@ pub(crate) mod vnni {
         out: *mut f32,
     ) {
         if g == 8 {
-            tile::<8, 8>(pw, ps, po, groups, xq, xd, out)
+            tile::<8, 8, false>(pw, ps, po, groups, xq, xd, out)
         } else {
-            tile::<8, 16>(pw, ps, po, groups, xq, xd, out)
+            tile::<8, 16, false>(pw, ps, po, groups, xq, xd, out)
         }
     }
 
@@ -1230,45 +1249,8 @@ pub(crate) mod vnni {
     /// Activation rows of the 8-bit tile.
     const MR8: usize = 8;
 
-    /// The AVX2 `tile8` with 16 weight rows per `vpdpbusd` (64 products,
-    /// exact in i32: no saturation, so Q8_0's digits up to 255 too).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn tile8<const MR: usize, const G: usize>(
-        pw: *const i32,
-        ps: *const f32,
-        po: *const f32,
-        groups: usize,
-        xq: *const i32,
-        xd: *const f32,
-        out: *mut f32,
-    ) {
-        let mut acc = [_mm512_setzero_ps(); MR];
-        for t in 0..groups {
-            let mut sums = [_mm512_setzero_si512(); MR];
-            for p in t * G..(t + 1) * G {
-                let w = _mm512_loadu_si512(pw.add(p * 16) as *const _);
-                for (i, s) in sums.iter_mut().enumerate() {
-                    *s = _mm512_dpbusd_epi32(*s, w, _mm512_set1_epi32(*xq.add(p * MR + i)));
-                }
-            }
-            let (s, o) = (
-                _mm512_loadu_ps(ps.add(t * 16)),
-                _mm512_loadu_ps(po.add(t * 16)),
-            );
-            let d = xd.add(t * 2 * MR);
-            for (i, a) in acc.iter_mut().enumerate() {
-                let scale = _mm512_mul_ps(s, _mm512_set1_ps(*d.add(i)));
-                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i]), scale, *a);
-                *a = _mm512_fmadd_ps(o, _mm512_set1_ps(*d.add(MR + i)), *a);
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.add(i * 16), *a);
-        }
-    }
-
-    /// [`tile8`] with [`GEMM8_TILE`]'s rows, `span` values per scale group.
+    /// The 8-bit [`tile`] with [`GEMM8_TILE`]'s rows, `span` values per
+    /// scale group.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn gemm8_tile(
@@ -1282,9 +1264,9 @@ pub(crate) mod vnni {
         out: *mut f32,
     ) {
         match span {
-            16 => tile8::<MR8, 4>(pw, ps, po, groups, xq, xd, out),
-            32 => tile8::<MR8, 8>(pw, ps, po, groups, xq, xd, out),
-            _ => tile8::<MR8, 64>(pw, ps, po, groups, xq, xd, out),
+            16 => tile::<MR8, 4, true>(pw, ps, po, groups, xq, xd, out),
+            32 => tile::<MR8, 8, true>(pw, ps, po, groups, xq, xd, out),
+            _ => tile::<MR8, 64, true>(pw, ps, po, groups, xq, xd, out),
         }
     }
 

@@ -258,15 +258,44 @@ macro_rules! packed_kernels {
             }
         }
 
-        /// Row `i`'s `d_x Σq_x` over the 8 activation blocks of block `b`.
+        /// The end of ternary block `b` for this half's rows: their `d` times
+        /// the rows' scaled sums `dsum` into `acc`, and times each row's
+        /// `d_x Σq_x` over the block's 8 activation blocks into `off`.
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn sum_x(x: Xrow, b: usize) -> f32 {
-            let mut sx = 0.0;
-            for blk in 0..8 {
-                sx += (*x.ds.add(8 * b + blk))[1];
+        unsafe fn end_block<const M: usize>(
+            acc: &mut [[F; H]; M],
+            off: &mut [[F; H]; M],
+            h: usize,
+            d: F,
+            dsum: &[F; M],
+            x: &[Xrow; M],
+            b: usize,
+        ) {
+            for i in 0..M {
+                let mut sx = 0.0;
+                for blk in 0..8 {
+                    sx += (*x[i].ds.add(8 * b + blk))[1];
+                }
+                acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
+                off[i][h] = fmadd(d, fsplat(sx), off[i][h]);
             }
-            sx
+        }
+
+        /// The ternary kernels' rows into `out`: the values are
+        /// `d·(t + 1) − d`, so the offset term is `d·d_x Σq_x`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn store_ternary<const M: usize>(
+            acc: &[[F; H]; M],
+            off: &[[F; H]; M],
+            out: *mut f32,
+        ) {
+            for i in 0..M {
+                for h in 0..H {
+                    store(out.add(16 * i + L * h), fsub(acc[i][h], off[i][h]));
+                }
+            }
         }
 
         /// TQ1_0 against `M` activation rows (the digits decoded once for
@@ -341,18 +370,10 @@ macro_rules! packed_kernels {
                         finish::<LO, M>(&mut a, &x, 8 * b + 5 + j, false, &mut dsum);
                     }
                     let d = f16(p.add(HB / 2 * h));
-                    for i in 0..M {
-                        acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
-                        off[i][h] = fmadd(d, fsplat(sum_x(x[i], b)), off[i][h]);
-                    }
+                    end_block(&mut acc, &mut off, h, d, &dsum, &x, b);
                 }
             }
-            // The values are d·(t + 1) − d: the offset term is d·d_x Σq_x.
-            for i in 0..M {
-                for h in 0..H {
-                    store(out.add(16 * i + L * h), fsub(acc[i][h], off[i][h]));
-                }
-            }
+            store_ternary(&acc, &off, out);
         }
 
         /// TQ2_0 against `M` activation rows: `nb` blocks of 1056 bytes
@@ -397,18 +418,10 @@ macro_rules! packed_kernels {
                         }
                     }
                     let d = f16(p.add(HB / 2 * h));
-                    for i in 0..M {
-                        acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
-                        off[i][h] = fmadd(d, fsplat(sum_x(x[i], b)), off[i][h]);
-                    }
+                    end_block(&mut acc, &mut off, h, d, &dsum, &x, b);
                 }
             }
-            // The values are d·(t + 1) − d: the offset term is d·d_x Σq_x.
-            for i in 0..M {
-                for h in 0..H {
-                    store(out.add(16 * i + L * h), fsub(acc[i][h], off[i][h]));
-                }
-            }
+            store_ternary(&acc, &off, out);
         }
 
         /// A ternary group's 16 rows against the `M` activation rows `x`
