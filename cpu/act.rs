@@ -288,7 +288,9 @@ pub fn pack_quads(
 /// one signed byte: a 16-bit value is `256·hi + lo` (`hi` signed, `lo`
 /// unsigned), summed exactly as two byte dots; 8-bit values are `hi` alone
 /// (`lo` empty). `x32` holds 32 × the sum of each 16 integers, Q6_K's
-/// `q − 32` offset.
+/// `q − 32` offset; `s256` per row and whole 256 values the sum of their 8
+/// blocks' `d·Σq`, the ternary types' offset term (summed once here, not
+/// once per 16 weight rows).
 #[derive(Clone, Debug, Default)]
 pub struct ActDigits {
     pub m: usize,
@@ -296,6 +298,7 @@ pub struct ActDigits {
     pub hi: Vec<i8>,
     pub lo: Vec<u8>,
     pub x32: Vec<i32>,
+    pub s256: Vec<f32>,
 }
 
 impl ActDigits {
@@ -308,8 +311,18 @@ impl ActDigits {
             hi: vec![0; n],
             lo: vec![0; if wide { n } else { 0 }],
             x32: vec![0; n / 16],
+            s256: Vec::with_capacity(x.m * (x.k / 256)),
         };
         digits(&x.qs, &mut d, wide);
+        for row in x.ds.chunks_exact(x.blocks()) {
+            for eight in row.chunks_exact(256 / ACT_BLOCK) {
+                let mut sx = 0.0;
+                for b in eight {
+                    sx += b[1];
+                }
+                d.s256.push(sx);
+            }
+        }
         d
     }
 }

@@ -307,6 +307,7 @@ pub(crate) fn dot_rows_packed(
     assert!((1..=4).contains(&m) && k.is_multiple_of(act::ACT_BLOCK) && w.len() == groups * gb);
     assert!(x.hi.len() == m * k && (x.lo.is_empty() || x.lo.len() == m * k));
     assert!(x.x32.len() == m * k / 16 && ds.len() == m * k / act::ACT_BLOCK);
+    assert!(x.s256.len() == m * (k / 256));
     assert!(out.len() >= groups * R * m);
     #[cfg(target_arch = "x86_64")]
     {
@@ -323,6 +324,7 @@ pub(crate) fn dot_rows_packed(
             },
             ds: ds[i * k / act::ACT_BLOCK..].as_ptr(),
             x32: x.x32[i * k / 16..].as_ptr(),
+            s256: x.s256[i * (k / 256)..].as_ptr(),
         };
         let xr: [Xrow; 4] = core::array::from_fn(|i| row(i.min(m - 1)));
         let xr = &xr[..m];

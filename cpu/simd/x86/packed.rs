@@ -17,13 +17,14 @@ const PREFETCH: usize = 1024;
 
 /// One activation row, as the kernels read it: `hi` / `lo` bytes
 /// (`lo` unused for 8-bit activations), per 32-value block `[d, d·Σq]`,
-/// and per 16 values `32·Σq`.
+/// per 16 values `32·Σq`, and per 256 the sum of `d·Σq` (`ActDigits`).
 #[derive(Clone, Copy)]
 pub(crate) struct Xrow {
     pub hi: *const i8,
     pub lo: *const u8,
     pub ds: *const [f32; 2],
     pub x32: *const i32,
+    pub s256: *const f32,
 }
 
 macro_rules! packed_kernels {
@@ -260,7 +261,7 @@ macro_rules! packed_kernels {
 
         /// The end of ternary block `b` for this half's rows: their `d` times
         /// the rows' scaled sums `dsum` into `acc`, and times each row's
-        /// `d_x Σq_x` over the block's 8 activation blocks into `off`.
+        /// `d_x Σq_x` over the block's 256 values into `off`.
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn end_block<const M: usize>(
@@ -273,12 +274,8 @@ macro_rules! packed_kernels {
             b: usize,
         ) {
             for i in 0..M {
-                let mut sx = 0.0;
-                for blk in 0..8 {
-                    sx += (*x[i].ds.add(8 * b + blk))[1];
-                }
                 acc[i][h] = fmadd(d, dsum[i], acc[i][h]);
-                off[i][h] = fmadd(d, fsplat(sx), off[i][h]);
+                off[i][h] = fmadd(d, fsplat(*x[i].s256.add(b)), off[i][h]);
             }
         }
 
