@@ -6,6 +6,8 @@
 //! the same formulas.
 
 use crate::dtype::DType;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Values per activation block (the block size of the weights it meets).
 pub const ACT_BLOCK: usize = 32;
@@ -88,28 +90,45 @@ impl ActRows<i8> {
     /// would round each block again. `None` at the first value off its
     /// row's levels (any other activation, within a few values).
     pub fn levels(x: &[f32], m: usize, k: usize) -> Option<ActRows<i8>> {
+        Self::levels_on(false, x, m, k)
+    }
+
+    /// [`ActRows::levels`] with the rows spread over the team when `par`
+    /// (a prefill's hundreds of rows, ahead of every BitNet matmul).
+    pub fn levels_on(par: bool, x: &[f32], m: usize, k: usize) -> Option<ActRows<i8>> {
         assert!(k.is_multiple_of(ACT_BLOCK) && x.len() >= m * k);
-        let mut out = ActRows {
+        let blocks = k / ACT_BLOCK;
+        let mut qs = vec![0; m * k];
+        let mut ds = vec![[0.0; 2]; m * blocks];
+        let off = AtomicBool::new(false);
+        let row_ds: Vec<Mutex<&mut [[f32; 2]]>> =
+            ds.chunks_mut(blocks.max(1)).map(Mutex::new).collect();
+        super::par::chunks(par, &mut qs, k, |r, q| {
+            if off.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut d = row_ds[r].lock().unwrap_or_else(|e| e.into_inner());
+            if !level_row(&x[r * k..(r + 1) * k], q, &mut d) {
+                off.store(true, Ordering::Relaxed);
+            }
+        });
+        drop(row_ds);
+        if off.into_inner() {
+            return None;
+        }
+        let sums256 = ds
+            .chunks_exact(blocks.max(1))
+            .flat_map(|row| row.chunks_exact(256 / ACT_BLOCK))
+            .map(|eight| eight.iter().map(|d| d[1]).sum())
+            .collect();
+        Some(ActRows {
             k,
             m,
-            qs: vec![0; m * k],
-            ds: vec![[0.0; 2]; m * k / ACT_BLOCK],
+            qs,
+            ds,
             row_scale: true,
-            sums256: Vec::with_capacity(m * k / 256),
-        };
-        for ((row, qs), ds) in x[..m * k]
-            .chunks_exact(k)
-            .zip(out.qs.chunks_exact_mut(k))
-            .zip(out.ds.chunks_exact_mut(k / ACT_BLOCK))
-        {
-            if !level_row(row, qs, ds) {
-                return None;
-            }
-            for eight in ds.chunks_exact(256 / ACT_BLOCK) {
-                out.sums256.push(eight.iter().map(|d| d[1]).sum());
-            }
-        }
-        Some(out)
+            sums256,
+        })
     }
 }
 
@@ -132,7 +151,7 @@ fn level_row(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
 
 #[inline(always)]
 fn level_row_in(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
-    let amax = row.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-5);
+    let amax = super::round_i8::abs_max(row).max(1e-5);
     if !amax.is_finite() {
         return false;
     }
@@ -147,10 +166,11 @@ fn level_row_in(row: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]) -> bool {
         for (v, q) in xb.iter().zip(qb.iter_mut()) {
             let t = v * s;
             let r = super::round_i8::ties_even(t);
-            // r / s * s is within a few ulps of r.
+            // r / s * s is within a few ulps of r; NaN fails the range.
             off |= (t - r).abs() > 1e-3 || !(-128.0..=127.0).contains(&r);
-            *q = r as i8;
-            sum += r as i32;
+            let i = saturate(r, -128.0, 127.0);
+            *q = i as i8;
+            sum += i;
         }
         if off {
             return false;

@@ -155,6 +155,9 @@ pub(crate) enum Slot {
 pub(crate) struct Store {
     slots: HashMap<u32, Slot>,
     next: u32,
+    /// Quantized decode activations of one buffer, forgotten whenever that
+    /// buffer is handed out for writing.
+    pub acts: super::matmul::ActsMemo,
 }
 
 impl Store {
@@ -169,6 +172,7 @@ impl Store {
     }
 
     pub fn remove(&mut self, buf: &Buffer) -> Option<Slot> {
+        self.acts.forget(buf.id());
         self.slots.remove(&buf.id())
     }
 
@@ -238,6 +242,7 @@ impl Store {
     }
 
     pub fn bytes_mut(&mut self, op: &'static str, what: &str, buf: &Buffer) -> Result<&mut [u8]> {
+        self.acts.forget(buf.id());
         match self.slots.get_mut(&buf.id()) {
             Some(Slot::Data { words, bytes }) => Ok(&mut bytemuck::cast_slice_mut(words)[..*bytes]),
             Some(Slot::Weight(_)) => Err(Error::op(
@@ -253,6 +258,7 @@ impl Store {
 
     /// Every whole 4-byte value of `buf`, writable.
     pub fn words_mut(&mut self, op: &'static str, what: &str, buf: &Buffer) -> Result<&mut [u32]> {
+        self.acts.forget(buf.id());
         match self.slots.get_mut(&buf.id()) {
             Some(Slot::Data { words, bytes }) => Ok(&mut words[..*bytes / 4]),
             Some(Slot::Weight(_)) => Err(Error::op(

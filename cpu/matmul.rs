@@ -26,6 +26,7 @@ use super::par::{self, Ctx};
 use super::repack::R;
 use super::simd::{self, ActQuant};
 use super::ActivationPrecision;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Above this many activation rows the panel GEMM wins over row dots.
 const GEMV_MAX_M: usize = 4;
@@ -54,6 +55,7 @@ pub(crate) fn run(
     x: &[f32],
     y: &mut [f32],
     m: usize,
+    memo: Option<(&ActsMemo, u32)>,
 ) {
     let n = w.rows;
     if m == 0 || n == 0 {
@@ -66,12 +68,15 @@ pub(crate) fn run(
     match ctx.isa.gemm_tile() {
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
-        _ if row_dots => gemv(ctx, w, x, y, m),
+        _ if row_dots => gemv(ctx, w, x, y, m, memo),
         _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => {
             // Rows on int8 levels (BitNet's) are exact as int8 at any
             // integer precision; other rows are int8 only when asked (Q8).
             let eight = simd::int8_gemm(ctx.isa, w.dtype);
-            match eight.then(|| ActRows::levels(x, m, w.cols)).flatten() {
+            match eight
+                .then(|| ActRows::levels_on(ctx.par, x, m, w.cols))
+                .flatten()
+            {
                 Some(levels) => gemm_int8(ctx, w, x, Some(&levels), y, m),
                 None if eight && ctx.acts == ActivationPrecision::Q8 => {
                     gemm_int8(ctx, w, x, None, y, m)
@@ -80,7 +85,7 @@ pub(crate) fn run(
             }
         }
         Some((mr, nr)) if m > GEMV_MAX_M => gemm(ctx, mr, nr, w, x, y, m),
-        _ => gemv(ctx, w, x, y, m),
+        _ => gemv(ctx, w, x, y, m, memo),
     }
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(n) {
@@ -91,30 +96,55 @@ pub(crate) fn run(
     }
 }
 
-fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
+fn gemv(
+    ctx: Ctx,
+    w: WeightRows<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    m: usize,
+    memo: Option<(&ActsMemo, u32)>,
+) {
     let isa = ctx.isa;
     let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
-    // Quantized once per call (in chunks of up to 4 rows), shared by every task.
+    // Quantized once per input (in chunks of up to 4 rows), shared by every
+    // task and by the next matmuls reading the same buffer (`ActsMemo`).
     // Decode, and prefill of repacked rows whose kernels serve it (`run`);
     // not other prefill (instruction sets without a GEMM kernel come here).
-    let quantized =
-        (m <= GEMV_MAX_M || w.packed) && act::supports(w.dtype) && k.is_multiple_of(ACT_BLOCK);
-    // Rows already on int8 levels (BitNet's) take the 8-bit kernels at any
-    // integer precision: exact, and faster than 16 bits.
-    let int_acts = if !quantized || ctx.acts == ActivationPrecision::F32 {
-        None
-    } else if let Some(levels) = level_rows(x, m, k) {
-        Some(IntActs::I8(levels))
-    } else if ctx.acts == ActivationPrecision::Q16 {
-        Some(IntActs::I16(quantize_rows(x, m, k)))
-    } else {
-        Some(IntActs::I8(quantize_rows(x, m, k)))
+    let quantized = (m <= GEMV_MAX_M || w.packed)
+        && act::supports(w.dtype)
+        && k.is_multiple_of(ACT_BLOCK)
+        && ctx.acts != ActivationPrecision::F32;
+    let prepare = || Prepared {
+        // Rows already on int8 levels (BitNet's) take the 8-bit kernels at
+        // any integer precision: exact, and faster than 16 bits.
+        acts: if let Some(levels) = level_rows(x, m, k) {
+            IntActs::I8(levels)
+        } else if ctx.acts == ActivationPrecision::Q16 {
+            IntActs::I16(quantize_rows(x, m, k))
+        } else {
+            IntActs::I8(quantize_rows(x, m, k))
+        },
+        digits: OnceLock::new(),
     };
+    let prepared = match memo {
+        Some((memo, id)) if quantized => Some(memo.get(
+            ActsKey {
+                id,
+                m,
+                k,
+                acts: ctx.acts,
+            },
+            prepare,
+        )),
+        _ if quantized => Some(Arc::new(prepare())),
+        _ => None,
+    };
+    let int_acts = prepared.as_deref().map(|p| &p.acts);
     // Repacked groups (rows below `packed_rows`) take the group kernels,
     // which read the activations split into bytes.
     let packed_rows = if w.packed { n / R * R } else { 0 };
-    let digits = match &int_acts {
-        Some(a) if packed_rows > 0 => Some(a.digits()),
+    let digits = match &prepared {
+        Some(p) if packed_rows > 0 => Some(p.digits.get_or_init(|| p.acts.digits())),
         _ => None,
     };
     // At least ~16 KiB of weights a task: smaller ones cost more in
@@ -134,7 +164,7 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
             let c = i0 / 4;
             // r0 is a multiple of R whenever it is below `packed_rows`.
             let mut r = r0;
-            if let (Some(a), Some(dg)) = (&int_acts, &digits) {
+            if let (Some(a), Some(dg)) = (int_acts, digits) {
                 let pr1 = r1.min(packed_rows);
                 if pr1 > r0 {
                     let (wd, out) = (&w.data[r0 * rb..pr1 * rb], &mut tmp[..(pr1 - r0) * mm]);
@@ -145,7 +175,7 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
             if r < r1 {
                 let rows = w.rows_at(r, r1, scratch);
                 let out = &mut tmp[(r - r0) * mm..(r1 - r0) * mm];
-                match &int_acts {
+                match int_acts {
                     Some(a) => simd::dot_rows_int(isa, w.dtype, rows, rb, a.chunk(c), out),
                     None => {
                         let xs = &x[i0 * k..(i0 + mm) * k];
@@ -162,6 +192,51 @@ fn gemv(ctx: Ctx, w: WeightRows<'_>, x: &[f32], y: &mut [f32], m: usize) {
             }
         }
     });
+}
+
+/// The decode activations last quantized from an input buffer, kept for
+/// the next matmuls that read it unchanged (q, k and v read one input; so
+/// do gate and up where they are apart). The store forgets them when the
+/// buffer is written ([`ActsMemo::forget`]).
+#[derive(Default)]
+pub(crate) struct ActsMemo(Mutex<Option<(ActsKey, Arc<Prepared>)>>);
+
+/// What a memo entry was quantized from and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ActsKey {
+    id: u32,
+    m: usize,
+    k: usize,
+    acts: ActivationPrecision,
+}
+
+/// Decode activations, and (made on first need) their split into bytes
+/// for the repacked kernels.
+struct Prepared {
+    acts: IntActs,
+    digits: OnceLock<Vec<ActDigits>>,
+}
+
+impl ActsMemo {
+    /// Buffer `id` is about to be written: its entry is stale.
+    pub fn forget(&mut self, id: u32) {
+        let memo = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        if memo.as_ref().is_some_and(|(key, _)| key.id == id) {
+            *memo = None;
+        }
+    }
+
+    fn get(&self, key: ActsKey, make: impl FnOnce() -> Prepared) -> Arc<Prepared> {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*memo {
+            Some((k, p)) if *k == key => Arc::clone(p),
+            _ => {
+                let p = Arc::new(make());
+                *memo = Some((key, Arc::clone(&p)));
+                p
+            }
+        }
+    }
 }
 
 /// Decode activations quantized for the integer kernels, one entry per

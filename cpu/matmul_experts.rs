@@ -52,7 +52,7 @@ pub(crate) fn run(
             },
         };
         let b = bias.map(|b| &b[e * n..(e + 1) * n]);
-        matmul::run(ctx, rows, b, &xs, &mut ys, chosen.len());
+        matmul::run(ctx, rows, b, &xs, &mut ys, chosen.len(), None);
         match p.glu {
             Some(act) => {
                 let half = n / 2;

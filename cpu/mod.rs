@@ -498,7 +498,7 @@ impl ComputeBackend for CpuBackend {
             let b = bias
                 .map(|b| s.f32s("matmul", "bias", b, w.rows))
                 .transpose()?;
-            matmul::run(ctx, cw.all(), b, xs, dst, m);
+            matmul::run(ctx, cw.all(), b, xs, dst, m, Some((&s.acts, x.id())));
             Ok(())
         })
     }

@@ -489,3 +489,58 @@ test_device!(
     matmul_long_reductions_match_reference_cpu: matmul_cpu_backends,
     matmul_long_reductions_match_reference_vulkan: matmul_vulkan_backends
 );
+
+/// A matmul after its input buffer was rewritten (by an upload, an op's
+/// output, a copy) reads the new values: the CPU keeps the quantized input
+/// of the last matmuls (`ActsMemo`) and must not serve it stale.
+fn matmul_reads_its_input_as_rewritten((name, mut b, _): Rounded) {
+    let (rows, cols) = (32, 256);
+    let b = b.as_mut();
+    for dtype in [DType::Q8_0, DType::Q4K, DType::TQ2_0] {
+        let xs: Vec<Vec<f32>> = (0..4).map(|s| rand_f32(cols, 90 + s)).collect();
+        let fresh: Vec<Vec<f32>> = xs
+            .iter()
+            .map(|x| {
+                matmul_on(
+                    b,
+                    dtype,
+                    &weight_bytes(dtype, rows, cols, 7),
+                    rows,
+                    cols,
+                    x,
+                    1,
+                )
+            })
+            .collect();
+        let w = b
+            .upload_weight(dtype, rows, cols, &weight_bytes(dtype, rows, cols, 7))
+            .unwrap();
+        let x = upload_f32(b, &xs[0]);
+        let (other, third) = (upload_f32(b, &xs[2]), upload_f32(b, &xs[3]));
+        let y = b.alloc(rows * 4).unwrap();
+        let mut got = Vec::new();
+        for step in 0..4 {
+            pass(b, |b| {
+                match step {
+                    0 => {}
+                    1 => b.upload(&x, 0, bytemuck::cast_slice(&xs[1])).unwrap(),
+                    2 => b.scale(&other, 1.0, &x, cols).unwrap(),
+                    _ => b.copy(&third, 0, &x, 0, cols * 4).unwrap(),
+                }
+                // Twice: the second reads what the first quantized.
+                b.matmul(&w, None, &x, &y, 1).unwrap();
+                b.matmul(&w, None, &x, &y, 1).unwrap();
+            });
+            got.push(download_f32(b, &y, rows));
+        }
+        for (step, (g, want)) in got.iter().zip(&fresh).enumerate() {
+            assert_eq!(g, want, "{name} {dtype} step {step}");
+        }
+        b.free_weight(w);
+    }
+}
+test_device!(
+    matmul_reads_its_input_as_rewritten,
+    matmul_reads_its_input_as_rewritten_cpu: matmul_cpu_backends,
+    matmul_reads_its_input_as_rewritten_vulkan: matmul_vulkan_backends
+);
