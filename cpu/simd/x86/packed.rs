@@ -10,9 +10,13 @@
 //! Two instances: AVX-512 VNNI (16 lanes, `vpdpbusd`) and AVX2 (8 lanes,
 //! `vpmaddubsw` + `vpmaddwd`, each group in two halves).
 
-/// How far ahead (bytes) the Q6_K kernel prefetches weights: measured
-/// single-threaded from DRAM, it streams ~15% faster with it, while Q4_0
-/// and Q4_K stream faster on the hardware prefetcher alone.
+/// How far ahead (bytes) the Q6_K kernel prefetches weights, line by line:
+/// measured single-threaded from DRAM, it streams ~15% faster with it. The
+/// other kernels prefetch a whole block ahead at each block's start
+/// (`prefetch_span`; Q4_0 four of its short blocks): on a 16-core Xeon a
+/// task's stream of a few tens of KB ends before the hardware prefetcher
+/// has ramped up, and BitNet's TQ2_0 decode at 16 threads went from 62 to
+/// 74 tok/s with it (benches/README.md).
 const PREFETCH: usize = 1024;
 
 /// One activation row, as the kernels read it: `hi` / `lo` bytes
@@ -49,6 +53,15 @@ macro_rules! packed_kernels {
             }
         }
 
+        /// Prefetch the `len` bytes at `p` into L1 (no fault past the end).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn prefetch_span(p: *const u8, len: usize) {
+            for l in 0..len.div_ceil(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * l) as *const i8);
+            }
+        }
+
         #[inline]
         #[target_feature(enable = $feat)]
         unsafe fn mask(v: i8) -> V {
@@ -79,6 +92,7 @@ macro_rules! packed_kernels {
             let mut off = [fzero(); H];
             for b in 0..nb {
                 let p = w.add(b * 288);
+                prefetch_span(p.wrapping_add(4 * 288), 288);
                 let [dx, sx] = *x.ds.add(b);
                 // Both halves in one pass: each activation word is
                 // broadcast once for the whole group.
@@ -137,6 +151,7 @@ macro_rules! packed_kernels {
             let mut off = [fzero(); H];
             for sb in 0..nsb {
                 let p = w.add(sb * 2304);
+                prefetch_span(p.wrapping_add(2304), 2304);
                 for h in 0..H {
                     let (mut sacc, mut soff) = (fzero(), fzero());
                     for q in 0..4 {
@@ -314,6 +329,7 @@ macro_rules! packed_kernels {
             let mut off = [[fzero(); H]; M];
             for b in 0..nb {
                 let p = w.add(b * 864);
+                prefetch_span(p.wrapping_add(864), 864);
                 let o = 256 * b;
                 for h in 0..H {
                     let ld_g = |g: usize| p.add(32 + 64 * g + HB * h);
@@ -392,6 +408,7 @@ macro_rules! packed_kernels {
             let (m3, m12) = (mask(3), mask(12));
             for b in 0..nb {
                 let p = w.add(b * 1056);
+                prefetch_span(p.wrapping_add(1056), 1056);
                 for h in 0..H {
                     let mut dsum = [fzero(); M];
                     for half in 0..2 {
