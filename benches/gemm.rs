@@ -5,7 +5,9 @@
 //! running it once per kernel compares them on the same device.
 //!
 //! `cargo bench --bench gemm` prints one table; `VKLLM_GEMM_M=64,512` picks
-//! the row counts.
+//! the row counts, `VKLLM_GEMM_TYPES=q4_k,f16` the weight types and
+//! `VKLLM_GEMM_SHAPES=4096x4096,14336x4096` the shapes (each a list; all
+//! by default).
 
 mod common;
 
@@ -61,6 +63,7 @@ fn main() {
     ];
     let dtypes = [
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
         DType::Q4_0,
         DType::Q4_1,
@@ -80,8 +83,14 @@ fn main() {
         print!(" {:>9}", format!("m={m}"));
     }
     println!("  (TFLOP/s)");
-    for dtype in dtypes {
+    let types = std::env::var("VKLLM_GEMM_TYPES").unwrap_or_default();
+    let only = std::env::var("VKLLM_GEMM_SHAPES").unwrap_or_default();
+    let picked = |list: &str, name: &str| list.is_empty() || list.split(',').any(|t| t == name);
+    for dtype in dtypes.into_iter().filter(|d| picked(&types, d.name())) {
         for &(rows, cols) in &shapes {
+            if !picked(&only, &format!("{rows}x{cols}")) {
+                continue;
+            }
             let mut row = vec![0u8; dtype.row_bytes(cols).unwrap()];
             quantize_row(dtype, &common::rand(cols, 1), &mut row).unwrap();
             let w = b

@@ -15,6 +15,10 @@
 // dq16(i, v): elements i..i+15 into v; i % 16 == 0, all in one row. Types
 // whose 16 values share one scale define it (and HAS_DQ16) to decode the
 // scale once; the others get four dq4 calls at the end of this file.
+// dq16_half(i, h): dq16's values as f16 pairs. A shader that also declares
+// the weight as `wdata4` (uvec4s) defines WDATA4, and types whose runs
+// are 16-byte aligned then read them 16 bytes a load (F16, Q4_K, Q5_K);
+// the others pack dq16's floats.
 
 uint byte_at(uint word_base, uint b) {
     return (wdata[word_base + (b >> 2)] >> ((b & 3u) * 8u)) & 0xFFu;
@@ -45,6 +49,17 @@ vec4 dq4(uint i) {
 }
 
 #elif defined(TYPE_F16)
+#if defined(WDATA4)
+#define HAS_DQ16_HALF
+void dq16_half(uint i, out uvec2 h[4]) {
+    uvec4 a = wdata4[i >> 3];
+    uvec4 b = wdata4[(i >> 3) + 1u];
+    h[0] = a.xy;
+    h[1] = a.zw;
+    h[2] = b.xy;
+    h[3] = b.zw;
+}
+#endif
 float dq1(uint i) { return unpackHalf2x16(wdata[i >> 1])[i & 1u]; }
 vec4 dq4(uint i) {
     return vec4(unpackHalf2x16(wdata[i >> 1]), unpackHalf2x16(wdata[(i >> 1) + 1]));
@@ -173,19 +188,21 @@ const uint QS = 4u;
 const uint BW = 44u;
 const uint QS = 12u;
 #endif
-// Scale and min of sub-block j (ggml get_scale_min_k4), already multiplied by d / dmin.
-vec2 k_scale_min(uint base, uint j) {
-    vec2 dm = unpackHalf2x16(wdata[base]);
-    uint sc;
-    uint mn;
-    if (j < 4u) {
-        sc = byte_at(base + 1u, j) & 63u;
-        mn = byte_at(base + 1u, j + 4u) & 63u;
-    } else {
-        sc = (byte_at(base + 1u, j + 4u) & 0xFu) | ((byte_at(base + 1u, j - 4u) >> 6) << 4);
-        mn = (byte_at(base + 1u, j + 4u) >> 4) | ((byte_at(base + 1u, j) >> 6) << 4);
-    }
+// Scale and min of sub-block j (ggml get_scale_min_k4), already multiplied
+// by d / dmin, from the block's first four words (d and dmin, then the 12
+// scale bytes). Selects, not branches: j differs between the invocations.
+vec2 k_scale_min_of(uvec4 hd, uint j) {
+    vec2 dm = unpackHalf2x16(hd.x);
+    uint sh = (j & 3u) * 8u;
+    uint a = (hd.y >> sh) & 0xFFu;
+    uint b = (hd.z >> sh) & 0xFFu;
+    uint c = (hd.w >> sh) & 0xFFu;
+    uint sc = j < 4u ? (a & 63u) : ((c & 0xFu) | ((a >> 6) << 4));
+    uint mn = j < 4u ? (b & 63u) : ((c >> 4) | ((b >> 6) << 4));
     return vec2(dm.x * float(sc), dm.y * float(mn));
+}
+vec2 k_scale_min(uint base, uint j) {
+    return k_scale_min_of(uvec4(wdata[base], wdata[base + 1u], wdata[base + 2u], wdata[base + 3u]), j);
 }
 float dq1(uint i) {
     uint base = (i >> 8) * BW;
@@ -230,6 +247,27 @@ void dq16(uint i, out vec4 v[4]) {
         v[j] = sm.x * bytes4(w) - sm.y;
     }
 }
+#if defined(WDATA4)
+// dq16 as f16 pairs from 16-byte loads (144- and 176-byte blocks keep
+// every run's words 16-byte aligned).
+#define HAS_DQ16_HALF
+void dq16_half(uint i, out uvec2 h[4]) {
+    uint base = (i >> 8) * BW;
+    uint e = i & 255u;
+    uint c = e >> 6;
+    uint hi = (e >> 5) & 1u;
+    uint l = e & 31u;
+    vec2 sm = k_scale_min_of(wdata4[base >> 2], 2u * c + hi);
+    uvec4 q = (wdata4[(base + QS + 8u * c + (l >> 2)) >> 2] >> (4u * hi)) & 0x0F0F0F0Fu;
+#if defined(TYPE_Q5_K)
+    q |= ((wdata4[(base + 4u + (l >> 2)) >> 2] >> (2u * c + hi)) & 0x01010101u) << 4;
+#endif
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        vec4 v = sm.x * bytes4(q[j]) - sm.y;
+        h[j] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+    }
+}
+#endif
 
 #elif defined(TYPE_Q6_K)
 // [128 ql bytes][64 qh bytes][16 i8 scales][d f16, pad]: 53 words.
@@ -578,6 +616,16 @@ float dq1(uint i) {
 void dq16(uint i, out vec4 v[4]) {
     [[unroll]] for (uint j = 0u; j < 4u; j++) {
         v[j] = dq4(i + 4u * j);
+    }
+}
+#endif
+
+#if !defined(HAS_DQ16_HALF)
+void dq16_half(uint i, out uvec2 h[4]) {
+    vec4 v[4];
+    dq16(i, v);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        h[j] = uvec2(packHalf2x16(v[j].xy), packHalf2x16(v[j].zw));
     }
 }
 #endif

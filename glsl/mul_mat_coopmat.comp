@@ -7,18 +7,20 @@
 //
 // The output tile is a grid of WARPS_M x WARPS_N subgroups of 32 (the
 // backend only picks this kernel where the subgroup size is 32), each
-// computing FRAGS_M x FRAGS_N 16 x 16 fragments: 128 x 128 from 8 subgroups
-// by default, 64 x 64 from 4 with TILE_SMALL, which the backend takes where
+// computing 2 x 2 16 x 16 fragments: 128 x 128 from 16 subgroups by
+// default, 64 x 64 from 4 with TILE_SMALL, which the backend takes where
 // the large tile would leave the GPU short of workgroups (benches/README.md,
-// prefill GEMM).
+// prefill GEMM). The 16 subgroups of the large tile beat 8 of 4 x 2
+// fragments each: the tile's fetch, not its multiplies, sets its pace, and
+// twice the invocations share it (benches/README.md, prefill GEMM).
 // K goes BK = 64 at a time through one shared buffer: while the subgroups
 // multiply the slice in it, the next one is fetched from memory into
 // registers (each invocation decodes runs of 16 weights of one row with
-// dq16, one scale decode each), then stored, as f16, between two barriers.
-// Two buffers of 32 (one barrier a step) is what 48 KiB of shared memory
-// allows otherwise; the 64-wide slice gives each fetch twice the
-// multiplies to hide behind, and ran faster (benches/README.md, prefill
-// GEMM).
+// dq16_half, one scale decode each), then stored, as f16, between two
+// barriers. Two buffers of 32 (one barrier a step) is what 48 KiB of
+// shared memory allows otherwise; the 64-wide slice gives each fetch twice
+// the multiplies to hide behind, and ran faster (benches/README.md,
+// prefill GEMM).
 //
 // Built with EXPERTS, the grouped GEMM of routed rows (experts.glsl).
 #version 450
@@ -29,10 +31,12 @@
 #include "common.glsl"
 
 layout(binding = 0) readonly buffer W { uint wdata[]; };
+layout(binding = 0) readonly buffer W4 { uvec4 wdata4[]; };
+#define WDATA4
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
-// With X_HALF, x arrives as f16 (glsl/half_rows.comp), 4 values a word pair.
-layout(binding = 1) readonly buffer X16 { uvec2 x16[]; };
+// With X_HALF, x arrives as f16 (glsl/half_rows.comp), 8 values a uvec4.
+layout(binding = 1) readonly buffer X16 { uvec4 x16[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer B { float bias[]; };
 
@@ -67,14 +71,12 @@ layout(constant_id = 0) const uint X_HALF = 0u;
 #if defined(TILE_SMALL)
 #define WARPS_M 2u
 #define WARPS_N 2u
+#else
+#define WARPS_M 4u
+#define WARPS_N 4u
+#endif
 #define FRAGS_M 2u
 #define FRAGS_N 2u
-#else
-#define WARPS_M 2u
-#define WARPS_N 4u
-#define FRAGS_M 4u
-#define FRAGS_N 2u
-#endif
 const uint THREADS = WARPS_M * WARPS_N * 32u;
 const uint BM = WARPS_M * FRAGS_M * 16u;
 const uint BN = WARPS_N * FRAGS_N * 16u;
@@ -94,10 +96,10 @@ const uint X_LOADS = BM * BK / 4u / THREADS;
 
 layout(local_size_x = THREADS) in;
 
+// The slice being multiplied; once the last is done, ws also stages
+// fragments on their way out (bounds and bias): 256 floats a subgroup.
 shared uvec2 ws[BN * SK];
 shared uvec2 xs[BM * SK];
-// One 16 x 16 f32 fragment per subgroup on its way out (bounds and bias).
-shared float stage[WARPS_M * WARPS_N * 256u];
 
 // The next slice in registers, already f16.
 uvec2 wreg[W_RUNS * 4u];
@@ -107,50 +109,77 @@ uvec2 half4(vec4 v) {
     return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
 }
 
-// Fetch the k slice at k0 into registers; out-of-range elements are zeros.
-// fast: k % 16 == 0, so 16-value runs never straddle a row.
-void fetch(uint n0, uint m0, uint k0, bool fast) {
+// Fetch the k slice at k0 into registers where k % 16 == 0: 16-value runs
+// never straddle a row. No branches, so the loads go out together
+// (benches/README.md, prefill GEMM): a run past the weight's rows or k
+// decodes block 0 and is zeroed by a select, and so is x past its rows; x
+// comes 8 f16 a load where it is f16.
+void fetch_fast(uint n0, uint m0, uint k0) {
     uint t = gl_LocalInvocationID.x;
     // Weights: run r is row r / RUNS_PER_ROW, values 16 (r % RUNS_PER_ROW) on.
     [[unroll]] for (uint i = 0u; i < W_RUNS; i++) {
         uint r = t + THREADS * i;
         uint wn = n0 + r / RUNS_PER_ROW;
         uint kk = k0 + (r % RUNS_PER_ROW) * 16u;
+        bool ok = r < RUNS_PER_ROW * BN && wn < pc.n && kk < pc.k;
+        uvec2 h[4];
+        dq16_half(ok ? w_row(wn) * pc.k + kk : 0u, h);
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            wreg[4u * i + j] = ok ? h[j] : uvec2(0u);
+        }
+    }
+    if (X_HALF != 0u) {
+        // Invocation idx loads 8 values into xreg[2i], xreg[2i + 1].
+        [[unroll]] for (uint i = 0u; i < X_LOADS / 2u; i++) {
+            uint idx = t + THREADS * i;
+            uint xm = m0 + idx / (BK / 8u);
+            uint xk = k0 + (idx % (BK / 8u)) * 8u;
+            bool ok = xm < m_rows() && xk < pc.k;
+            uvec4 h = x16[ok ? (x_row(xm) * pc.k + xk) / 8u : 0u];
+            h = ok ? h : uvec4(0u);
+            xreg[2u * i] = h.xy;
+            xreg[2u * i + 1u] = h.zw;
+        }
+        return;
+    }
+    // 16 consecutive invocations read one row's 64 values.
+    [[unroll]] for (uint i = 0u; i < X_LOADS; i++) {
+        uint idx = t + THREADS * i;
+        uint xm = m0 + idx / (BK / 4u);
+        uint xk = k0 + (idx % (BK / 4u)) * 4u;
+        bool ok = xm < m_rows() && xk < pc.k;
+        vec4 v = x4[ok ? (x_row(xm) * pc.k + xk) / 4u : 0u];
+        xreg[i] = ok ? half4(v) : uvec2(0u);
+    }
+}
+
+// fetch_fast for any k, element by element (x is never f16 here).
+void fetch_any(uint n0, uint m0, uint k0) {
+    uint t = gl_LocalInvocationID.x;
+    [[unroll]] for (uint i = 0u; i < W_RUNS; i++) {
+        uint r = t + THREADS * i;
+        uint wn = n0 + r / RUNS_PER_ROW;
+        uint kk = k0 + (r % RUNS_PER_ROW) * 16u;
         vec4 v[4];
-        if (fast && r < RUNS_PER_ROW * BN && wn < pc.n && kk < pc.k) {
-            dq16(w_row(wn) * pc.k + kk, v);
-        } else {
-            [[unroll]] for (uint j = 0u; j < 16u; j++) {
-                float e = 0.0;
-                if (r < RUNS_PER_ROW * BN && wn < pc.n && kk + j < pc.k) {
-                    e = dq1(w_row(wn) * pc.k + kk + j);
-                }
-                v[j / 4u][j % 4u] = e;
+        [[unroll]] for (uint j = 0u; j < 16u; j++) {
+            float e = 0.0;
+            if (r < RUNS_PER_ROW * BN && wn < pc.n && kk + j < pc.k) {
+                e = dq1(w_row(wn) * pc.k + kk + j);
             }
+            v[j / 4u][j % 4u] = e;
         }
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             wreg[4u * i + j] = half4(v[j]);
         }
     }
-    // x: 8 consecutive invocations read one row's 32 values.
     [[unroll]] for (uint i = 0u; i < X_LOADS; i++) {
         uint idx = t + THREADS * i;
         uint xm = m0 + idx / (BK / 4u);
         uint xk = k0 + (idx % (BK / 4u)) * 4u;
-        if (X_HALF != 0u) {
-            xreg[i] = xm < m_rows() && xk < pc.k ? x16[(x_row(xm) * pc.k + xk) / 4u] : uvec2(0u);
-            continue;
-        }
         vec4 v = vec4(0.0);
-        if (xm < m_rows()) {
-            if (fast && xk < pc.k) {
-                v = x4[(x_row(xm) * pc.k + xk) / 4u];
-            } else {
-                [[unroll]] for (uint j = 0u; j < 4u; j++) {
-                    if (xk + j < pc.k) {
-                        v[j] = x[x_row(xm) * pc.k + xk + j];
-                    }
-                }
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            if (xm < m_rows() && xk + j < pc.k) {
+                v[j] = x[x_row(xm) * pc.k + xk + j];
             }
         }
         xreg[i] = half4(v);
@@ -169,11 +198,49 @@ void store() {
             }
         }
     }
+    if (X_HALF != 0u) {
+        [[unroll]] for (uint i = 0u; i < X_LOADS / 2u; i++) {
+            uint idx = t + THREADS * i;
+            uint at = (idx / (BK / 8u)) * SK + (idx % (BK / 8u)) * 2u;
+            xs[at] = xreg[2u * i];
+            xs[at + 1u] = xreg[2u * i + 1u];
+        }
+        return;
+    }
     [[unroll]] for (uint i = 0u; i < X_LOADS; i++) {
         uint idx = t + THREADS * i;
         xs[(idx / (BK / 4u)) * SK + idx % (BK / 4u)] = xreg[i];
     }
 }
+
+// The slices from kbeg into acc, each next one fetched with FETCH while
+// the subgroups multiply the one in shared memory. A macro rather than a
+// function taking the fetch as a flag: each loop compiles without the
+// other's branches and acc stays in main. The fetch past the last slice
+// reads in-range addresses only, and what it stores is never read.
+#define MULTIPLY_SLICES(FETCH) \
+    FETCH(n0, m0, kbeg); \
+    store(); \
+    barrier(); \
+    for (uint s = 0u; s < steps; s++) { \
+        FETCH(n0, m0, kbeg + (s + 1u) * BK); \
+        [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) { \
+            MAT_B fb[FRAGS_N]; \
+            [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) { \
+                LOAD_COLS(fb[b], ws, (sn + 16u * b) * SK + kk, SK); \
+            } \
+            [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) { \
+                MAT_A fa; \
+                LOAD_ROWS(fa, xs, (sm + 16u * a) * SK + kk, SK); \
+                [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) { \
+                    acc[a][b] = MUL_ADD(fa, fb[b], acc[a][b]); \
+                } \
+            } \
+        } \
+        barrier(); \
+        store(); \
+        barrier(); \
+    }
 
 void main() {
     uint n0 = gl_WorkGroupID.x * BN;
@@ -184,7 +251,6 @@ void main() {
     uint sg = gl_SubgroupID;
     uint sm = (sg / WARPS_N) * FRAGS_M * 16u;
     uint sn = (sg % WARPS_N) * FRAGS_N * 16u;
-    bool fast = (pc.k & 15u) == 0u;
 
     MAT_C acc[FRAGS_M][FRAGS_N];
     [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
@@ -197,32 +263,10 @@ void main() {
     uint kend = pc.k_chunk == 0u ? pc.k : min(pc.k, kbeg + pc.k_chunk);
     uint ybase = gl_WorkGroupID.z * pc.m * pc.ldy;
     uint steps = (kend - kbeg + BK - 1u) / BK;
-    fetch(n0, m0, kbeg, fast);
-    store();
-    barrier();
-    for (uint s = 0u; s < steps; s++) {
-        bool more = s + 1u < steps;
-        if (more) {
-            fetch(n0, m0, kbeg + (s + 1u) * BK, fast);
-        }
-        [[unroll]] for (uint kk = 0u; kk < BK / 4u; kk += 4u) {
-            MAT_B fb[FRAGS_N];
-            [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
-                LOAD_COLS(fb[b], ws, (sn + 16u * b) * SK + kk, SK);
-            }
-            [[unroll]] for (uint a = 0u; a < FRAGS_M; a++) {
-                MAT_A fa;
-                LOAD_ROWS(fa, xs, (sm + 16u * a) * SK + kk, SK);
-                [[unroll]] for (uint b = 0u; b < FRAGS_N; b++) {
-                    acc[a][b] = MUL_ADD(fa, fb[b], acc[a][b]);
-                }
-            }
-        }
-        barrier();
-        if (more) {
-            store();
-        }
-        barrier();
+    if ((pc.k & 15u) == 0u) {
+        MULTIPLY_SLICES(fetch_fast)
+    } else {
+        MULTIPLY_SLICES(fetch_any)
     }
 
     // Whole fragments without a bias go straight to y (16-byte aligned rows
@@ -237,7 +281,8 @@ void main() {
                 STORE_ROWS(acc[a][b], y, ybase + row0 * pc.ldy + pc.row0 + col0, pc.ldy);
                 continue;
             }
-            STORE_ROWS(acc[a][b], stage, sg * 256u, 16u);
+            // 16 floats a row: 8 uvec2s.
+            STORE_ROWS(acc[a][b], ws, sg * 128u, 8u);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
@@ -245,7 +290,8 @@ void main() {
                 uint col = col0 + e % 16u;
                 if (row < m_rows() && col < pc.n) {
                     float bv = pc.has_bias != 0u ? bias[pc.row0 + w_row(col)] : 0.0;
-                    y[ybase + y_row(row) * pc.ldy + pc.row0 + col] = stage[sg * 256u + e] + bv;
+                    float v = uintBitsToFloat(ws[sg * 128u + e / 2u][e & 1u]);
+                    y[ybase + y_row(row) * pc.ldy + pc.row0 + col] = v + bv;
                 }
             }
             subgroupMemoryBarrierShared();

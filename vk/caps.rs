@@ -225,17 +225,19 @@ impl MatmulKernel {
     }
 
     /// Whether this binary and `caps` can run it. The cooperative-matrix
-    /// kernel also assumes subgroups of 32 (4 per 128-invocation workgroup)
+    /// kernel also assumes subgroups of 32 (16 per 512-invocation workgroup)
     /// and needs f16 arithmetic, the Vulkan memory model and the shared
-    /// memory its 128 x 128 tile declares (two 128 x 64 f16 slices, padded,
-    /// and a 16 x 16 f32 fragment per subgroup: 44 KiB).
+    /// memory its 128 x 128 tile declares (two 128 x 64 f16 slices, padded:
+    /// 36 KiB).
     pub fn available(self, caps: &Caps) -> bool {
-        const COOPMAT_SHARED: u32 = 2 * 128 * 18 * 8 + 8 * 256 * 4;
+        const COOPMAT_SHARED: u32 = 2 * 128 * 18 * 8;
+        const COOPMAT_INVOCATIONS: u32 = 512;
         let base = caps.fp16
             && caps.vulkan_memory_model
             && caps.vulkan_memory_model_device_scope
             && caps.subgroup_size == 32
-            && caps.max_shared_memory >= COOPMAT_SHARED;
+            && caps.max_shared_memory >= COOPMAT_SHARED
+            && caps.max_workgroup_invocations >= COOPMAT_INVOCATIONS;
         match self {
             MatmulKernel::Tiles => true,
             MatmulKernel::Lanes => caps.subgroup_ballot && caps.subgroup_size >= 8,

@@ -153,30 +153,89 @@ fn matmul_coopmat_every_dtype() {
     // 2048 x 2048 and up: x goes to the GEMM as f16 (half_rows.comp).
     shapes.push((DType::Q4_0, 2048, 2048));
     for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
-        let wb = weight_bytes(dtype, rows, cols, 600 + si as u64);
-        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
-        let bias = rand_f32(rows, 8);
-        let bias_buf = upload_f32(&mut b, &bias);
-        for m in [5, 64, 67, 130, 512] {
-            let x = rand_f32(m * cols, 700 + m as u64);
-            let with_bias = (m % 2 == 1).then_some((&bias_buf, &bias[..]));
-            let xb = upload_f32(&mut b, &x);
-            let yb = b.alloc(m * rows * 4).unwrap();
-            pass(&mut b, |b| {
-                b.matmul(&w, with_bias.map(|(bb, _)| bb), &xb, &yb, m)
-                    .unwrap()
-            });
-            let got = download_f32(&mut b, &yb, m * rows);
-            let want = reference::matmul(dtype, &wb, rows, cols, with_bias.map(|(_, v)| v), &x, m)
-                .unwrap();
-            let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
-            let what = format!("coopmat matmul {dtype} {rows}x{cols} m={m}");
-            assert_close(&what, &got, &want, &scale, COOPMAT_TOL);
-            b.free(xb);
-            b.free(yb);
+        check_coopmat(
+            &mut b,
+            (dtype, rows, cols),
+            &[5, 64, 67, 130, 512],
+            600 + si as u64,
+        );
+    }
+}
+
+/// The cooperative-matrix GEMM of a random `rows x cols` weight against the
+/// reference for each row count in `ms`, odd counts with a bias, within
+/// [`COOPMAT_TOL`] of Σ|w·x|.
+fn check_coopmat(
+    b: &mut VulkanBackend,
+    (dtype, rows, cols): (DType, usize, usize),
+    ms: &[usize],
+    seed: u64,
+) {
+    let wb = weight_bytes(dtype, rows, cols, seed);
+    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+    let bias = rand_f32(rows, seed + 1);
+    let bias_buf = upload_f32(b, &bias);
+    for &m in ms {
+        let x = rand_f32(m * cols, seed + 100 + m as u64);
+        let with_bias = (m % 2 == 1).then_some((&bias_buf, &bias[..]));
+        let xb = upload_f32(b, &x);
+        let yb = b.alloc(m * rows * 4).unwrap();
+        pass(b, |b| {
+            b.matmul(&w, with_bias.map(|(bb, _)| bb), &xb, &yb, m)
+                .unwrap()
+        });
+        let got = download_f32(b, &yb, m * rows);
+        let want =
+            reference::matmul(dtype, &wb, rows, cols, with_bias.map(|(_, v)| v), &x, m).unwrap();
+        let scale = abs_dot(dtype, &wb, rows, cols, &x, m);
+        let what = format!("coopmat matmul {dtype} {rows}x{cols} m={m}");
+        assert_close(&what, &got, &want, &scale, COOPMAT_TOL);
+        b.free(xb);
+        b.free(yb);
+    }
+    b.free_weight(w);
+    b.free(bias_buf);
+}
+
+/// GPU-only: the cooperative-matrix GEMM's large tile (128 x 128 from 16
+/// subgroups, taken from 96 tiles up), with partial tiles on both edges
+/// (n = 4100 / 3100, m = 521 with a bias): F16 and Q5_K runs read 16 bytes
+/// a load (dq16_half), Q6_K and Q4_0 pack dq16's floats, x comes as f16
+/// where n · k reaches 4 Mi (8 values a load), F16 with k = 1040 ends on a
+/// quarter slice, and F32 with k = 102 takes the element-by-element fetch.
+#[test]
+fn matmul_coopmat_large_tile() {
+    let Some(mut b) = common::vulkan_backend() else {
+        return;
+    };
+    if !b.kernels().matmul.is_coopmat() {
+        eprintln!(
+            "skipped: {} has no cooperative-matrix GEMM",
+            b.device_info().name
+        );
+        return;
+    }
+    let shapes: [(DType, usize, usize); 6] = [
+        (DType::F16, 4100, 1040),
+        (DType::Q5K, 4100, 1024),
+        (DType::Q4K, 4100, 1024),
+        (DType::Q4_0, 4100, 1024),
+        (DType::Q6K, 3100, 256),
+        (DType::F32, 3100, 102),
+    ];
+    for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
+        for m in [512usize, 521] {
+            assert!(
+                rows.div_ceil(128) * m.div_ceil(128) >= 96,
+                "not the large tile"
+            );
         }
-        b.free_weight(w);
-        b.free(bias_buf);
+        check_coopmat(
+            &mut b,
+            (dtype, rows, cols),
+            &[512, 521],
+            900 + 10 * si as u64,
+        );
     }
 }
 
