@@ -223,19 +223,15 @@ fn matmul_coopmat_large_tile() {
         (DType::Q6K, 3100, 256),
         (DType::F32, 3100, 102),
     ];
+    let ms = [512usize, 521];
     for (si, (dtype, rows, cols)) in shapes.into_iter().enumerate() {
-        for m in [512usize, 521] {
+        for m in ms {
             assert!(
                 rows.div_ceil(128) * m.div_ceil(128) >= 96,
                 "not the large tile"
             );
         }
-        check_coopmat(
-            &mut b,
-            (dtype, rows, cols),
-            &[512, 521],
-            900 + 10 * si as u64,
-        );
+        check_coopmat(&mut b, (dtype, rows, cols), &ms, 900 + 10 * si as u64);
     }
 }
 
