@@ -4,11 +4,13 @@
 // outside the union of the rows' ranges never loaded), with S = Q·Kᵀ and
 // O = P·V as 16 x 16 f16 products accumulated in f32.
 //
-// Two passes over the keys instead of an online softmax: the first takes
-// each row's maximum score, the second its exp(s - max) and P·V. Rescaling
-// O by a per-row factor would need the accumulators' element-to-row
-// mapping, which cooperative matrices hide; the second Q·Kᵀ is cheaper than
-// moving O through shared memory every tile.
+// One pass over the keys, an online softmax: each tile raises a row's
+// running maximum, and O, already summed under the old one, is scaled by
+// exp(old - new). Cooperative matrices leave which row each invocation's
+// accumulator elements lie in to the implementation, so the kernel reads
+// that map once, from a fragment loaded with each row's index, and scales
+// element by element. Two passes (the maxima first) multiplied Q·Kᵀ twice
+// and loaded K twice (benches/README.md, prefill attention).
 //
 // 4 subgroups of 32, subgroup w owning query vectors 16w..16w+15: its
 // scores and probabilities stay in its own rows of shared memory, so only
@@ -98,6 +100,8 @@ shared float ss[BR * SS];
 shared uvec2 ps[BR * PW];
 shared uint k_lo[BR];
 shared uint k_hi[BR];
+// Per row, this tile's factor exp(old max - new max) for O.
+shared float rescale[BR];
 
 const float NEG_INF = -1.0 / 0.0;
 
@@ -242,33 +246,24 @@ void main() {
     }
     barrier();
 
-    // Pass 1: each row's largest score.
-    float mx = NEG_INF;
-    if (tile_lo < tile_hi) {
-        fetch_tile(tile_lo, tile_hi, kvh, false);
+    // The accumulators' element-to-row map: a fragment of row indices.
+    for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
+        ss[(16u * w + e / 16u) * SS + e % 16u] = float(e / 16u);
     }
-    for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
-        put_tile(false);
-        barrier();
-        if (j0 + BC < tile_hi) {
-            fetch_tile(j0 + BC, tile_hi, kvh, false);
-        }
-        scores(w);
-        [[unroll]] for (uint i = 0u; i < 16u; i++) {
-            uint j = j0 + half_k + i;
-            if (j >= lo && j < hi) {
-                mx = max(mx, ss[row * SS + half_k + i]);
-            }
-        }
-        barrier();
-    }
-    mx = max(mx, subgroupShuffleXor(mx, 1u));
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    MAT_C row_of;
+    LOAD_ROWS(row_of, ss, 16u * w * SS, SS);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
 
-    // Pass 2: P = exp(S - max) (zero where masked), l = Σ P, O = P·V.
+    // Per tile: S = Q·Kᵀ, the row's running max mx, P = exp(S - mx) (zero
+    // where masked), l = Σ P and O = P·V, both scaled to the new max first.
     MAT_C o[8];
     [[unroll]] for (uint f = 0u; f < 8u; f++) {
         o[f] = MAT_C(0.0);
     }
+    float mx = NEG_INF;
     float l = 0.0;
     if (tile_lo < tile_hi) {
         fetch_tile(tile_lo, tile_hi, kvh, true);
@@ -280,19 +275,47 @@ void main() {
             fetch_tile(j0 + BC, tile_hi, kvh, true);
         }
         scores(w);
+        float tile_mx = NEG_INF;
+        [[unroll]] for (uint i = 0u; i < 16u; i++) {
+            uint j = j0 + half_k + i;
+            if (j >= lo && j < hi) {
+                tile_mx = max(tile_mx, ss[row * SS + half_k + i]);
+            }
+        }
+        float new_mx = max(mx, max(tile_mx, subgroupShuffleXor(tile_mx, 1u)));
+        // A row without keys so far keeps O = l = 0 and its max -inf.
+        bool none = new_mx == NEG_INF;
+        float scale = none ? 1.0 : exp(mx - new_mx);
+        float sub = none ? 0.0 : new_mx;
+        mx = new_mx;
+        l *= scale;
         [[unroll]] for (uint i = 0u; i < 16u; i += 4u) {
             vec4 p = vec4(0.0);
             [[unroll]] for (uint e = 0u; e < 4u; e++) {
                 uint j = j0 + half_k + i + e;
                 if (j >= lo && j < hi) {
-                    p[e] = exp(ss[row * SS + half_k + i + e] - mx);
+                    p[e] = exp(ss[row * SS + half_k + i + e] - sub);
                 }
             }
             l += p.x + p.y + p.z + p.w;
             ps[row * PW + (half_k + i) / 4u] = half4(p);
         }
+        if (lane % 2u == 0u) {
+            rescale[row] = scale;
+        }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
+        MAT_C by;
+        for (int e = 0; e < by.length(); e++) {
+            by[e] = rescale[16u * w + uint(row_of[e])];
+        }
+        [[unroll]] for (uint f = 0u; f < 8u; f++) {
+            if (f < DF) {
+                for (int e = 0; e < by.length(); e++) {
+                    o[f][e] *= by[e];
+                }
+            }
+        }
         [[unroll]] for (uint c = 0u; c < BC / 16u; c++) {
             MAT_A pf;
             LOAD_ROWS(pf, ps, 16u * w * PW + 4u * c, PW);
