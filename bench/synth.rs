@@ -18,6 +18,8 @@
 mod blocks;
 mod recipe;
 
+// Public for benches/gemm.rs: weights of the types vkllm cannot quantize to.
+pub use blocks::fill_random;
 pub use recipe::{tensor_type, Quant, Role};
 
 use crate::dtype::DType;
