@@ -19,7 +19,7 @@ mod blocks;
 mod recipe;
 
 // Public for benches/gemm.rs: weights of the types vkllm cannot quantize to.
-pub use blocks::fill_random;
+pub use blocks::{fill_random, random_blocks};
 pub use recipe::{tensor_type, Quant, Role};
 
 use crate::dtype::DType;
@@ -471,7 +471,7 @@ const BLOCK_VALUES: usize = 1 << 20;
 /// Blocks generated in parallel before they are written in order.
 const BLOCKS_PER_BATCH: usize = 32;
 /// Standard deviation of matrix weights (and of the noise on norm weights).
-const WEIGHT_STD: f32 = 0.02;
+pub const WEIGHT_STD: f32 = 0.02;
 
 /// How the quantized tensors' values are made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

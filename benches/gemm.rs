@@ -106,12 +106,17 @@ fn tflops_at(b: &mut dyn ComputeBackend, w: &Weight, m: usize) -> Result<f64> {
 /// weights' spread, as `vkllm synth` writes them) where vkllm has no
 /// quantizer for the type.
 fn weight_row(dtype: DType, cols: usize) -> Result<Vec<u8>> {
+    use vkllm::bench::synth::{fill_random, random_blocks, WEIGHT_STD};
     let mut row = vec![0u8; dtype.row_bytes(cols)?];
-    if dtype.format().encode.is_some() {
-        quantize_row(dtype, &common::rand(cols, 1), &mut row)?;
+    if random_blocks(dtype, false) {
+        fill_random(
+            dtype,
+            &mut ChaCha8Rng::seed_from_u64(1),
+            WEIGHT_STD,
+            &mut row,
+        )?;
     } else {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        vkllm::bench::synth::fill_random(dtype, &mut rng, 0.02, &mut row)?;
+        quantize_row(dtype, &common::rand(cols, 1), &mut row)?;
     }
     Ok(row)
 }
@@ -201,9 +206,12 @@ fn main() {
         }
     }
 
-    let forced = vkllm::vk::Options::from_env()
+    // The options only where they force a kernel: the peak then opens a
+    // backend from them without it.
+    let forcing = vkllm::vk::Options::from_env()
         .ok()
-        .and_then(|o| o.kernels.matmul);
+        .filter(|o| o.kernels.matmul.is_some());
+    let forced = forcing.as_ref().and_then(|o| o.kernels.matmul);
     println!(
         "{}, VKLLM_MATMUL={}",
         b.name(),
@@ -214,14 +222,12 @@ fn main() {
         let what = format!("peak (f16 {n}x{n}, m={m}{kernel})");
         // The default kernel's peak whatever VKLLM_MATMUL forces, so that
         // runs of different kernels share one yardstick.
-        let r = match forced {
+        let r = match forcing.clone() {
             None => peak(b.as_mut(), n, m),
-            Some(_) => vkllm::vk::Options::from_env()
-                .and_then(|mut o| {
-                    o.kernels.matmul = None;
-                    vkllm::vk::open(&o)
-                })
-                .and_then(|mut d| peak(d.as_mut(), n, m)),
+            Some(mut o) => {
+                o.kernels.matmul = None;
+                vkllm::vk::open(&o).and_then(|mut d| peak(d.as_mut(), n, m))
+            }
         };
         match r {
             Ok(t) => {

@@ -112,15 +112,15 @@ uvec2 half4(vec4 v) {
     return uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
 }
 
-// The next K (and V) tile in registers while the current one is multiplied:
+// The next K and V tiles in registers while the current one is multiplied:
 // otherwise each of a long context's many tile loads waits in full before
 // its multiply (benches/README.md, prefill attention).
 const uint TILE_WORDS = (BC * DW + 127u) / 128u; // per invocation
 uvec2 k_next[TILE_WORDS];
 uvec2 v_next[TILE_WORDS];
 
-// K (and V) rows j0.. into k_next / v_next; keys at or past `hi` read as zeros.
-void fetch_tile(uint j0, uint hi, uint kvh, bool with_v) {
+// K and V rows j0.. into k_next / v_next; keys at or past `hi` read as zeros.
+void fetch_tile(uint j0, uint hi, uint kvh) {
     uint kv_stride = pc.n_kv_heads * DW;
     [[unroll]] for (uint n = 0u; n < TILE_WORDS; n++) {
         uint i = gl_LocalInvocationID.x + 128u * n;
@@ -130,22 +130,18 @@ void fetch_tile(uint j0, uint hi, uint kvh, bool with_v) {
         uint row = PAGED ? kv_row(0u, min(j, hi - 1u)) : j;
         uint at = row * kv_stride + kvh * DW + i % DW;
         k_next[n] = live ? k16[at] : uvec2(0u);
-        if (with_v) {
-            v_next[n] = live ? v16[at] : uvec2(0u);
-        }
+        v_next[n] = live ? v16[at] : uvec2(0u);
     }
 }
 
 // The fetched tile into shared memory: K rows at 0, V rows at BC.
-void put_tile(bool with_v) {
+void put_tile() {
     [[unroll]] for (uint n = 0u; n < TILE_WORDS; n++) {
         uint i = gl_LocalInvocationID.x + 128u * n;
         if (i < BC * DW) {
             uint k = i / DW;
             tiles[k * RS + i % DW] = k_next[n];
-            if (with_v) {
-                tiles[(BC + k) * RS + i % DW] = v_next[n];
-            }
+            tiles[(BC + k) * RS + i % DW] = v_next[n];
         }
     }
 }
@@ -266,13 +262,13 @@ void main() {
     float mx = NEG_INF;
     float l = 0.0;
     if (tile_lo < tile_hi) {
-        fetch_tile(tile_lo, tile_hi, kvh, true);
+        fetch_tile(tile_lo, tile_hi, kvh);
     }
     for (uint j0 = tile_lo; j0 < tile_hi; j0 += BC) {
-        put_tile(true);
+        put_tile();
         barrier();
         if (j0 + BC < tile_hi) {
-            fetch_tile(j0 + BC, tile_hi, kvh, true);
+            fetch_tile(j0 + BC, tile_hi, kvh);
         }
         scores(w);
         float tile_mx = NEG_INF;
