@@ -593,6 +593,12 @@ uint iq_signs(uint base, uint ib, uint l) {
     return byte_at(base + 19u, 4u * ib + l);
 #endif
 }
+// The four grid bytes of w times db, negated where sign bits s (the low 4)
+// are set: the bits go straight into the floats' sign bits.
+vec4 iq_values4(uint w, uint s, float db) {
+    uvec4 neg = uvec4(s << 31, s << 30, s << 29, s << 28) & 0x80000000u;
+    return uintBitsToFloat(floatBitsToUint(db * bytes4(w)) ^ neg);
+}
 // dq4 reads half a group: word h = (e / 4) % 2 of the entry, sign bits 4h..4h+3.
 vec4 dq4(uint i) {
     uint base = GW + (i >> 8) * BW;
@@ -600,9 +606,24 @@ vec4 dq4(uint i) {
     uint ib = e >> 5;
     uint l = (e >> 3) & 3u;
     uint h = (e >> 2) & 1u;
-    uint s = iq_signs(base, ib, l) >> (4u * h);
-    vec4 neg = vec4(s & 1u, (s >> 1) & 1u, (s >> 2) & 1u, (s >> 3) & 1u);
-    return iq_db(base, ib, l) * bytes4(iq_grid_word(base, ib, l, h)) * (1.0 - 2.0 * neg);
+    return iq_values4(iq_grid_word(base, ib, l, h), iq_signs(base, ib, l) >> (4u * h),
+                      iq_db(base, ib, l));
+}
+// dq16: groups l and l + 1 (l even) of one sub-block, which share a scale
+// (IQ2_XS and IQ2_S scale 16 values), decoded once for the four words.
+#define HAS_DQ16
+void dq16(uint i, out vec4 v[4]) {
+    uint base = GW + (i >> 8) * BW;
+    uint e = i & 255u;
+    uint ib = e >> 5;
+    uint l0 = (e >> 3) & 2u;
+    float db = iq_db(base, ib, l0);
+    [[unroll]] for (uint g = 0u; g < 2u; g++) {
+        uint s = iq_signs(base, ib, l0 + g);
+        [[unroll]] for (uint h = 0u; h < 2u; h++) {
+            v[2u * g + h] = iq_values4(iq_grid_word(base, ib, l0 + g, h), s >> (4u * h), db);
+        }
+    }
 }
 float dq1(uint i) {
     return dq4(i & ~3u)[i & 3u];

@@ -14,7 +14,8 @@
 // vk/caps.rs GemvKernel, VKLLM_GEMV).
 //
 // Built with Q8X (mul_mat_vec_q8, for the types whose row in quants/types.rs
-// gives integer-dot lanes: the legacy types, the K-quants and the ternary types), x comes
+// gives integer-dot lanes: the legacy types, the K-quants, the ternary
+// types, the IQ4 and MXFP4 tables and the i-quant grids), x comes
 // as two int8 digits per value (hi + lo / 254 steps of its block's scale)
 // from quantize_q8.comp, with the norm weights already applied and Σx²
 // stored beside it, and each slot's sums are packed 4 x int8 dot products
@@ -644,6 +645,127 @@ float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
     vec4 dots = vec4(digits(hi.x, lo.x), digits(hi.y, lo.y), digits(hi.z, lo.z),
                      digits(hi.w, lo.w));
     return unpackHalf2x16(wdata[base + 16u]).x * dot(sums, dots);
+}
+
+#elif defined(Q8X) && (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS))
+// 4-bit indices into a 16-value table of small integers (dequant.glsl's
+// LUT16_TABLE), q4_0's nibble order, one scale per 32 values. Slot s: one
+// such sub-block (sub-block s of an IQ4_XS block, the block of the others).
+#if defined(TYPE_MXFP4)
+const uint QK = 32u;
+const uint BWORDS = 5u;
+float lut_scale(uint base, uint b) {
+    return mxfp4_d(base);
+}
+#else
+const uint BWORDS = BW; // QK and BW: dequant.glsl's
+float lut_scale(uint base, uint b) {
+    return iq4_sub_scale(base, b);
+}
+#endif
+const uint XN = 4u;
+#define LUT_PAIRS
+// Byte b's two values as int8: its low nibble's in byte 0, its high
+// nibble's in byte 2 (filled first thing in main). Quant byte j holds
+// elements j and 16 + j, so T[b0] | T[b1] << 8 packs elements (j, j + 1,
+// 16 + j, 17 + j): four lookups give a word's 8 values as 2 packed words,
+// against x digits rearranged the same way once per slot (load_x).
+shared uint lut_pairs[256];
+
+uint lut_pair_entry(uint b) {
+    vec4 v = lut16_bytes(LUT16_TABLE, (b & 0xFu) | ((b >> 4) << 8));
+    return (uint(int(v.x)) & 0xFFu) | ((uint(int(v.y)) & 0xFFu) << 16);
+}
+
+// Digit words (elements 4w..4w+3 in a, 16+4w.. in b) as (4w, 4w+1, 16+4w,
+// 17+4w) and (4w+2, 4w+3, 18+4w, 19+4w).
+uvec2 pair_digits(uint a, uint b) {
+    return uvec2(bitfieldInsert(a, b, 16, 16), bitfieldInsert(b, a >> 16, 0, 16));
+}
+
+// xs: the sub-block's digits in pair_digits' order, hi in xs[0..1] (words
+// 2w, 2w + 1 from quant word w), lo in xs[2..3]; sums.x: x's block scale.
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint col = col0 + 32u * sub;
+    uint at0 = q8_at(col / 16u, pc.k);
+    uint at1 = q8_at(col / 16u + 1u, pc.k);
+    uvec4 h0 = X_HI4(r, at0);
+    uvec4 h1 = X_HI4(r, at1);
+    uvec4 l0 = X_LO4(r, at0);
+    uvec4 l1 = X_LO4(r, at1);
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uvec2 h = pair_digits(h0[w], h1[w]);
+        uvec2 l = pair_digits(l0[w], l1[w]);
+        xs[w >> 1][2u * (w & 1u)] = h.x;
+        xs[w >> 1][2u * (w & 1u) + 1u] = h.y;
+        xs[2u + (w >> 1)][2u * (w & 1u)] = l.x;
+        xs[2u + (w >> 1)][2u * (w & 1u) + 1u] = l.y;
+    }
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
+    sums = vec4(X_FLOAT(d), 0.0, 0.0, 0.0);
+}
+
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    int hi = 0;
+    int lo = 0;
+    uint q0 = base + BWORDS - QK / 8u + 4u * sub;
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint q = wdata[q0 + w];
+        uint a = lut_pairs[q & 0xFFu] | (lut_pairs[(q >> 8) & 0xFFu] << 8);
+        uint b = lut_pairs[(q >> 16) & 0xFFu] | (lut_pairs[q >> 24] << 8);
+        hi = dot8(a, xs[w >> 1][2u * (w & 1u)], hi);
+        lo = dot8(a, xs[2u + (w >> 1)][2u * (w & 1u)], lo);
+        hi = dot8(b, xs[w >> 1][2u * (w & 1u) + 1u], hi);
+        lo = dot8(b, xs[2u + (w >> 1)][2u * (w & 1u) + 1u], lo);
+    }
+    return lut_scale(base, sub) * sums.x * digits(hi, lo);
+}
+
+#elif defined(Q8X) && (defined(TYPE_IQ2_XXS) || defined(TYPE_IQ2_XS) || defined(TYPE_IQ2_S) \
+    || defined(TYPE_IQ3_XXS) || defined(TYPE_IQ3_S))
+// The i-quant grid types (dequant.glsl: grid entries of unsigned bytes, the
+// grid in shared memory, 8 sign bits per group of 8 values). Slot s:
+// sub-block s (4 groups), one x block; its scale per 32 values, or per 16
+// (IQ2_XS, IQ2_S: groups 0-1 and 2-3), so the dots sum per half.
+const uint QK = 256u;
+const uint BWORDS = BW;
+const uint WORDS0 = GW;
+const uint XN = 4u;
+
+// Grid bytes g with the bytes whose sign bit (the low 4 of s) is set
+// negated: no grid value is 0, so ~g + 1 carries into no other byte.
+uint signed_grid(uint g, uint s) {
+    uint one = spread4(s);
+    return (g ^ (one * 0xFFu)) + one;
+}
+
+// xs: the sub-block's digits, hi of values 0..15 in xs[0], 16..31 in xs[1],
+// lo in xs[2..3]; sums.x: x's block scale.
+void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
+    uint col = col0 + 32u * sub;
+    uint at0 = q8_at(col / 16u, pc.k);
+    uint at1 = q8_at(col / 16u + 1u, pc.k);
+    xs[0] = X_HI4(r, at0);
+    xs[1] = X_HI4(r, at1);
+    xs[2] = X_LO4(r, at0);
+    xs[3] = X_LO4(r, at1);
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
+    sums = vec4(X_FLOAT(d), 0.0, 0.0, 0.0);
+}
+
+float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
+    ivec4 acc = ivec4(0); // (groups 0-1 hi, lo, groups 2-3 hi, lo)
+    [[unroll]] for (uint l = 0u; l < 4u; l++) {
+        uint s = iq_signs(base, sub, l);
+        [[unroll]] for (uint h = 0u; h < 2u; h++) {
+            uint t = signed_grid(iq_grid_word(base, sub, l, h), s >> (4u * h));
+            uint w = 2u * l + h; // x word of values 4w..4w+3
+            acc[2u * (l >> 1)] = dot8(t, xs[w >> 2][w & 3u], acc[2u * (l >> 1)]);
+            acc[2u * (l >> 1) + 1u] = dot8(t, xs[2u + (w >> 2)][w & 3u], acc[2u * (l >> 1) + 1u]);
+        }
+    }
+    return sums.x * (iq_db(base, sub, 0u) * digits(acc.x, acc.y)
+                     + iq_db(base, sub, 2u) * digits(acc.z, acc.w));
 }
 
 #elif defined(TYPE_Q4_K)
@@ -1351,9 +1473,16 @@ bool routed(uint wg_rows) {
 #endif
 
 void main() {
-#if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE)
+#if (defined(TYPE_MXFP4) || defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)) && defined(BLOCKWISE) \
+    && !defined(Q8X)
     for (uint i = gl_LocalInvocationIndex; i < 16u; i += gl_WorkGroupSize.x) {
         lut16[i] = lut16_bytes(LUT16_TABLE, i).x;
+    }
+    barrier();
+#endif
+#if defined(LUT_PAIRS)
+    for (uint i = gl_LocalInvocationIndex; i < 256u; i += gl_WorkGroupSize.x) {
+        lut_pairs[i] = lut_pair_entry(i);
     }
     barrier();
 #endif
