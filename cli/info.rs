@@ -78,6 +78,19 @@ fn devices(out: &mut String) {
                     Err(e) => format!("kernels: {e}"),
                 };
                 let _ = writeln!(out, "  {d}\n      {kernels}");
+                if !d.caps.coopmat_shapes.is_empty() {
+                    let shapes: Vec<String> = d
+                        .caps
+                        .coopmat_shapes
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "      cooperative matrix shapes: {}",
+                        shapes.join(", ")
+                    );
+                }
             }
         }
         Err(e) => {

@@ -29,6 +29,8 @@ pub struct Caps {
     pub coopmat_khr_f16: bool,
     /// The same through VK_NV_cooperative_matrix.
     pub coopmat_nv_f16: bool,
+    /// Every cooperative-matrix shape the device lists (`vkllm info`).
+    pub coopmat_shapes: Vec<super::coopmat_shapes::CoopmatShape>,
     /// The Vulkan memory model (the cooperative-matrix SPIR-V declares it).
     pub vulkan_memory_model: bool,
     /// Device-scope atomics under that model (`atomicMax` on the status
@@ -76,7 +78,7 @@ impl Caps {
         let has_ext = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
         let coopmat_khr = has_ext(ash::khr::cooperative_matrix::NAME);
         let coopmat_nv = has_ext(ash::nv::cooperative_matrix::NAME);
-        let (coopmat_khr_f16, coopmat_nv_f16) = coopmat_f16(inst, pd, coopmat_khr, coopmat_nv);
+        let coopmat = super::coopmat_shapes::query(inst, pd, coopmat_khr, coopmat_nv);
         let p = props2.properties;
         let limits = p.limits;
         let api = p.api_version;
@@ -99,8 +101,9 @@ impl Caps {
             int8: f12.shader_int8 == vk::TRUE,
             storage16: f11.storage_buffer16_bit_access == vk::TRUE,
             coopmat_khr,
-            coopmat_khr_f16,
-            coopmat_nv_f16,
+            coopmat_khr_f16: coopmat.khr_f16,
+            coopmat_nv_f16: coopmat.nv_f16,
+            coopmat_shapes: coopmat.shapes,
             vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
             vulkan_memory_model_device_scope: f12.vulkan_memory_model_device_scope == vk::TRUE,
             integer_dot: has_ext(ash::khr::shader_integer_dot_product::NAME)
@@ -143,65 +146,6 @@ fn pipeline_stats_feature(inst: &Instance, pd: vk::PhysicalDevice) -> bool {
     // SAFETY: valid handles; the device lists the extension.
     unsafe { inst.instance.get_physical_device_features2(pd, &mut feats2) };
     feat.pipeline_executable_info == vk::TRUE
-}
-
-/// Whether the KHR / NV cooperative-matrix extensions are usable for
-/// mul_mat_coopmat: the extension's feature on and a 16x16x16 f16 x f16 ->
-/// f32 subgroup-scope entry in its property list.
-fn coopmat_f16(inst: &Instance, pd: vk::PhysicalDevice, khr: bool, nv: bool) -> (bool, bool) {
-    let i = &inst.instance;
-    let mut khr_ok = false;
-    if khr {
-        let mut feat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
-        let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut feat);
-        let ext = ash::khr::cooperative_matrix::Instance::new(&inst.entry, i);
-        // SAFETY: valid handles; the extension is present, so the chained
-        // struct and the function are known to the driver.
-        let props = unsafe {
-            i.get_physical_device_features2(pd, &mut feats2);
-            ext.get_physical_device_cooperative_matrix_properties(pd)
-        }
-        .unwrap_or_default();
-        use vk::ComponentTypeKHR as T;
-        khr_ok = feat.cooperative_matrix == vk::TRUE
-            && props.iter().any(|p| {
-                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                    && (p.a_type, p.b_type, p.c_type, p.result_type)
-                        == (T::FLOAT16, T::FLOAT16, T::FLOAT32, T::FLOAT32)
-                    && p.scope == vk::ScopeKHR::SUBGROUP
-            });
-    }
-    let mut nv_ok = false;
-    if nv {
-        let mut feat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
-        let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut feat);
-        let f = ash::nv::cooperative_matrix::Instance::new(&inst.entry, i)
-            .fp()
-            .get_physical_device_cooperative_matrix_properties_nv;
-        let mut count = 0u32;
-        let mut props = Vec::new();
-        // SAFETY: as above; the two-call idiom with a vector of `count`
-        // default-initialised (sType set) structs.
-        unsafe {
-            i.get_physical_device_features2(pd, &mut feats2);
-            if f(pd, &mut count, std::ptr::null_mut()) == vk::Result::SUCCESS {
-                props = vec![vk::CooperativeMatrixPropertiesNV::default(); count as usize];
-                if f(pd, &mut count, props.as_mut_ptr()) != vk::Result::SUCCESS {
-                    props.clear();
-                }
-                props.truncate(count as usize);
-            }
-        }
-        use vk::ComponentTypeNV as T;
-        nv_ok = feat.cooperative_matrix == vk::TRUE
-            && props.iter().any(|p| {
-                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                    && (p.a_type, p.b_type, p.c_type, p.d_type)
-                        == (T::FLOAT16, T::FLOAT16, T::FLOAT32, T::FLOAT32)
-                    && p.scope == vk::ScopeNV::SUBGROUP
-            });
-    }
-    (khr_ok, nv_ok)
 }
 
 /// Which GEMM kernel matmuls of more than a few rows get.

@@ -21,6 +21,7 @@
 
 mod caps;
 mod compute;
+mod coopmat_shapes;
 mod device;
 mod instance;
 mod layout;
