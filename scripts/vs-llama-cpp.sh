@@ -74,6 +74,9 @@ FAST=${FAST:-0}
 synth_flags=()
 [ "$FAST" = 1 ] && synth_flags=(--fast)
 [ ${#models[@]} -gt 0 ] || models=(smollm2-135m:q4_1 tinyllama-1.1b:q4_0 llama3.2-1b:q4_k_m llama3.1-8b:q4_k_m)
+# What will run, first: an unexported MIXES silently means every mix (and
+# with KEEP=1 on the 8B shape, more files than a 64 GB disk holds).
+echo "vs-llama-cpp: ${#models[@]} models: ${models[*]}" >&2
 
 die() { echo "vs-llama-cpp: $*" >&2; exit 1; }
 [ -x "$VKLLM" ] || die "no vkllm binary (.dev/vkllm or target/release/vkllm)"
