@@ -597,3 +597,26 @@ pub static IQ3S_GRID: [u32; 512] = [
     0x0f050701, 0x0f050b03, 0x0f070105, 0x0f070705, 0x0f07070b, 0x0f070b07, 0x0f090103, 0x0f09010b,
     0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The integer-dot GEMV signs grid bytes in place, `~g + 1` for a
+    /// negative one (glsl/mul_mat_vec.comp `signed_grid`), which carries
+    /// into the next byte if g is 0, and packs them as int8: every grid
+    /// value must be in 1..=127.
+    #[test]
+    fn every_grid_value_is_a_positive_int8() {
+        let grids: [(&str, &[u8]); 5] = [
+            ("iq2_xxs", &IQ2XXS_BYTES),
+            ("iq2_xs", &IQ2XS_BYTES),
+            ("iq2_s", &IQ2S_BYTES),
+            ("iq3_xxs", &IQ3XXS_BYTES),
+            ("iq3_s", &IQ3S_BYTES),
+        ];
+        for (name, bytes) in grids {
+            assert!(bytes.iter().all(|b| (1..=127).contains(b)), "{name}");
+        }
+    }
+}
