@@ -178,6 +178,20 @@ uint lo4() {
     return pc.k / 16u;
 }
 
+// x row r's block of 32 values from column col (a multiple of 32): hi
+// digits of values 0..15 in xs[0], 16..31 in xs[1], lo digits in xs[2..3];
+// ds: the block's (d, Σx̂).
+void x_block(uint r, uint col, out uvec4 xs[4], out vec2 ds) {
+    uint at0 = q8_at(col / 16u, pc.k);
+    uint at1 = q8_at(col / 16u + 1u, pc.k);
+    xs[0] = X_HI4(r, at0);
+    xs[1] = X_HI4(r, at1);
+    xs[2] = X_LO4(r, at0);
+    xs[3] = X_LO4(r, at1);
+    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
+    ds = vec2(X_FLOAT(d), X_FLOAT(d + 1u));
+}
+
 // hi + lo / 254 of integer digit sums.
 float digits(int hi, int lo) {
     return float(hi) + float(lo) * (1.0 / 254.0);
@@ -492,14 +506,9 @@ const uint QW = 1u;
 const uint XN = 4u;
 
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
-    uint at0 = q8_at(col0 / 16u, pc.k);
-    uint at1 = q8_at(col0 / 16u + 1u, pc.k);
-    xs[0] = X_HI4(r, at0);
-    xs[1] = X_HI4(r, at1);
-    xs[2] = X_LO4(r, at0);
-    xs[3] = X_LO4(r, at1);
-    uint d = r * xq_stride() + pc.k / 2u + 2u * (col0 / 32u);
-    sums = vec4(X_FLOAT(d), X_FLOAT(d + 1u), 0.0, 0.0);
+    vec2 ds;
+    x_block(r, col0, xs, ds);
+    sums = vec4(ds, 0.0, 0.0);
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
@@ -686,23 +695,18 @@ uvec2 pair_digits(uint a, uint b) {
 // xs: the sub-block's digits in pair_digits' order, hi in xs[0..1] (words
 // 2w, 2w + 1 from quant word w), lo in xs[2..3]; sums.x: x's block scale.
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
-    uint col = col0 + 32u * sub;
-    uint at0 = q8_at(col / 16u, pc.k);
-    uint at1 = q8_at(col / 16u + 1u, pc.k);
-    uvec4 h0 = X_HI4(r, at0);
-    uvec4 h1 = X_HI4(r, at1);
-    uvec4 l0 = X_LO4(r, at0);
-    uvec4 l1 = X_LO4(r, at1);
+    uvec4 raw[4];
+    vec2 ds;
+    x_block(r, col0 + 32u * sub, raw, ds);
     [[unroll]] for (uint w = 0u; w < 4u; w++) {
-        uvec2 h = pair_digits(h0[w], h1[w]);
-        uvec2 l = pair_digits(l0[w], l1[w]);
+        uvec2 h = pair_digits(raw[0][w], raw[1][w]);
+        uvec2 l = pair_digits(raw[2][w], raw[3][w]);
         xs[w >> 1][2u * (w & 1u)] = h.x;
         xs[w >> 1][2u * (w & 1u) + 1u] = h.y;
         xs[2u + (w >> 1)][2u * (w & 1u)] = l.x;
         xs[2u + (w >> 1)][2u * (w & 1u) + 1u] = l.y;
     }
-    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
-    sums = vec4(X_FLOAT(d), 0.0, 0.0, 0.0);
+    sums = vec4(ds.x, 0.0, 0.0, 0.0);
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {
@@ -742,15 +746,9 @@ uint signed_grid(uint g, uint s) {
 // xs: the sub-block's digits, hi of values 0..15 in xs[0], 16..31 in xs[1],
 // lo in xs[2..3]; sums.x: x's block scale.
 void load_x(uint r, uint col0, uint sub, out uvec4 xs[XN], out vec4 sums, inout float ss) {
-    uint col = col0 + 32u * sub;
-    uint at0 = q8_at(col / 16u, pc.k);
-    uint at1 = q8_at(col / 16u + 1u, pc.k);
-    xs[0] = X_HI4(r, at0);
-    xs[1] = X_HI4(r, at1);
-    xs[2] = X_LO4(r, at0);
-    xs[3] = X_LO4(r, at1);
-    uint d = r * xq_stride() + pc.k / 2u + 2u * (col / 32u);
-    sums = vec4(X_FLOAT(d), 0.0, 0.0, 0.0);
+    vec2 ds;
+    x_block(r, col0 + 32u * sub, xs, ds);
+    sums = vec4(ds.x, 0.0, 0.0, 0.0);
 }
 
 float slot_dot(uint base, uint sub, uvec4 xs[XN], vec4 sums) {

@@ -306,8 +306,9 @@ pub struct Kernels {
     /// (quants/types.rs: every quantized type) take x as two int8 digits
     /// per value (quantize_q8.comp, as precise as 16-bit activations) and
     /// use packed integer dot products: the f32 kernel spends ~5
-    /// instructions per 4-bit weight and is bound by them, not by memory. Small weights stay f32, where the extra dispatch costs more,
-    /// unless their input is quantized already (K and V after Q).
+    /// instructions per 4-bit weight and is bound by them, not by memory.
+    /// Small weights stay f32, where the extra dispatch costs more, unless
+    /// their input is quantized already (K and V after Q).
     pub gemv_q8: bool,
     /// A decode step's rope and cache append run inside the decode
     /// attention kernel (one dependent dispatch fewer per layer);

@@ -25,7 +25,7 @@ impl CoopmatShape {
     /// is written for.
     pub fn is_f16_16(&self) -> bool {
         (self.m, self.n, self.k) == (16, 16, 16)
-            && self.types == ["f16", "f16", "f32", "f32"].map(String::from)
+            && self.types == ["f16", "f16", "f32", "f32"]
             && self.scope == "subgroup"
     }
 }
