@@ -53,35 +53,37 @@ const fn seg(src: usize, n: usize, width: usize, dst: usize, stride: usize) -> S
     }
 }
 
-/// Where every byte of a row's block goes (the layouts of the module doc).
+// Where every byte of a row's block goes (the layouts of the module doc).
+const Q4_0: [Seg; 2] = [seg(0, 1, 2, 0, 0), seg(2, 4, 4, 32, 64)];
+const Q4K: [Seg; 4] = [
+    seg(0, 1, 2, 0, 0),
+    seg(2, 1, 2, 32, 0),
+    seg(4, 12, 1, 64, 16),
+    seg(16, 32, 4, 256, 64),
+];
+// ql dword `16n + 8·slot + l4` and qh dword `8n + l4` go to step
+// `8n + l4` (192 bytes each, from 288): ql at slot·64, qh at 128.
+const Q6K: [Seg; 8] = [
+    seg(208, 1, 2, 0, 0),
+    seg(192, 16, 1, 32, 16),
+    seg(0, 8, 4, 288, 192),
+    seg(32, 8, 4, 288 + 64, 192),
+    seg(64, 8, 4, 288 + 1536, 192),
+    seg(96, 8, 4, 288 + 1536 + 64, 192),
+    seg(128, 8, 4, 288 + 128, 192),
+    seg(160, 8, 4, 288 + 1536 + 128, 192),
+];
+// qs dword `g` to `32 + 64g`, after the 16 rows' `d`.
+const TQ2_0: [Seg; 2] = [seg(64, 1, 2, 0, 0), seg(0, 16, 4, 32, 64)];
+// qs dword `g` to `32 + 64g`, then the qh dword (group 12).
+const TQ1_0: [Seg; 3] = [
+    seg(52, 1, 2, 0, 0),
+    seg(0, 12, 4, 32, 64),
+    seg(48, 1, 4, 32 + 64 * 12, 0),
+];
+
+/// The pieces of `dtype`'s layout.
 fn segments(dtype: DType) -> &'static [Seg] {
-    const Q4_0: [Seg; 2] = [seg(0, 1, 2, 0, 0), seg(2, 4, 4, 32, 64)];
-    const Q4K: [Seg; 4] = [
-        seg(0, 1, 2, 0, 0),
-        seg(2, 1, 2, 32, 0),
-        seg(4, 12, 1, 64, 16),
-        seg(16, 32, 4, 256, 64),
-    ];
-    // ql dword `16n + 8·slot + l4` and qh dword `8n + l4` go to step
-    // `8n + l4` (192 bytes each, from 288): ql at slot·64, qh at 128.
-    const Q6K: [Seg; 8] = [
-        seg(208, 1, 2, 0, 0),
-        seg(192, 16, 1, 32, 16),
-        seg(0, 8, 4, 288, 192),
-        seg(32, 8, 4, 288 + 64, 192),
-        seg(64, 8, 4, 288 + 1536, 192),
-        seg(96, 8, 4, 288 + 1536 + 64, 192),
-        seg(128, 8, 4, 288 + 128, 192),
-        seg(160, 8, 4, 288 + 1536 + 128, 192),
-    ];
-    // qs dword `g` to `32 + 64g`, after the 16 rows' `d`.
-    const TQ2_0: [Seg; 2] = [seg(64, 1, 2, 0, 0), seg(0, 16, 4, 32, 64)];
-    // qs dword `g` to `32 + 64g`, then the qh dword (group 12).
-    const TQ1_0: [Seg; 3] = [
-        seg(52, 1, 2, 0, 0),
-        seg(0, 12, 4, 32, 64),
-        seg(48, 1, 4, 32 + 64 * 12, 0),
-    ];
     match dtype {
         DType::Q4_0 => &Q4_0,
         DType::TQ1_0 => &TQ1_0,
@@ -95,7 +97,7 @@ fn segments(dtype: DType) -> &'static [Seg] {
 
 /// `f(r, g, width)` for every piece of row `j`'s block: row offset `r`,
 /// group offset `g`.
-#[inline]
+#[inline(always)]
 fn for_pieces(segs: &[Seg], j: usize, mut f: impl FnMut(usize, usize, usize)) {
     for sg in segs {
         for i in 0..sg.n {
@@ -109,7 +111,7 @@ fn for_pieces(segs: &[Seg], j: usize, mut f: impl FnMut(usize, usize, usize)) {
 }
 
 /// `to[t..t + w] = from[s..s + w]` for the widths the layouts use.
-#[inline]
+#[inline(always)]
 fn piece(from: &[u8], s: usize, to: &mut [u8], t: usize, w: usize) {
     match w {
         4 => to[t..t + 4].copy_from_slice(&from[s..s + 4]),
@@ -142,7 +144,10 @@ pub fn pack(dtype: DType, data: &[u8], rows: usize, row_bytes: usize, out: &mut 
 }
 
 /// GGUF rows `r0..r1` of a weight repacked by [`pack`] (`rows` rows of
-/// `row_bytes`) written to `out` (`(r1 - r0) * row_bytes` bytes).
+/// `row_bytes`) written to `out` (`(r1 - r0) * row_bytes` bytes). Every
+/// prefill pass unpacks its weights' rows for the GEMM panels: a copy of
+/// the loop per layout, its pieces known when compiled, runs several
+/// times faster than one loop reading them (benches/README.md).
 pub fn unpack_rows(
     dtype: DType,
     data: &[u8],
@@ -154,10 +159,33 @@ pub fn unpack_rows(
 ) {
     assert!(r0 <= r1 && r1 <= rows && out.len() == (r1 - r0) * row_bytes);
     let bb = dtype.block_bytes();
+    let mut run = |segs: &'static [Seg]| unpack_with(segs, bb, data, rows, row_bytes, r0..r1, out);
+    match dtype {
+        DType::Q4_0 => run(&Q4_0),
+        DType::TQ1_0 => run(&TQ1_0),
+        DType::TQ2_0 => run(&TQ2_0),
+        DType::Q4K => run(&Q4K),
+        DType::Q6K => run(&Q6K),
+        // A layout not listed here: correct, through the general loop.
+        _ => run(segments(dtype)),
+    }
+}
+
+/// [`unpack_rows`] with the layout's pieces `segs` (inlined per layout).
+#[inline(always)]
+fn unpack_with(
+    segs: &'static [Seg],
+    bb: usize,
+    data: &[u8],
+    rows: usize,
+    row_bytes: usize,
+    range: std::ops::Range<usize>,
+    out: &mut [u8],
+) {
+    let r0 = range.start;
     let nb = row_bytes / bb;
     let packed_rows = rows / R * R;
-    let segs = segments(dtype);
-    for r in r0..r1 {
+    for r in range {
         let dst = &mut out[(r - r0) * row_bytes..(r - r0 + 1) * row_bytes];
         if r >= packed_rows {
             dst.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
