@@ -167,6 +167,8 @@ pub fn unpack_rows(
         DType::Q4K => run(&Q4K),
         DType::Q6K => run(&Q6K),
         // A layout not listed here: correct, through the general loop.
+        // (This match repeats `segments`' on purpose: one dispatcher shared
+        // by both, taking the loop as a closure, kept Q4_0 at 1.0 GB/s.)
         _ => run(segments(dtype)),
     }
 }
