@@ -16,7 +16,7 @@ mod structured;
 mod tools;
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -329,6 +329,21 @@ fn api_keys_guard_every_endpoint_but_health() {
     assert!(status.starts_with("404"), "{status}");
 }
 
+/// A connection that was answered `GET /v1/models` with 200 and is kept
+/// open, or `None` if the server refused it (503).
+fn kept_alive(addr: &str) -> Option<BufReader<TcpStream>> {
+    let mut s = TcpStream::connect(addr).expect("connect to the server");
+    write!(s, "GET /v1/models HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).expect("read the status line");
+    match line.split_whitespace().nth(1) {
+        Some("200") => Some(r),
+        Some("503") => None,
+        _ => panic!("unexpected answer {line:?}"),
+    }
+}
+
 #[test]
 fn each_limit_is_a_clear_error_and_the_server_goes_on() {
     let mut s = start_with(
@@ -381,10 +396,23 @@ fn each_limit_is_a_clear_error_and_the_server_goes_on() {
     assert_eq!(v["usage"]["completion_tokens"], 64, "{body}");
     assert_eq!(v["choices"][0]["finish_reason"], "length", "{body}");
 
-    // Three idle sockets fill the server; a fourth client is told 503.
+    // Three kept-alive connections fill the server; a fourth client is
+    // told 503. Each of the three is known to hold its place (it was
+    // answered 200); one refused while an earlier client's close was still
+    // unnoticed is opened again.
     let addr = s.base.trim_start_matches("http://");
     let addr = addr.trim_end_matches("/v1");
-    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        if held.len() == 3 {
+            break;
+        }
+        match kept_alive(addr) {
+            Some(c) => held.push(c),
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    assert_eq!(held.len(), 3, "three connections could not be opened");
     let (head, _) = curl(&["-sS", "-i", "-o", "-", &format!("{}/models", s.base)]);
     let (body, status) = curl(&[&format!("{}/models", s.base)]);
     assert!(status.starts_with("503"), "{status} {body}");
