@@ -93,6 +93,7 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
         let kernel = CpuKernelOptions {
             isa: Some(isa),
             repack: true,
+            ..CpuKernelOptions::default()
         };
         let mut b = CpuBackend::with_options(None, kernel)?.with_activations(acts);
         let mut t = Tester::new(&device, opts, &mut rows);
@@ -106,6 +107,7 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
     let rows_only = CpuKernelOptions {
         isa: Some(isa),
         repack: false,
+        ..CpuKernelOptions::default()
     };
     let mut b = CpuBackend::with_options(None, rows_only)?;
     let mut t = Tester::new(&device, opts, &mut rows);
@@ -119,6 +121,7 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
         CpuKernelOptions {
             isa: Some(isa),
             repack: true,
+            ..CpuKernelOptions::default()
         },
     )?;
     let mut t = Tester::new(&device, opts, &mut rows);

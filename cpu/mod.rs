@@ -23,6 +23,7 @@ mod options;
 mod par;
 mod repack;
 mod rms_norm;
+mod room;
 mod rope;
 mod rope_store;
 mod round_i8;
@@ -130,7 +131,7 @@ impl CpuBackend {
     /// A backend on `threads` threads (`None`: every core) with the default
     /// [`CpuKernelOptions`]: the best instruction set this CPU has.
     pub fn new(threads: Option<usize>) -> CpuBackend {
-        CpuBackend::build(threads, Isa::detect(), true)
+        CpuBackend::build(threads, Isa::detect(), CpuKernelOptions::default())
     }
 
     /// Like [`CpuBackend::new`] with `opts`' kernels; an error if this CPU
@@ -146,7 +147,7 @@ impl CpuBackend {
             Some(isa) => isa,
             None => Isa::detect(),
         };
-        Ok(CpuBackend::build(threads, isa, opts.repack))
+        Ok(CpuBackend::build(threads, isa, opts))
     }
 
     /// Like [`CpuBackend::new`] but with a chosen instruction set (tests and
@@ -162,16 +163,17 @@ impl CpuBackend {
     }
 
     /// `isa` must be available (the kernels behind it assume so).
-    fn build(threads: Option<usize>, isa: Isa, repack: bool) -> CpuBackend {
+    fn build(threads: Option<usize>, isa: Isa, opts: CpuKernelOptions) -> CpuBackend {
         let team = Team::new(
             threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            opts.room,
         );
         CpuBackend {
-            threads: team.threads(),
+            threads: team.size(),
             team,
             isa,
             acts: ActivationPrecision::default(),
-            repack,
+            repack: opts.repack,
             store: Store::default(),
             in_pass: false,
             profile: None,

@@ -17,6 +17,11 @@ pub struct CpuKernelOptions {
     /// `repack::packs` names are repacked at upload for the decode kernels;
     /// off keeps GGUF rows (to time the row kernels).
     pub repack: bool,
+    /// `VKLLM_CPU_ROOM=on|off`: whether helper threads park while the
+    /// machine has no core for them (another process busy on the cores;
+    /// `cpu/room.rs`), and come back when cores idle; off keeps every
+    /// thread working whatever the load.
+    pub room: bool,
 }
 
 impl Default for CpuKernelOptions {
@@ -24,6 +29,7 @@ impl Default for CpuKernelOptions {
         CpuKernelOptions {
             isa: None,
             repack: true,
+            room: true,
         }
     }
 }
@@ -49,6 +55,7 @@ impl CpuKernelOptions {
         Ok(CpuKernelOptions {
             isa,
             repack: choice("VKLLM_CPU_REPACK", &crate::settings::ON_OFF)?.unwrap_or(true),
+            room: choice("VKLLM_CPU_ROOM", &crate::settings::ON_OFF)?.unwrap_or(true),
         })
     }
 }

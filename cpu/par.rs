@@ -94,7 +94,9 @@ pub(crate) fn range_init<S>(
     f: impl Fn(&mut S, usize) + Sync + Send,
 ) {
     match team() {
-        Some(team) if par && n > 1 && team.threads() > 1 => {
+        // Through `run` even while every helper is parked: it looks at
+        // the machine's room there.
+        Some(team) if par && n > 1 && team.size() > 1 => {
             // One loop per worker over a shared counter: balanced, and each
             // worker makes its state once.
             let next = AtomicUsize::new(0);

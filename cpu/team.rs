@@ -11,10 +11,14 @@
 //! cost a scheduler time slice on a busy machine: 2 threads decoded
 //! SmolLM2 at 1.5-4.4 tok/s beside two spinning processes on 2 cores, one
 //! thread at 29-38.
+//!
+//! Where the OS keeps the team's threads waiting for a core, helpers park
+//! (and come back when cores idle): `room.rs` decides how many work.
 
+use super::room::Room;
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -55,6 +59,12 @@ struct Shared {
     /// (a `notify_all` is a system call).
     sleepers: AtomicUsize,
     wake: Condvar,
+    /// Helpers that work (those of index `1..=width`); the rest are parked
+    /// on `resume` (with `sleep`'s lock), out of every job.
+    width: AtomicUsize,
+    resume: Condvar,
+    /// Each helper's thread id (Linux; 0 until it has started).
+    tids: Vec<AtomicI32>,
 }
 
 // SAFETY: `Job::f` points at a `Sync` closure that `Team::run` keeps alive
@@ -65,6 +75,8 @@ unsafe impl Sync for Shared {}
 pub(crate) struct Team {
     shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
+    /// Looks at how busy the machine is (`None`: every helper works).
+    room: Mutex<Option<Room>>,
 }
 
 thread_local! {
@@ -74,8 +86,10 @@ thread_local! {
 
 impl Team {
     /// A team of `threads` workers: the caller and `threads - 1` helpers
-    /// (fewer if the OS refuses threads).
-    pub fn new(threads: usize) -> Team {
+    /// (fewer if the OS refuses threads). With `adapt`, helpers park while
+    /// the machine has no room for them (`room.rs`).
+    pub fn new(threads: usize, adapt: bool) -> Team {
+        let max = threads.max(1) - 1;
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             job: UnsafeCell::new(None),
@@ -87,28 +101,69 @@ impl Team {
             sleep: Mutex::new(()),
             sleepers: AtomicUsize::new(0),
             wake: Condvar::new(),
+            width: AtomicUsize::new(max),
+            resume: Condvar::new(),
+            tids: (0..max).map(|_| AtomicI32::new(0)).collect(),
         });
-        let helpers = (1..threads.max(1))
+        let helpers: Vec<_> = (1..=max)
             .map_while(|i| {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("vkllm-cpu-{i}"))
-                    .spawn(move || helper(&s))
+                    .spawn(move || helper(&s, i))
                     .ok()
             })
             .collect();
-        Team { shared, helpers }
+        // Helpers the OS refused never work.
+        shared.width.store(helpers.len(), Ordering::SeqCst);
+        let room = Mutex::new(if adapt && !helpers.is_empty() {
+            Room::new(helpers.len())
+        } else {
+            None
+        });
+        Team {
+            shared,
+            helpers,
+            room,
+        }
     }
 
-    /// Workers, the caller included.
-    pub fn threads(&self) -> usize {
+    /// Workers the team has, the caller included.
+    pub fn size(&self) -> usize {
         self.helpers.len() + 1
+    }
+
+    /// Workers now (helpers parked for lack of room left out).
+    pub fn threads(&self) -> usize {
+        self.shared.width.load(Ordering::Relaxed) + 1
+    }
+
+    /// Unparks or parks helpers so that `width` of them work.
+    fn set_width(&self, width: usize) {
+        let s = &*self.shared;
+        let old = s
+            .width
+            .swap(width.min(self.helpers.len()), Ordering::SeqCst);
+        if width > old {
+            drop(lock(&s.sleep));
+            s.resume.notify_all();
+        }
     }
 
     /// `f(i)` for every `i < n`, spread over the team; returns when all
     /// are done. A panic in `f` is raised again here.
     pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        if self.helpers.is_empty() || n <= 1 || IN_JOB.with(|j| j.get()) {
+        if IN_JOB.with(|j| j.get()) {
+            (0..n).for_each(f);
+            return;
+        }
+        if let Ok(mut room) = self.room.try_lock() {
+            let width = self.shared.width.load(Ordering::Relaxed);
+            if let Some(w) = room.as_mut().and_then(|r| r.poll(width, &self.shared.tids)) {
+                self.set_width(w);
+            }
+        }
+        if self.threads() == 1 || n <= 1 {
             (0..n).for_each(f);
             return;
         }
@@ -160,6 +215,7 @@ impl Drop for Team {
             s.epoch.fetch_add(1, Ordering::Release);
         }
         s.wake.notify_all();
+        s.resume.notify_all();
         for h in self.helpers.drain(..) {
             let _ = h.join();
         }
@@ -195,16 +251,35 @@ fn take_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync), n: usize) {
     IN_JOB.with(|j| j.set(false));
 }
 
-fn helper(s: &Shared) {
+/// Helper `i` (from 1): joins jobs while `i <= width`, else parked.
+fn helper(s: &Shared, i: usize) {
     // For the thread's life: it only runs the backend's tasks.
     let _flush = super::denormals::FlushDenormals::new();
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid has no preconditions.
+    s.tids[i - 1].store(unsafe { libc::gettid() }, Ordering::Relaxed);
     let mut seen = 0u64;
     loop {
+        if i > s.width.load(Ordering::SeqCst) {
+            let mut g = lock(&s.sleep);
+            while i > s.width.load(Ordering::SeqCst) && !s.stop.load(Ordering::Relaxed) {
+                g = s.resume.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            drop(g);
+            if s.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // Jobs published while parked are not this helper's.
+            seen = s.epoch.load(Ordering::Acquire);
+        }
         let mut spins = 0u32;
         loop {
             let e = s.epoch.load(Ordering::Acquire);
             if e != seen {
                 seen = e;
+                break;
+            }
+            if i > s.width.load(Ordering::Relaxed) {
                 break;
             }
             if spins < SPINS {
@@ -222,6 +297,9 @@ fn helper(s: &Shared) {
         }
         if s.stop.load(Ordering::Relaxed) {
             return;
+        }
+        if i > s.width.load(Ordering::SeqCst) {
+            continue;
         }
         s.joined.fetch_add(1, Ordering::SeqCst);
         // A job already closed (its tasks all taken while this helper was
@@ -254,7 +332,7 @@ mod tests {
 
     #[test]
     fn every_task_runs_once_and_panics_come_back() {
-        let team = Team::new(3);
+        let team = Team::new(3, false);
         for n in [0, 1, 2, 7, 1000] {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
             team.run(n, &|i| {
@@ -265,6 +343,40 @@ mod tests {
         let r = panic::catch_unwind(AssertUnwindSafe(|| team.run(64, &|i| assert!(i != 40))));
         assert!(r.is_err());
         // Still usable afterwards.
+        let sum = AtomicUsize::new(0);
+        team.run(100, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 4950);
+    }
+
+    /// Parked helpers take no task, and come back when the width grows.
+    #[test]
+    fn parked_helpers_stay_out_of_jobs() {
+        let team = Team::new(4, false);
+        let names = |team: &Team| {
+            let seen = Mutex::new(std::collections::HashSet::new());
+            for _ in 0..200 {
+                team.run(64, &|_| {
+                    let name = std::thread::current().name().map(str::to_owned);
+                    lock(&seen).insert(name.unwrap_or_default());
+                    std::hint::black_box((0..2000).sum::<u64>());
+                });
+            }
+            seen.into_inner().unwrap_or_else(|e| e.into_inner())
+        };
+        team.set_width(1);
+        assert_eq!(team.threads(), 2);
+        let some = names(&team);
+        assert!(
+            !some.contains("vkllm-cpu-2") && !some.contains("vkllm-cpu-3"),
+            "{some:?}"
+        );
+        team.set_width(0);
+        let none = names(&team);
+        assert!(none.iter().all(|n| !n.starts_with("vkllm-cpu")), "{none:?}");
+        team.set_width(3);
+        assert_eq!(team.threads(), 4);
         let sum = AtomicUsize::new(0);
         team.run(100, &|i| {
             sum.fetch_add(i, Ordering::Relaxed);
