@@ -8,15 +8,15 @@
 //! Every [`INTERVAL`] the team's threads' time spent runnable but not
 //! running (Linux's per-thread `schedstat`) says whether they wait for a
 //! core: past [`WAIT_MAX`] of the time in two looks running (one could be
-//! a VM's pause), one helper is parked. Cores left
-//! idle by every process (`/proc/stat`) say there is room again: past
-//! [`IDLE_MIN`] of a core, one helper comes back. The first look, which
-//! spans the model's load, sets the width at once: the cores other
-//! processes kept busy meanwhile are not the team's (a one-shot run would
-//! otherwise prefill on too many threads before the second look). A return that is soon
-//! undone waits twice as long before the next (a quota or an affinity
-//! that idles cores the team cannot use would otherwise flap).
-//! Elsewhere than Linux the team keeps every helper.
+//! a VM's pause), one helper is parked. Cores left idle by every process
+//! (`/proc/stat`) say there is room again: past [`IDLE_MIN`] of a core,
+//! one helper comes back. A return that is soon undone waits twice as
+//! long before the next (a quota or an affinity that idles cores the team
+//! cannot use would otherwise flap). The first look, which spans the
+//! model's load, sets the width at once: the cores other processes kept
+//! busy meanwhile are not the team's (a one-shot run would otherwise
+//! prefill on too many threads before the second look). Elsewhere than
+//! Linux the team keeps every helper.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};

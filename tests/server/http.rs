@@ -53,11 +53,23 @@ impl Read for Body {
 
 /// Sends one request (`Connection: close`) and reads the response's head.
 pub fn request(addr: &str, method: &str, path: &str, body: &str) -> Response {
+    send(addr, method, path, body, "close")
+}
+
+/// `GET path` on a connection kept alive: the server holds it open (and
+/// counts it) while the response lives.
+pub fn get_kept_alive(addr: &str, path: &str) -> Response {
+    send(addr, "GET", path, "", "keep-alive")
+}
+
+/// One request with the `Connection` header `connection`, the response's
+/// head read.
+fn send(addr: &str, method: &str, path: &str, body: &str, connection: &str) -> Response {
     let mut s = TcpStream::connect(addr).expect("connect to the server");
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         Content-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
         body.len()
     )
     .expect("send the request");

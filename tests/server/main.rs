@@ -16,8 +16,7 @@ mod structured;
 mod tools;
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -329,21 +328,6 @@ fn api_keys_guard_every_endpoint_but_health() {
     assert!(status.starts_with("404"), "{status}");
 }
 
-/// A connection that was answered `GET /v1/models` with 200 and is kept
-/// open, or `None` if the server refused it (503).
-fn kept_alive(addr: &str) -> Option<BufReader<TcpStream>> {
-    let mut s = TcpStream::connect(addr).expect("connect to the server");
-    write!(s, "GET /v1/models HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line).expect("read the status line");
-    match line.split_whitespace().nth(1) {
-        Some("200") => Some(r),
-        Some("503") => None,
-        _ => panic!("unexpected answer {line:?}"),
-    }
-}
-
 #[test]
 fn each_limit_is_a_clear_error_and_the_server_goes_on() {
     let mut s = start_with(
@@ -407,9 +391,11 @@ fn each_limit_is_a_clear_error_and_the_server_goes_on() {
         if held.len() == 3 {
             break;
         }
-        match kept_alive(addr) {
-            Some(c) => held.push(c),
-            None => std::thread::sleep(Duration::from_millis(100)),
+        let r = http::get_kept_alive(addr, "/v1/models");
+        match r.status {
+            200 => held.push(r),
+            503 => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("unexpected status {other}"),
         }
     }
     assert_eq!(held.len(), 3, "three connections could not be opened");
