@@ -10,6 +10,7 @@
 //! Per 16-row group, block `b` of every row is stored together, as:
 //! - Q4_0 (288 bytes): `d[16]` f16, then 4 chunks of 64 bytes, chunk `c`
 //!   holding bytes `4c..4c+4` of each row's 16 `qs` bytes (row `j` at `4j`).
+//! - Q4_1 (320 bytes): `d[16]`, `m[16]` f16, then the `qs` chunks as Q4_0's.
 //! - Q4_K (2304 bytes): `d[16]`, `dmin[16]` f16, the 12 packed scale bytes
 //!   as 12 planes of 16 (plane `i`, row `j` at `16i + j`), then the 128 `qs`
 //!   bytes as 32 dword groups of 64 bytes (group `g`, row `j` at `64g + 4j`).
@@ -55,6 +56,11 @@ const fn seg(src: usize, n: usize, width: usize, dst: usize, stride: usize) -> S
 
 // Where every byte of a row's block goes (the layouts of the module doc).
 const Q4_0: [Seg; 2] = [seg(0, 1, 2, 0, 0), seg(2, 4, 4, 32, 64)];
+const Q4_1: [Seg; 3] = [
+    seg(0, 1, 2, 0, 0),
+    seg(2, 1, 2, 32, 0),
+    seg(4, 4, 4, 64, 64),
+];
 const Q4K: [Seg; 4] = [
     seg(0, 1, 2, 0, 0),
     seg(2, 1, 2, 32, 0),
@@ -86,6 +92,7 @@ const TQ1_0: [Seg; 3] = [
 fn segments(dtype: DType) -> &'static [Seg] {
     match dtype {
         DType::Q4_0 => &Q4_0,
+        DType::Q4_1 => &Q4_1,
         DType::TQ1_0 => &TQ1_0,
         DType::TQ2_0 => &TQ2_0,
         DType::Q4K => &Q4K,
@@ -162,6 +169,7 @@ pub fn unpack_rows(
     let mut run = |segs: &'static [Seg]| unpack_with(segs, bb, data, rows, row_bytes, r0..r1, out);
     match dtype {
         DType::Q4_0 => run(&Q4_0),
+        DType::Q4_1 => run(&Q4_1),
         DType::TQ1_0 => run(&TQ1_0),
         DType::TQ2_0 => run(&TQ2_0),
         DType::Q4K => run(&Q4K),
@@ -240,9 +248,10 @@ mod tests {
     use crate::random::uniform_f32 as rand;
 
     /// Rows at the extremes of each type's integer ranges, so the exact
-    /// sums reach their bounds: Q4_0 nibbles 15; Q4_K nibbles 15, scales and
-    /// mins 63; Q6_K `q − 32 = −32` with scale −128; TQ2_0 digits 3 (the
-    /// bits' largest, past the ternary 2), TQ1_0 bytes 255. `d` (and `dmin`) 1.
+    /// sums reach their bounds: Q4_0 / Q4_1 nibbles 15; Q4_K nibbles 15,
+    /// scales and mins 63; Q6_K `q − 32 = −32` with scale −128; TQ2_0 digits
+    /// 3 (the bits' largest, past the ternary 2), TQ1_0 bytes 255. `d` (and
+    /// `m`, `dmin`) 1.
     fn extreme_rows(dtype: DType, rows: usize, k: usize) -> Vec<u8> {
         let rb = dtype.row_bytes(k).unwrap();
         let one = half::f16::from_f32(1.0).to_bits().to_le_bytes();
@@ -252,7 +261,7 @@ mod tests {
                 block[..2].copy_from_slice(&one);
                 block[2..].fill(0xFF);
             }
-            DType::Q4K => {
+            DType::Q4_1 | DType::Q4K => {
                 block[..2].copy_from_slice(&one);
                 block[2..4].copy_from_slice(&one);
                 block[4..].fill(0xFF);

@@ -52,7 +52,7 @@ quant_types! {
         name: "q4_1", ggml_id: 3, block_elems: 32, block_bytes: 20,
         decode: legacy::dequant_q4_1, encode: Some(legacy::quant_q4_1), gpu: None,
         gemv: GpuGemv { rows: 2, lanes: Some(2), int_dot_lanes: Some(1) },
-        cpu: CpuKernels { simd: true, int_dot: true, repack: false, packed_dots_max_m: 0 },
+        cpu: CpuKernels { simd: true, int_dot: true, repack: true, packed_dots_max_m: 0 },
     },
     Q5_0 {
         name: "q5_0", ggml_id: 6, block_elems: 32, block_bytes: 22,

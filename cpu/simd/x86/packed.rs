@@ -1,7 +1,8 @@
 //! Decode GEMV kernels for weights repacked in 16-row groups
-//! (`cpu::repack`): Q4_0, Q4_K, Q6_K, TQ1_0, TQ2_0 against activations split into bytes
-//! (`act::ActDigits`). Each register lane is one weight row; a broadcast
-//! activation word meets the same 4 weights of every row, so the integer
+//! (`cpu::repack`): Q4_0, Q4_1, Q4_K, Q6_K, TQ1_0, TQ2_0 against
+//! activations split into bytes (`act::ActDigits`). Each register lane is
+//! one weight row; a broadcast activation word meets the same 4 weights of
+//! every row, so the integer
 //! sums need no horizontal reduction and each block's scales are
 //! converted once per 16 rows. Per 32-value block (Q6_K: per 16) the
 //! integer sum is exact, then scaled in f32 with the same products as
@@ -85,14 +86,21 @@ macro_rules! packed_kernels {
             (hi, if LO { xword(x.lo.add(o)) } else { hi })
         }
 
-        /// Q4_0: `nb` blocks of 288 bytes (`d[16]`, 4 chunks of 64 qs bytes).
+        /// Q4_0 (`MIN` false): `nb` blocks of 288 bytes (`d[16]`, 4 chunks of
+        /// 64 qs bytes); Q4_1 (`MIN`): 320 bytes, `m[16]` between the two.
         #[target_feature(enable = $feat)]
-        unsafe fn q4_0<const LO: bool>(w: *const u8, nb: usize, x: Xrow, out: *mut f32) {
+        unsafe fn q4<const LO: bool, const MIN: bool>(
+            w: *const u8,
+            nb: usize,
+            x: Xrow,
+            out: *mut f32,
+        ) {
+            let (bb, qs) = if MIN { (320, 64) } else { (288, 32) };
             let mut acc = [fzero(); H];
             let mut off = [fzero(); H];
             for b in 0..nb {
-                let p = w.add(b * 288);
-                prefetch_span(p.wrapping_add(4 * 288), 288);
+                let p = w.add(b * bb);
+                prefetch_span(p.wrapping_add(4 * bb), bb);
                 let [dx, sx] = *x.ds.add(b);
                 // Both halves in one pass: each activation word is
                 // broadcast once for the whole group.
@@ -101,7 +109,7 @@ macro_rules! packed_kernels {
                     let o = 32 * b + 4 * c;
                     let ((h0, l0), (h1, l1)) = (xw::<LO>(x, o), xw::<LO>(x, o + 16));
                     for (h, a) in a.iter_mut().enumerate() {
-                        let (wl, wh) = nib(ld(p.add(32 + 64 * c + HB * h)));
+                        let (wl, wh) = nib(ld(p.add(qs + 64 * c + HB * h)));
                         dot4::<LO>(a, wl, h0, l0);
                         dot4::<LO>(a, wh, h1, l1);
                         if c % 2 == 1 {
@@ -112,12 +120,17 @@ macro_rules! packed_kernels {
                 for (h, a) in a.into_iter().enumerate() {
                     let d = f16(p.add(HB / 2 * h));
                     acc[h] = fmadd(cvt(total::<LO>(a)), mul(d, fsplat(dx)), acc[h]);
-                    off[h] = fmadd(d, fsplat(sx), off[h]);
+                    // The offset term's weight: Q4_1's `m`, Q4_0's `d`
+                    // (times −8 at the end).
+                    let o = if MIN { f16(p.add(32 + HB / 2 * h)) } else { d };
+                    off[h] = fmadd(o, fsplat(sx), off[h]);
                 }
             }
-            // The values are d·(q − 8): the offset term is −8·d·d_x Σq_x.
+            // Q4_0's values are d·(q − 8): the offset term is −8·d·d_x Σq_x;
+            // Q4_1's are d·q + m: it is m·d_x Σq_x.
+            let k = if MIN { -1.0 } else { 8.0 };
             for h in 0..H {
-                store(out.add(L * h), fnmadd(off[h], fsplat(8.0), acc[h]));
+                store(out.add(L * h), fnmadd(off[h], fsplat(k), acc[h]));
             }
         }
 
@@ -496,8 +509,10 @@ macro_rules! packed_kernels {
             out: *mut f32,
         ) {
             match (dtype, lo) {
-                (DType::Q4_0, true) => q4_0::<true>(w, blocks, x, out),
-                (DType::Q4_0, false) => q4_0::<false>(w, blocks, x, out),
+                (DType::Q4_0, true) => q4::<true, false>(w, blocks, x, out),
+                (DType::Q4_0, false) => q4::<false, false>(w, blocks, x, out),
+                (DType::Q4_1, true) => q4::<true, true>(w, blocks, x, out),
+                (DType::Q4_1, false) => q4::<false, true>(w, blocks, x, out),
                 (DType::Q4K, true) => q4_k::<true>(w, blocks, x, out),
                 (DType::Q4K, false) => q4_k::<false>(w, blocks, x, out),
                 (DType::Q6K, true) => q6_k::<true>(w, blocks, x, out),
