@@ -11,8 +11,6 @@
 //! - Q4_0 (288 bytes): `d[16]` f16, then 4 chunks of 64 bytes, chunk `c`
 //!   holding bytes `4c..4c+4` of each row's 16 `qs` bytes (row `j` at `4j`).
 //! - Q4_1 (320 bytes): `d[16]`, `m[16]` f16, then the `qs` chunks as Q4_0's.
-//! - Q8_0 (544 bytes): `d[16]` f16, then the 32 `qs` bytes as 8 dword
-//!   groups of 64 bytes.
 //! - Q4_K (2304 bytes): `d[16]`, `dmin[16]` f16, the 12 packed scale bytes
 //!   as 12 planes of 16 (plane `i`, row `j` at `16i + j`), then the 128 `qs`
 //!   bytes as 32 dword groups of 64 bytes (group `g`, row `j` at `64g + 4j`).
@@ -63,7 +61,6 @@ const Q4_1: [Seg; 3] = [
     seg(2, 1, 2, 32, 0),
     seg(4, 4, 4, 64, 64),
 ];
-const Q8_0: [Seg; 2] = [seg(0, 1, 2, 0, 0), seg(2, 8, 4, 32, 64)];
 const Q4K: [Seg; 4] = [
     seg(0, 1, 2, 0, 0),
     seg(2, 1, 2, 32, 0),
@@ -96,7 +93,6 @@ fn segments(dtype: DType) -> &'static [Seg] {
     match dtype {
         DType::Q4_0 => &Q4_0,
         DType::Q4_1 => &Q4_1,
-        DType::Q8_0 => &Q8_0,
         DType::TQ1_0 => &TQ1_0,
         DType::TQ2_0 => &TQ2_0,
         DType::Q4K => &Q4K,
@@ -174,7 +170,6 @@ pub fn unpack_rows(
     match dtype {
         DType::Q4_0 => run(&Q4_0),
         DType::Q4_1 => run(&Q4_1),
-        DType::Q8_0 => run(&Q8_0),
         DType::TQ1_0 => run(&TQ1_0),
         DType::TQ2_0 => run(&TQ2_0),
         DType::Q4K => run(&Q4K),
@@ -253,8 +248,7 @@ mod tests {
     use crate::random::uniform_f32 as rand;
 
     /// Rows at the extremes of each type's integer ranges, so the exact
-    /// sums reach their bounds: Q4_0 / Q4_1 nibbles 15; Q8_0 127 and −128
-    /// in turn; Q4_K nibbles 15,
+    /// sums reach their bounds: Q4_0 / Q4_1 nibbles 15; Q4_K nibbles 15,
     /// scales and mins 63; Q6_K `q − 32 = −32` with scale −128; TQ2_0 digits
     /// 3 (the bits' largest, past the ternary 2), TQ1_0 bytes 255. `d` (and
     /// `m`, `dmin`) 1.
@@ -266,12 +260,6 @@ mod tests {
             DType::Q4_0 => {
                 block[..2].copy_from_slice(&one);
                 block[2..].fill(0xFF);
-            }
-            DType::Q8_0 => {
-                block[..2].copy_from_slice(&one);
-                for (i, q) in block[2..].iter_mut().enumerate() {
-                    *q = if i % 2 == 0 { 0x7F } else { 0x80 };
-                }
             }
             DType::Q4_1 | DType::Q4K => {
                 block[..2].copy_from_slice(&one);

@@ -40,7 +40,7 @@ quant_types! {
         name: "q8_0", ggml_id: 8, block_elems: 32, block_bytes: 34,
         decode: legacy::dequant_q8_0, encode: Some(legacy::quant_q8_0), gpu: repack(2, 2, 36),
         gemv: GpuGemv { rows: 4, lanes: Some(4), int_dot_lanes: Some(1) },
-        cpu: CpuKernels { simd: true, int_dot: true, repack: true, packed_dots_max_m: 0 },
+        cpu: CpuKernels { simd: true, int_dot: true, repack: false, packed_dots_max_m: 0 },
     },
     Q4_0 {
         name: "q4_0", ggml_id: 2, block_elems: 32, block_bytes: 18,

@@ -1,5 +1,5 @@
 //! Decode GEMV kernels for weights repacked in 16-row groups
-//! (`cpu::repack`): Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0 against
+//! (`cpu::repack`): Q4_0, Q4_1, Q4_K, Q6_K, TQ1_0, TQ2_0 against
 //! activations split into bytes (`act::ActDigits`). Each register lane is
 //! one weight row; a broadcast activation word meets the same 4 weights of
 //! every row, so the integer
@@ -131,43 +131,6 @@ macro_rules! packed_kernels {
             let k = if MIN { -1.0 } else { 8.0 };
             for h in 0..H {
                 store(out.add(L * h), fnmadd(off[h], fsplat(k), acc[h]));
-            }
-        }
-
-        /// Q8_0: `nb` blocks of 544 bytes (`d[16]`, 8 dword groups of `qs`).
-        /// The signed weights go through the unsigned-weight byte dots as
-        /// `u = q + 128` in two nibbles (`16·uh + ul`, each below 16 as the
-        /// 4-bit types' weights); the exact `128·Σq_x` (from `x32`) comes off
-        /// the integer sum.
-        #[target_feature(enable = $feat)]
-        unsafe fn q8_0<const LO: bool>(w: *const u8, nb: usize, x: Xrow, out: *mut f32) {
-            let mut acc = [fzero(); H];
-            for b in 0..nb {
-                let p = w.add(b * 544);
-                prefetch_span(p.wrapping_add(2 * 544), 544);
-                let mut a = [(Acc::new(), Acc::new()); H];
-                for g in 0..8 {
-                    let (xh, xl) = xw::<LO>(x, 32 * b + 4 * g);
-                    for (h, (al, ah)) in a.iter_mut().enumerate() {
-                        let (ul, uh) = nib(xor(ld(p.add(32 + 64 * g + HB * h)), mask(-128)));
-                        dot4::<LO>(al, ul, xh, xl);
-                        dot4::<LO>(ah, uh, xh, xl);
-                        if g % 4 == 3 {
-                            settle::<LO>(al);
-                            settle::<LO>(ah);
-                        }
-                    }
-                }
-                let off = isplat(4 * (*x.x32.add(2 * b) + *x.x32.add(2 * b + 1)));
-                let dx = fsplat((*x.ds.add(b))[0]);
-                for (h, (al, ah)) in a.into_iter().enumerate() {
-                    let s = add32(slli32::<4>(total::<LO>(ah)), total::<LO>(al));
-                    let d = f16(p.add(HB / 2 * h));
-                    acc[h] = fmadd(cvt(sub32(s, off)), mul(d, dx), acc[h]);
-                }
-            }
-            for h in 0..H {
-                store(out.add(L * h), acc[h]);
             }
         }
 
@@ -550,8 +513,6 @@ macro_rules! packed_kernels {
                 (DType::Q4_0, false) => q4::<false, false>(w, blocks, x, out),
                 (DType::Q4_1, true) => q4::<true, true>(w, blocks, x, out),
                 (DType::Q4_1, false) => q4::<false, true>(w, blocks, x, out),
-                (DType::Q8_0, true) => q8_0::<true>(w, blocks, x, out),
-                (DType::Q8_0, false) => q8_0::<false>(w, blocks, x, out),
                 (DType::Q4K, true) => q4_k::<true>(w, blocks, x, out),
                 (DType::Q4K, false) => q4_k::<false>(w, blocks, x, out),
                 (DType::Q6K, true) => q6_k::<true>(w, blocks, x, out),
@@ -592,23 +553,8 @@ pub(crate) mod vnni {
     }
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm512_xor_si512(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn add32(a: V, b: V) -> V {
-        _mm512_add_epi32(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm512_sub_epi32(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn slli32<const N: u32>(v: V) -> V {
-        _mm512_slli_epi32::<N>(v)
     }
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -790,23 +736,8 @@ pub(crate) mod avx2 {
     }
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm256_xor_si256(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn add32(a: V, b: V) -> V {
-        _mm256_add_epi32(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
     unsafe fn sub32(a: V, b: V) -> V {
         _mm256_sub_epi32(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn slli32<const N: i32>(v: V) -> V {
-        _mm256_slli_epi32::<N>(v)
     }
     #[inline]
     #[target_feature(enable = "avx2")]
