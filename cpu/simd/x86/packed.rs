@@ -14,10 +14,10 @@
 /// How far ahead (bytes) the Q6_K kernel prefetches weights, line by line:
 /// measured single-threaded from DRAM, it streams ~15% faster with it. The
 /// other kernels prefetch a whole block ahead at each block's start
-/// (`prefetch_span`; Q4_0 four of its short blocks): on a 16-core Xeon a
-/// task's stream of a few tens of KB ends before the hardware prefetcher
-/// has ramped up, and BitNet's TQ2_0 decode at 16 threads went from 62 to
-/// 74 tok/s with it (benches/README.md).
+/// (`prefetch_span`; Q4_0 / Q4_1 four of their short blocks): on a 16-core
+/// Xeon a task's stream of a few tens of KB ends before the hardware
+/// prefetcher has ramped up, and BitNet's TQ2_0 decode at 16 threads went
+/// from 62 to 74 tok/s with it (benches/README.md).
 const PREFETCH: usize = 1024;
 
 /// One activation row, as the kernels read it: `hi` / `lo` bytes
