@@ -424,7 +424,7 @@ fn store_tile(
 /// quantized per block, each panel of weight rows decoded once into
 /// unsigned digits (`simd::pack_int8_panel`): twice the products per
 /// instruction of the 16-bit tile, half the panel bytes.
-fn gemm_int8(
+pub(super) fn gemm_int8(
     ctx: Ctx,
     w: WeightRows<'_>,
     x: &[f32],
@@ -489,7 +489,7 @@ fn gemm_int8(
 /// panels, then one tile of 16 or 32 activation rows at a time (32 with
 /// 8-bit rows: the four C tiles of 16 × 16 fill the unit).
 #[cfg(target_arch = "x86_64")]
-fn gemm_amx<U: simd::amx::TileUnit + Default>(
+pub(super) fn gemm_amx<U: simd::amx::TileUnit + Default>(
     ctx: Ctx,
     w: WeightRows<'_>,
     x: &[f32],

@@ -9,8 +9,6 @@ use crate::cpu::act::{ActInt, ActRows, ACT_BLOCK};
 use crate::cpu::par;
 use std::sync::OnceLock;
 
-#[cfg(test)]
-pub(crate) use amx::Emulated;
 pub(crate) use amx::{Hardware, TileUnit};
 
 /// Activation rows a tile takes (and weight rows each of its two panels).

@@ -352,3 +352,208 @@ impl TileUnit for Emulated {
         *self = Emulated::default();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Emulated, Hardware, TileUnit};
+    use crate::cpu::act::{self, ActRows};
+    use crate::cpu::buffers::WeightRows;
+    use crate::cpu::matmul::{gemm_amx, gemm_int8};
+    use crate::cpu::par::Ctx;
+    use crate::cpu::simd::Isa;
+    use crate::cpu::ActivationPrecision as Acts;
+    use crate::dtype::DType;
+    use crate::random::uniform_f32 as rand;
+
+    /// Activations of a case: quantized at a precision, or rows on int8
+    /// levels (`ActRows::levels`, the ternary types' 256-value groups).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Input {
+        Q16,
+        Q8,
+        Levels,
+    }
+
+    /// A matmul's shapes and data.
+    struct Case {
+        dtype: DType,
+        input: Input,
+        w: Vec<u8>,
+        x: Vec<f32>,
+        n: usize,
+        k: usize,
+        m: usize,
+    }
+
+    impl Case {
+        fn weights(&self) -> WeightRows<'_> {
+            WeightRows {
+                data: &self.w,
+                dtype: self.dtype,
+                rows: self.n,
+                cols: self.k,
+                row_bytes: self.w.len() / self.n,
+                packed: false,
+            }
+        }
+
+        fn levels(&self) -> Option<ActRows<i8>> {
+            (self.input == Input::Levels)
+                .then(|| ActRows::levels(&self.x, self.m, self.k).expect("rows on their levels"))
+        }
+
+        fn ctx(&self, isa: Isa) -> Ctx {
+            let acts = if self.input == Input::Q16 {
+                Acts::Q16
+            } else {
+                Acts::Q8
+            };
+            Ctx {
+                isa,
+                par: false,
+                acts,
+            }
+        }
+
+        /// `gemm_amx` on the tile unit `U`.
+        fn amx<U: TileUnit + Default>(&self) -> Vec<f32> {
+            let mut y = vec![f32::NAN; self.m * self.n];
+            let (w, levels) = (self.weights(), self.levels());
+            gemm_amx::<U>(
+                self.ctx(Isa::Avx512),
+                w,
+                &self.x,
+                levels.as_ref(),
+                &mut y,
+                self.m,
+            );
+            y
+        }
+    }
+
+    /// Every integer-dot type, with 16-bit, 8-bit and int8-level
+    /// activations; partial tiles in `m` (5: one group of 16; 37: a pair
+    /// and a padded single) and `n` (45: a whole and a part panel, 13
+    /// rows of the second 16 there); odd numbers of blocks (7 of 32, or 3
+    /// of 256); random weights, and activations at ±full scale.
+    fn cases() -> Vec<Case> {
+        let mut out = Vec::new();
+        for dtype in DType::ALL.into_iter().filter(|&d| act::supports(d)) {
+            let k = if dtype.block_elems() == 256 { 768 } else { 224 };
+            let n = 45;
+            let rb = dtype.row_bytes(k).expect("whole blocks");
+            let mut w = vec![0u8; n * rb];
+            for (r, row) in w.chunks_exact_mut(rb).enumerate() {
+                let v = rand(k, 11 + r as u64);
+                crate::quants::quantize_row(dtype, &v, row).expect("a quantizable row");
+            }
+            for m in [5, 37] {
+                for input in [Input::Q16, Input::Q8, Input::Levels] {
+                    let x: Vec<f32> = match input {
+                        // Integers of each row's levels (127 first: the
+                        // row's largest), times 1 / s.
+                        Input::Levels => (0..m * k)
+                            .map(|i| {
+                                if i % k == 0 {
+                                    127
+                                } else {
+                                    (i * 37 % 255) as i32 - 127
+                                }
+                            })
+                            .map(|q| q as f32 * 0.031)
+                            .collect(),
+                        _ if m == 37 => vec![-1.0; m * k],
+                        _ => rand(m * k, 5 + k as u64).iter().map(|v| v * 4.0).collect(),
+                    };
+                    let w = w.clone();
+                    out.push(Case {
+                        dtype,
+                        input,
+                        w,
+                        x,
+                        n,
+                        k,
+                        m,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The emulated tile GEMM against `act::dot_row`'s exact integer sums
+    /// (within f32 rounding of the products' magnitudes), and with 8-bit
+    /// activations bit for bit against the VNNI tile whose epilogue it
+    /// mirrors.
+    #[test]
+    fn the_tile_kernel_equals_the_scalar_integer_dot() {
+        if !Isa::Avx512.available() || !crate::cpu::simd::int8_gemm(Isa::Avx512, DType::Q8_0) {
+            return;
+        }
+        for c in cases() {
+            let got = c.amx::<Emulated>();
+            let (k, rb) = (c.k, c.w.len() / c.n);
+            let (x16, x8) = (
+                ActRows::<i16>::quantize(&c.x, c.m, k),
+                ActRows::<i8>::quantize(&c.x, c.m, k),
+            );
+            let levels = c.levels();
+            let mut wf = vec![0f32; k];
+            for r in 0..c.n {
+                let row = &c.w[r * rb..(r + 1) * rb];
+                crate::quants::dequantize_row(c.dtype, row, &mut wf).expect("a row");
+                for i in 0..c.m {
+                    let want = match (&levels, c.input) {
+                        (Some(l), _) => act::dot_row(c.dtype, row, l, i),
+                        (None, Input::Q16) => act::dot_row(c.dtype, row, &x16, i),
+                        _ => act::dot_row(c.dtype, row, &x8, i),
+                    };
+                    let xr = &c.x[i * k..(i + 1) * k];
+                    let mag: f32 = wf.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum();
+                    let v = got[i * c.n + r];
+                    assert!(
+                        (v - want).abs() <= 1e-5 * mag + 1e-6,
+                        "{} {:?} m={} row {r} act {i}: {v}, want {want}",
+                        c.dtype,
+                        c.input,
+                        c.m
+                    );
+                }
+            }
+            if c.input != Input::Q16 {
+                let mut vnni = vec![f32::NAN; c.m * c.n];
+                let ctx = c.ctx(Isa::Avx512);
+                gemm_int8(ctx, c.weights(), &c.x, levels.as_ref(), &mut vnni, c.m);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert!(
+                    bits(&got) == bits(&vnni),
+                    "{} {:?} m={}",
+                    c.dtype,
+                    c.input,
+                    c.m
+                );
+            }
+        }
+    }
+
+    /// The CPU's tiles compute what the emulated ones do, bit for bit
+    /// (runs only where AMX is: `VKLLM`'s `Isa::Amx`).
+    #[test]
+    fn hardware_tiles_equal_the_emulated_ones() {
+        if !Isa::Amx.available() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        for c in cases() {
+            let (hw, emu) = (c.amx::<Hardware>(), c.amx::<Emulated>());
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&hw) == bits(&emu),
+                "{} {:?} m={}",
+                c.dtype,
+                c.input,
+                c.m
+            );
+        }
+    }
+}
