@@ -69,6 +69,11 @@ pub(crate) fn run(
         // An empty reduction leaves only the bias.
         _ if w.cols == 0 => y.fill(0.0),
         _ if row_dots => gemv(ctx, w, x, y, m, memo),
+        #[cfg(target_arch = "x86_64")]
+        _ if int && m > GEMV_MAX_M && ctx.isa == simd::Isa::Amx => {
+            let levels = ActRows::levels_on(ctx.par, x, m, w.cols);
+            gemm_amx::<simd::amx::Hardware>(ctx, w, x, levels.as_ref(), y, m)
+        }
         _ if int && m > GEMV_MAX_M && ctx.isa.int_dots() => {
             // Rows on int8 levels (BitNet's) are exact as int8 at any
             // integer precision; other rows are int8 only when asked (Q8).
@@ -419,7 +424,7 @@ fn store_tile(
 /// quantized per block, each panel of weight rows decoded once into
 /// unsigned digits (`simd::pack_int8_panel`): twice the products per
 /// instruction of the 16-bit tile, half the panel bytes.
-fn gemm_int8(
+pub(super) fn gemm_int8(
     ctx: Ctx,
     w: WeightRows<'_>,
     x: &[f32],
@@ -475,4 +480,58 @@ fn gemm_int8(
         },
     );
     PACKED_X.set((xq, xd));
+}
+
+/// [`gemm_int8`] on AMX's tile unit (`simd::amx`): activation rows in
+/// groups of 16 as bytes (`levels`, or quantized: 8-bit with
+/// `ActivationPrecision::Q8`, else 16-bit split into two bytes), each
+/// panel of 32 weight rows decoded once into two `pack_int8_panel`
+/// panels, then one tile of 16 or 32 activation rows at a time (32 with
+/// 8-bit rows: the four C tiles of 16 × 16 fill the unit).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gemm_amx<U: simd::amx::TileUnit + Default>(
+    ctx: Ctx,
+    w: WeightRows<'_>,
+    x: &[f32],
+    levels: Option<&ActRows<i8>>,
+    y: &mut [f32],
+    m: usize,
+) {
+    use simd::amx::{TileActs, Tiles, COLS, ROWS};
+    let isa = ctx.isa;
+    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
+    let span = simd::int8_span(w.dtype, levels.is_some());
+    let acts = match levels {
+        Some(a) => TileActs::from_rows(ctx.par, a, span),
+        None if ctx.acts == ActivationPrecision::Q8 => {
+            TileActs::quantize::<i8>(ctx.par, x, m, k, span)
+        }
+        None => TileActs::quantize::<i16>(ctx.par, x, m, k, span),
+    };
+    let mt = if acts.wide || m <= ROWS { 1 } else { 2 };
+    let yp = OutPtr(y.as_mut_ptr());
+    par::range_init(
+        ctx.par,
+        n.div_ceil(COLS),
+        || {
+            let panel = || simd::IntPanel::new8(isa, k, span);
+            let tile = vec![0f32; mt * ROWS * COLS];
+            (Tiles::<U>::new(span), [panel(), panel()], tile, Vec::new())
+        },
+        |(tiles, panels, tile, scratch), p| {
+            let r0 = p * COLS;
+            let nc = COLS.min(n - r0);
+            for (h, panel) in panels.iter_mut().enumerate() {
+                let (a, b) = ((r0 + h * ROWS).min(n), (r0 + (h + 1) * ROWS).min(n));
+                let rows = w.rows_at(a, b, scratch);
+                simd::pack_int8_panel(isa, w.dtype, rows, rb, k, panel);
+            }
+            for g in (0..acts.groups.len()).step_by(mt) {
+                let gt = mt.min(acts.groups.len() - g);
+                tiles.run(&acts, g, gt, [&panels[0], &panels[1]], tile);
+                let (i0, rows) = (g * ROWS, (m - g * ROWS).min(gt * ROWS));
+                store_tile(tile, yp, i0, rows, n, r0, COLS, nc);
+            }
+        },
+    );
 }

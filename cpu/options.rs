@@ -9,9 +9,10 @@ use crate::settings::choice;
 /// the best instruction set this CPU has, with repacked weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuKernelOptions {
-    /// `VKLLM_CPU_ISA=avx512|avx2|neon|scalar`: the instruction set whose
-    /// kernels run (so an AVX-512 machine can time its AVX2 kernels; AVX2
-    /// also means no VNNI). `None`: the best this CPU has.
+    /// `VKLLM_CPU_ISA=amx|avx512|avx2|neon|scalar`: the instruction set
+    /// whose kernels run (so an AVX-512 machine can time its AVX2 kernels;
+    /// AVX2 also means no VNNI; `avx512` on AMX, the VNNI prefill tiles).
+    /// `None`: the best this CPU has.
     pub isa: Option<Isa>,
     /// `VKLLM_CPU_REPACK=on|off`: whether weights of the types
     /// `repack::packs` names are repacked at upload for the decode kernels;

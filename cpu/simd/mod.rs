@@ -6,6 +6,8 @@
 //! every entry point here is safe and checks the slice lengths the unsafe
 //! kernels rely on.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
@@ -20,6 +22,9 @@ use std::ops::Range;
 /// A CPU instruction set with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
+    /// AVX-512 plus AMX's tile unit, which runs the integer prefill GEMM;
+    /// every other kernel is AVX-512's.
+    Amx,
     Avx512,
     Avx2,
     Neon,
@@ -27,7 +32,7 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
+    pub const ALL: [Isa; 5] = [Isa::Amx, Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
 
     /// The best instruction set this CPU supports.
     pub fn detect() -> Isa {
@@ -40,6 +45,7 @@ impl Isa {
     /// The name `VKLLM_CPU_ISA` takes.
     pub(crate) fn setting_name(self) -> &'static str {
         match self {
+            Isa::Amx => "amx",
             Isa::Avx512 => "avx512",
             Isa::Avx2 => "avx2",
             Isa::Neon => "neon",
@@ -50,6 +56,8 @@ impl Isa {
     /// Whether this CPU can run the kernels of `self`.
     pub fn available(self) -> bool {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512.available() && has_vnni() && amx::available(),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 is_x86_feature_detected!("avx512f")
@@ -73,6 +81,7 @@ impl Isa {
 
     pub fn name(self) -> &'static str {
         match self {
+            Isa::Amx => "avx512f+amx",
             Isa::Avx512 => "avx512f",
             Isa::Avx2 => "avx2+fma",
             Isa::Neon => "neon",
@@ -80,10 +89,21 @@ impl Isa {
         }
     }
 
+    /// Whether the AVX-512 kernels run here (AMX's too: it adds only the
+    /// integer prefill tile).
+    pub(crate) fn avx512(self) -> bool {
+        matches!(self, Isa::Avx512 | Isa::Amx)
+    }
+
+    /// Whether the x86 kernels (AVX2 or AVX-512) run here.
+    fn x86(self) -> bool {
+        cfg!(target_arch = "x86_64") && (self.avx512() || self == Isa::Avx2)
+    }
+
     /// Whether `dot_rows_int` has SIMD kernels here (AVX2, AVX-512), fast
     /// enough to serve prefill too.
     pub(crate) fn int_dots(self) -> bool {
-        cfg!(target_arch = "x86_64") && matches!(self, Isa::Avx512 | Isa::Avx2)
+        self.x86()
     }
 
     /// GEMM microkernel tile (activation rows, weight rows), or `None` when
@@ -91,7 +111,7 @@ impl Isa {
     pub(crate) fn gemm_tile(self) -> Option<(usize, usize)> {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some((x86::avx512::MR, x86::avx512::NR)),
+            Isa::Avx512 | Isa::Amx => Some((x86::avx512::MR, x86::avx512::NR)),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some((x86::avx2::MR, x86::avx2::NR)),
             _ => None,
@@ -127,7 +147,7 @@ pub(crate) fn dot_rows(
     assert!((1..=4).contains(&m) && x.len() >= m * k && out.len() >= rows * m);
     assert!(w.len() == rows * row_bytes && quant_row_ok(dtype, row_bytes, k));
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) && rows > 0 && x86::decodes(dtype) {
+    if isa.x86() && rows > 0 && x86::decodes(dtype) {
         return dot_rows_x86(isa, dtype, w, row_bytes, k, x, m, out);
     }
     dot_rows_portable(isa, dtype, w, row_bytes, k, x, m, out)
@@ -148,7 +168,7 @@ fn dot_rows_x86(
     // SAFETY: the instruction set was checked by `Isa::available` when the
     // backend was made; the caller asserted the lengths.
     unsafe {
-        if isa == Isa::Avx512 {
+        if isa.avx512() {
             x86::avx512::dot_rows(dtype, w, row_bytes, k, x, m, out)
         } else {
             x86::avx2::dot_rows(dtype, w, row_bytes, k, x, m, out)
@@ -228,7 +248,7 @@ pub(crate) fn rows_beat_repacked(
     cols: usize,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && dtype == DType::Q6K && acts == ActivationPrecision::Q16 {
+    if isa.avx512() && dtype == DType::Q6K && acts == ActivationPrecision::Q16 {
         return cols <= 4096 && has_vnni();
     }
     false
@@ -259,16 +279,16 @@ pub(crate) fn dot_rows_int(
         // (VNNI here); the lengths were asserted above.
         unsafe {
             match (isa, x) {
-                (Isa::Avx512, ActQuant::I16(x)) if has_vnni() => {
+                (Isa::Avx512 | Isa::Amx, ActQuant::I16(x)) if has_vnni() => {
                     return vnni::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
-                (Isa::Avx512, ActQuant::I8(x)) if has_vnni() => {
+                (Isa::Avx512 | Isa::Amx, ActQuant::I8(x)) if has_vnni() => {
                     return vnni::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
-                (Isa::Avx512 | Isa::Avx2, ActQuant::I16(x)) => {
+                (Isa::Avx512 | Isa::Amx | Isa::Avx2, ActQuant::I16(x)) => {
                     return avx2::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
-                (Isa::Avx512 | Isa::Avx2, ActQuant::I8(x)) => {
+                (Isa::Avx512 | Isa::Amx | Isa::Avx2, ActQuant::I8(x)) => {
                     return avx2::dot_rows_typed(dtype, w, row_bytes, x, out)
                 }
                 _ => {}
@@ -313,7 +333,7 @@ pub(crate) fn dot_rows_packed(
     {
         use x86::packed::{avx2, vnni, Xrow};
         let blocks = row_bytes / dtype.block_bytes();
-        let (lo, vnni) = (!x.lo.is_empty(), isa == Isa::Avx512 && has_vnni());
+        let (lo, vnni) = (!x.lo.is_empty(), isa.avx512() && has_vnni());
         let mut tmp = [0f32; R * 4];
         let row = |i: usize| Xrow {
             hi: x.hi[i * k..].as_ptr(),
@@ -356,7 +376,7 @@ pub(crate) fn int_gemm_tile(isa: Isa) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use x86::intdot::{avx2, vnni};
-        if isa == Isa::Avx512 && has_vnni() {
+        if isa.avx512() && has_vnni() {
             vnni::GEMM_TILE
         } else {
             avx2::GEMM_TILE
@@ -422,7 +442,7 @@ impl IntPanel {
 pub(crate) fn int8_gemm(isa: Isa, dtype: DType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        (isa == Isa::Avx512 && has_vnni()) || (isa.int_dots() && dtype != DType::Q8_0)
+        (isa.avx512() && has_vnni()) || (isa.int_dots() && dtype != DType::Q8_0)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -451,7 +471,7 @@ pub(crate) fn int8_gemm_tile(isa: Isa) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use x86::intdot::{avx2, vnni};
-        if isa == Isa::Avx512 && has_vnni() {
+        if isa.avx512() && has_vnni() {
             vnni::GEMM8_TILE
         } else {
             avx2::GEMM8_TILE
@@ -500,7 +520,7 @@ pub(crate) fn pack_int8_panel(
         // groups' scales and offsets for `nr` rows, and `w` `rows` rows of
         // `nb` blocks, all asserted above.
         unsafe {
-            if isa == Isa::Avx512 && has_vnni() {
+            if isa.avx512() && has_vnni() {
                 vnni::pack_panel8_typed(dtype, wp, row_bytes, rows, nb, span, pw, ps, po)
             } else {
                 avx2::pack_panel8_typed(dtype, wp, row_bytes, rows, nb, span, pw, ps, po)
@@ -535,7 +555,7 @@ pub(crate) fn int8_gemm_tile_run(
         // SAFETY: instruction set (and VNNI for its tile) checked when the
         // backend was made; the lengths were asserted above.
         unsafe {
-            if isa == Isa::Avx512 && has_vnni() {
+            if isa.avx512() && has_vnni() {
                 vnni::gemm8_tile(span, pw, ps, po, groups, xq, xd, o)
             } else {
                 avx2::gemm8_tile(span, pw, ps, po, groups, xq, xd, o)
@@ -582,7 +602,7 @@ pub(crate) fn pack_int_panel(
         // offsets (two groups a block) for `nr` rows, and `w` `rows` rows of
         // `nb` blocks, all asserted above.
         panel.g = unsafe {
-            if isa == Isa::Avx512 && has_vnni() {
+            if isa.avx512() && has_vnni() {
                 vnni::pack_panel_typed::<16>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
             } else {
                 avx2::pack_panel_typed::<16>(dtype, w.as_ptr(), row_bytes, rows, nb, pw, ps, po)
@@ -616,7 +636,7 @@ pub(crate) fn int_gemm_tile_run(
         // SAFETY: instruction set (and VNNI for its tile) checked when the
         // backend was made; the lengths were asserted above.
         unsafe {
-            if isa == Isa::Avx512 && has_vnni() {
+            if isa.avx512() && has_vnni() {
                 vnni::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)
             } else {
                 avx2::gemm_tile(panel.g, pw, ps, po, groups, xq, xd, o)
@@ -639,11 +659,11 @@ pub(crate) fn dequant_row(isa: Isa, dtype: DType, w: &[u8], out: &mut [f32]) {
     let k = out.len();
     assert!(quant_row_ok(dtype, w.len(), k));
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) && x86::decodes(dtype) {
+    if isa.x86() && x86::decodes(dtype) {
         let simd_k = k - k % simd_step(dtype);
         // SAFETY: instruction set checked at backend creation; row length asserted.
         unsafe {
-            if isa == Isa::Avx512 {
+            if isa.avx512() {
                 x86::avx512::dequant_row(dtype, w, &mut out[..simd_k])
             } else {
                 x86::avx2::dequant_row(dtype, w, &mut out[..simd_k])
@@ -667,7 +687,7 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
         // SAFETY: instruction set checked at backend creation; lengths asserted.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::dot_f32(a, b) },
+        Isa::Avx512 | Isa::Amx => unsafe { x86::avx512::dot_f32(a, b) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::avx2::dot_f32(a, b) },
         // SAFETY: NEON checked at backend creation; lengths asserted.
@@ -683,7 +703,7 @@ pub(crate) fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
     match isa {
         // SAFETY: instruction set checked at backend creation; lengths asserted.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::axpy(a, x, y) },
+        Isa::Avx512 | Isa::Amx => unsafe { x86::avx512::axpy(a, x, y) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::avx2::axpy(a, x, y) },
         _ => y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x),
@@ -720,7 +740,7 @@ pub(crate) fn attention_head(
         // SAFETY: instruction set checked at backend creation; every key and
         // value row read (first..=last) lies inside `k`/`v`, checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe {
+        Isa::Avx512 | Isa::Amx => unsafe {
             x86::avx512::attention_head(q, k, v, stride, kvo, first, last, scale, sink, scores, o)
         },
         #[cfg(target_arch = "x86_64")]
@@ -793,7 +813,9 @@ pub(crate) unsafe fn gemm_panel(
     let accumulate = k.start > 0;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
+        Isa::Avx512 | Isa::Amx => {
+            x86::avx512::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate)
+        }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::avx2::gemm_panel(panel, x, m, k_total, kc, y, ldy, ncols, accumulate),
         _ => {}

@@ -277,7 +277,7 @@ fn matmul_integer_activations_match_the_scalar_integer_dot() {
             };
             for &(rows, cols, m) in shapes {
                 // Prefill has integer tiles on x86 only (f32 elsewhere).
-                if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
+                if m > 4 && !matches!(isa, Isa::Amx | Isa::Avx512 | Isa::Avx2) {
                     continue;
                 }
                 let wb = weight_bytes(dtype, rows, cols, (rows * 7 + cols) as u64);
@@ -393,7 +393,7 @@ fn matmul_q6_k_integer_extremes_do_not_overflow() {
         };
         let mut b: Box<dyn ComputeBackend> = Box::new(b.with_activations(ActivationPrecision::Q16));
         for m in [1, 4, 13] {
-            if m > 4 && !matches!(isa, Isa::Avx512 | Isa::Avx2) {
+            if m > 4 && !matches!(isa, Isa::Amx | Isa::Avx512 | Isa::Avx2) {
                 continue;
             }
             let x = vec![0.75f32; m * cols];

@@ -646,6 +646,7 @@ pub(crate) static BIT_TO_0X10: [u64; 256] = {
     t
 };
 
+pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod intdot;
