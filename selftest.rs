@@ -137,6 +137,8 @@ pub fn run_cpu(isa: Isa, opts: &Options) -> Result<Vec<Row>> {
 pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Row>> {
     let vk_opts = crate::vk::Options {
         kernels: crate::vk::KernelOverrides::default(),
+        // Every kernel is checked, so all are worth making ahead (below).
+        prepare_kernels: vk_opts.prepare_kernels.or(Some(true)),
         ..vk_opts.clone()
     };
     let mut b = VulkanBackend::new(&vk_opts)?;
@@ -144,11 +146,26 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
     // The driver's name up to its details: `llvmpipe (LLVM 15.0.6, ...)`.
     let short = info.name.split(" (").next().unwrap_or(&info.name);
     let device = format!("vulkan:{} {short}", info.index);
-    let caps = info.caps.clone();
-    let opened = b.kernels();
+    // Drivers compile a kernel on the thread that first uses it: one after
+    // another, the NVIDIA driver took over two minutes for these checks. A
+    // dry round inside a kernel survey (its results dropped) makes them all
+    // at once, in parallel, before the round that counts.
+    if b.begin_kernel_survey()? {
+        let mut dropped = Vec::new();
+        let dry = vulkan_checks(&mut b, &mut Tester::new(&device, opts, &mut dropped));
+        b.end_kernel_survey()?;
+        dry?;
+    }
     let mut rows = Vec::new();
-    let mut t = Tester::new(&device, opts, &mut rows);
+    vulkan_checks(&mut b, &mut Tester::new(&device, opts, &mut rows))?;
+    Ok(rows)
+}
 
+/// Every Vulkan check, each kernel variant set in turn on `b` and the
+/// device's own choices restored at the end.
+fn vulkan_checks(b: &mut VulkanBackend, t: &mut Tester) -> Result<()> {
+    let caps = b.device_info().caps.clone();
+    let opened = b.kernels();
     // Decode (m <= 4): each GEMV layout, with int8 activations for the
     // integer-dot types (forced for every size) and in f32.
     let exact = if opened.matmul.is_coopmat() {
@@ -168,12 +185,12 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
             for m in [1, 3] {
                 let label = format!("gemv-q8-{name}");
                 let r = Rounding::DecodeSteps(127.0 * 254.0);
-                t.matmul_types(&mut b, &label, r, m, crate::vk::gemv_int_dot)?;
+                t.matmul_types(b, &label, r, m, crate::vk::gemv_int_dot)?;
             }
         }
         b.set_gemv_q8(None)?;
         for m in [1, 3] {
-            t.matmul_all(&mut b, &format!("gemv-f32-{name}"), Rounding::None, m)?;
+            t.matmul_all(b, &format!("gemv-f32-{name}"), Rounding::None, m)?;
         }
     }
     // Prefill (m > 4) on each GEMM; the f32 ones also take decode rows, as
@@ -195,11 +212,11 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
         };
         if gemm.is_coopmat() {
             b.set_gemv(GemvKernel::Auto);
-            t.matmul_all(&mut b, name, Rounding::F16Gemm, 36)?;
+            t.matmul_all(b, name, Rounding::F16Gemm, 36)?;
         } else {
             b.set_gemv(GemvKernel::Gemm);
             for m in [1, 36] {
-                t.matmul_all(&mut b, name, Rounding::None, m)?;
+                t.matmul_all(b, name, Rounding::None, m)?;
             }
         }
     }
@@ -207,7 +224,7 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
     b.set_gemv(opened.gemv);
     b.set_gemv_q8(opened.gemv_q8.then_some(crate::vk::GEMV_Q8_MIN_BYTES))?;
 
-    t.norms(&mut b, "")?;
+    t.norms(b, "")?;
     // Attention over both cache types (f16 is Vulkan's default): decode with
     // the span split over workgroups and whole, prefill on each kernel.
     for kv in [DType::F32, DType::F16] {
@@ -218,7 +235,7 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
             } else {
                 "decode-whole"
             };
-            t.attention(&mut b, label, kv, Shape::Decode, false)?;
+            t.attention(b, label, kv, Shape::Decode, false)?;
         }
         b.set_decode_splits(opened.decode_splits);
         let mut kernels = vec![
@@ -233,11 +250,11 @@ pub fn run_vulkan(vk_opts: &crate::vk::Options, opts: &Options) -> Result<Vec<Ro
         for (kernel, label) in kernels {
             b.set_attention(kernel)?;
             let f16_math = kernel == PrefillAttention::Coopmat;
-            t.attention(&mut b, label, kv, Shape::Prefill, f16_math)?;
+            t.attention(b, label, kv, Shape::Prefill, f16_math)?;
         }
         b.set_attention(opened.attention)?;
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// How a backend rounds a matmul's inputs: the self-test's and the parity
