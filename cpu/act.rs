@@ -290,16 +290,31 @@ pub fn pack_quads(
     ds.fill(0.0);
     for i in 0..mr.min(a.m.saturating_sub(r0)) {
         let row = &a.qs[(r0 + i) * k..(r0 + i + 1) * k];
-        let rds = &a.ds[(r0 + i) * a.blocks()..(r0 + i + 1) * a.blocks()];
         for (p, q) in row.chunks_exact(4).enumerate() {
             qs[p * mr + i] = i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
         }
-        for (g, grp) in row.chunks_exact(span).enumerate() {
-            let d = rds[g * span / ACT_BLOCK][0];
-            let sum: i32 = grp.iter().map(|&q| q as i32).sum();
-            ds[g * 2 * mr + i] = d;
-            ds[g * 2 * mr + mr + i] = d * sum as f32;
-        }
+        group_scales(a, r0 + i, i, mr, span, ds);
+    }
+}
+
+/// Row `row` of `a` into slot `i` of `ds` (`[k / span][2][mr]`): per
+/// `span`-value scale group its `d`, then `d · Σq` (past a block, the
+/// row's scale: the callers check `row_scale`).
+pub fn group_scales<T: ActInt>(
+    a: &ActRows<T>,
+    row: usize,
+    i: usize,
+    mr: usize,
+    span: usize,
+    ds: &mut [f32],
+) {
+    let qs = &a.qs[row * a.k..(row + 1) * a.k];
+    let rds = &a.ds[row * a.blocks()..(row + 1) * a.blocks()];
+    for (g, grp) in qs.chunks_exact(span).enumerate() {
+        let d = rds[g * span / ACT_BLOCK][0];
+        let sum: i32 = grp.iter().map(|&q| Into::<i32>::into(q)).sum();
+        ds[g * 2 * mr + i] = d;
+        ds[g * 2 * mr + mr + i] = d * sum as f32;
     }
 }
 
@@ -366,14 +381,22 @@ fn digits_in<T: ActInt>(qs: &[T], d: &mut ActDigits, wide: bool) {
     for (c, s) in qs.chunks_exact(16).zip(d.x32.iter_mut()) {
         *s = 32 * c.iter().map(|&q| Into::<i32>::into(q)).sum::<i32>();
     }
+    split_bytes(qs, &mut d.hi, &mut d.lo, wide);
+}
+
+/// Integers as the byte dot products take them: 16-bit ones (`wide`) as
+/// `256·hi + lo` (`hi` signed, `lo` unsigned), 8-bit ones as `hi` alone
+/// (`lo` untouched).
+#[inline(always)]
+pub fn split_bytes<T: ActInt>(qs: &[T], hi: &mut [i8], lo: &mut [u8], wide: bool) {
     if wide {
-        for ((&q, h), l) in qs.iter().zip(d.hi.iter_mut()).zip(d.lo.iter_mut()) {
+        for ((&q, h), l) in qs.iter().zip(hi.iter_mut()).zip(lo.iter_mut()) {
             let v: i32 = q.into();
             *h = (v >> 8) as i8;
             *l = v as u8;
         }
     } else {
-        for (&q, h) in qs.iter().zip(d.hi.iter_mut()) {
+        for (&q, h) in qs.iter().zip(hi.iter_mut()) {
             *h = Into::<i32>::into(q) as i8;
         }
     }

@@ -5,7 +5,7 @@
 
 use super::x86::amx::{self, ARows, BRows, TileConfig};
 use super::IntPanel;
-use crate::cpu::act::{ActInt, ActRows, ACT_BLOCK};
+use crate::cpu::act::{self, ActInt, ActRows, ACT_BLOCK};
 use crate::cpu::par;
 use std::sync::OnceLock;
 
@@ -135,24 +135,16 @@ fn pack_rows<T: ActInt>(a: &ActRows<T>, r0: usize, span: usize) -> TileRows {
     };
     for i in 0..ROWS.min(a.m.saturating_sub(r0)) {
         let row = &a.qs[(r0 + i) * k..(r0 + i + 1) * k];
-        let rds = &a.ds[(r0 + i) * a.blocks()..(r0 + i + 1) * a.blocks()];
         for (c, chunk) in row.chunks_exact(kt).enumerate() {
             let at = (c * ROWS + i) * kt;
-            for (j, &q) in chunk.iter().enumerate() {
-                let v: i32 = q.into();
-                // 8-bit rows: the value itself; 16-bit: 256·hi + lo.
-                t.hi[at + j] = if wide { (v >> 8) as i8 } else { v as i8 };
-                if wide {
-                    t.lo[at + j] = v as u8;
-                }
-            }
+            let lo: &mut [u8] = if wide {
+                &mut t.lo[at..at + kt]
+            } else {
+                &mut []
+            };
+            act::split_bytes(chunk, &mut t.hi[at..at + kt], lo, wide);
         }
-        for (g, grp) in row.chunks_exact(span).enumerate() {
-            let d = rds[g * span / ACT_BLOCK][0];
-            let sum: i32 = grp.iter().map(|&q| Into::<i32>::into(q)).sum();
-            t.ds[g * 2 * ROWS + i] = d;
-            t.ds[g * 2 * ROWS + ROWS + i] = d * sum as f32;
-        }
+        act::group_scales(a, r0 + i, i, ROWS, span, &mut t.ds);
     }
     t
 }

@@ -197,15 +197,15 @@ pub(crate) unsafe fn gemm_tile<U: TileUnit, const MT: usize, const WIDE: bool>(
         for s in (t * span..(t + 1) * span).step_by(kt) {
             // Chunk s / kt of the activations, `16·kt` bytes; quad s / 4
             // of the panels, 16 i32s: both at byte 16·s.
-            let (ao, bo) = (16 * s, 16 * s);
-            unit.load::<4>(a[0].hi.add(ao).cast(), kt);
+            let at = 16 * s;
+            unit.load::<4>(a[0].hi.add(at).cast(), kt);
             if WIDE {
-                unit.load::<5>(a[0].lo.add(ao), kt);
+                unit.load::<5>(a[0].lo.add(at), kt);
             } else if MT == 2 {
-                unit.load::<5>(a[MT - 1].hi.add(ao).cast(), kt);
+                unit.load::<5>(a[MT - 1].hi.add(at).cast(), kt);
             }
-            unit.load::<6>(b[0].pw.cast::<u8>().add(bo), 64);
-            unit.load::<7>(b[1].pw.cast::<u8>().add(bo), 64);
+            unit.load::<6>(b[0].pw.cast::<u8>().add(at), 64);
+            unit.load::<7>(b[1].pw.cast::<u8>().add(at), 64);
             unit.dot_su::<0, 4, 6>();
             unit.dot_su::<1, 4, 7>();
             if WIDE {

@@ -2,11 +2,11 @@
 //! (`cpu::repack`): Q4_0, Q4_1, Q4_K, Q6_K, TQ1_0, TQ2_0 against
 //! activations split into bytes (`act::ActDigits`). Each register lane is
 //! one weight row; a broadcast activation word meets the same 4 weights of
-//! every row, so the integer
-//! sums need no horizontal reduction and each block's scales are
-//! converted once per 16 rows. Per 32-value block (Q6_K: per 16) the
-//! integer sum is exact, then scaled in f32 with the same products as
-//! `act::dot_row`: `(d_w · d_x) · Σ`, and the offset terms `o_w · d_x Σq_x`.
+//! every row, so the integer sums need no horizontal reduction and each
+//! block's scales are converted once per 16 rows. Per 32-value block
+//! (Q6_K: per 16) the integer sum is exact, then scaled in f32 with the
+//! same products as `act::dot_row`: `(d_w · d_x) · Σ`, and the offset
+//! terms `o_w · d_x Σq_x`.
 //!
 //! Two instances: AVX-512 VNNI (16 lanes, `vpdpbusd`) and AVX2 (8 lanes,
 //! `vpmaddubsw` + `vpmaddwd`, each group in two halves).
