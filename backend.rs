@@ -265,6 +265,34 @@ pub struct LinearOpts<'a> {
     pub add: bool,
 }
 
+/// One of the projections [`ComputeBackend::linear_each`] makes of a
+/// shared input: `y[m, w.rows] = x̂ · wᵀ + bias`.
+#[derive(Clone, Copy, Debug)]
+pub struct Projection<'a> {
+    pub w: &'a Weight,
+    pub bias: Option<&'a Buffer>,
+    pub y: &'a Buffer,
+}
+
+/// [`ComputeBackend::linear_each`] as one `linear` per projection.
+pub fn linear_apart<B: ComputeBackend + ?Sized>(
+    be: &mut B,
+    x: &Buffer,
+    m: usize,
+    norm: Option<(&Buffer, f32)>,
+    outs: &[Projection],
+) -> Result<()> {
+    for p in outs {
+        let opts = LinearOpts {
+            bias: p.bias,
+            norm,
+            add: false,
+        };
+        be.linear(p.w, x, p.y, m, &opts)?;
+    }
+    Ok(())
+}
+
 /// Activation applied by [`ComputeBackend::glu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -592,6 +620,20 @@ pub trait ComputeBackend: Send {
             self.free_temp(t);
         }
         result
+    }
+    /// Projections of one input, as q, k and v read the attention's: for
+    /// each `p` of `outs`, `p.y[m, p.w.rows] = rms_norm(x) · p.wᵀ + p.bias`
+    /// (x itself without `norm`). Backends that can run them as one op do
+    /// (the CPU: one team job where each would cost a hand-off); this
+    /// default runs [`ComputeBackend::linear`] for each.
+    fn linear_each(
+        &mut self,
+        x: &Buffer,
+        m: usize,
+        norm: Option<(&Buffer, f32)>,
+        outs: &[Projection],
+    ) -> Result<()> {
+        linear_apart(self, x, m, norm, outs)
     }
     /// The gated feed-forward input in one op: `out[m, n] = act(x̂·Gᵀ) ⊙
     /// (x̂·Uᵀ)` (as [`ComputeBackend::glu`] mixes gate and up), x̂ = `x`

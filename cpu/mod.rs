@@ -39,8 +39,8 @@ pub use options::CpuKernelOptions;
 pub use simd::Isa;
 
 use crate::backend::{
-    check, Activation, AttentionParams, Buffer, ComputeBackend, ExpertsParams, KvPages, LinearOpts,
-    RopeParams, RouteParams, Weight,
+    check, linear_apart, Activation, AttentionParams, Buffer, ComputeBackend, ExpertsParams,
+    KvPages, LinearOpts, Projection, RopeParams, RouteParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -221,26 +221,71 @@ impl CpuBackend {
         inputs: &[&Buffer],
         f: impl FnOnce(&Store, &mut [f32], Ctx) -> Result<R> + Send,
     ) -> Result<R> {
-        let bytes = inputs.iter().chain([&out]).map(|b| b.bytes as u64).sum();
+        self.with_outs(op, &[(out, n)], work, inputs, |s, mut dsts, ctx| {
+            f(s, dsts.swap_remove(0), ctx)
+        })
+    }
+
+    /// [`CpuBackend::with_out`] for several outputs: the first `n` values
+    /// of each `(out, n)`, in order. No output may alias another or an input.
+    fn with_outs<R: Send>(
+        &mut self,
+        op: &'static str,
+        outs: &[(&Buffer, usize)],
+        work: usize,
+        inputs: &[&Buffer],
+        f: impl FnOnce(&Store, Vec<&mut [f32]>, Ctx) -> Result<R> + Send,
+    ) -> Result<R> {
+        let bytes = inputs
+            .iter()
+            .chain(outs.iter().map(|(b, _)| b))
+            .map(|b| b.bytes as u64)
+            .sum();
         self.timed(op, bytes, |be| {
             be.in_pass(op)?;
-            if inputs.iter().any(|b| b.id() == out.id()) {
-                return Err(Error::op(op, "the output buffer aliases an input"));
-            }
-            check::fits(op, "out", out, n)?;
-            let mut slot = match be.store.remove(out) {
-                Some(s) => s,
-                None => {
-                    return Err(Error::op(
-                        op,
-                        format!("out: buffer {} is freed or unknown", out.id()),
-                    ))
+            for (i, &(out, n)) in outs.iter().enumerate() {
+                let earlier = outs[..i].iter().map(|(b, _)| b);
+                if inputs.iter().chain(earlier).any(|b| b.id() == out.id()) {
+                    return Err(Error::op(op, "the output buffer aliases an input"));
                 }
-            };
+                check::fits(op, "out", out, n)?;
+            }
+            let mut slots = Vec::with_capacity(outs.len());
+            for &(out, _) in outs {
+                match be.store.remove(out) {
+                    Some(s) => slots.push(s),
+                    None => {
+                        for (s, (b, _)) in slots.into_iter().zip(outs) {
+                            be.store.restore(b, s);
+                        }
+                        return Err(Error::op(
+                            op,
+                            format!("out: buffer {} is freed or unknown", out.id()),
+                        ));
+                    }
+                }
+            }
             let flush = denormals::FlushDenormals::new();
-            let result = match &mut slot {
-                Slot::Data { words, bytes } if *bytes >= n * 4 => {
-                    let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut words[..n]);
+            let mut dsts = Vec::with_capacity(outs.len());
+            let mut bad = None;
+            for (slot, &(_, n)) in slots.iter_mut().zip(outs) {
+                match slot {
+                    Slot::Data { words, bytes } if *bytes >= n * 4 => {
+                        dsts.push(bytemuck::cast_slice_mut::<u32, f32>(&mut words[..n]))
+                    }
+                    Slot::Data { bytes, .. } => {
+                        bad = Some(format!("out holds {bytes} bytes, {n} values needed"));
+                        break;
+                    }
+                    Slot::Weight(_) => {
+                        bad = Some("the output buffer is a weight".to_string());
+                        break;
+                    }
+                }
+            }
+            let result = match bad {
+                Some(why) => Err(Error::op(op, why)),
+                None => {
                     // Worth a team at all; then team or inline by their times.
                     let eligible = be.threads > 1 && work >= par::PAR_MIN_WORK;
                     let par = eligible && be.spread.team(op, work);
@@ -254,24 +299,104 @@ impl CpuBackend {
                         },
                     );
                     let r = if par {
-                        par::with_team(&be.team, || f(store, dst, ctx))
+                        par::with_team(&be.team, || f(store, dsts, ctx))
                     } else {
-                        f(store, dst, ctx)
+                        f(store, dsts, ctx)
                     };
                     if let Some(start) = start {
                         be.spread.took(op, work, par, start.elapsed());
                     }
                     r
                 }
-                Slot::Data { bytes, .. } => Err(Error::op(
-                    op,
-                    format!("out holds {bytes} bytes, {n} values needed"),
-                )),
-                Slot::Weight(_) => Err(Error::op(op, "the output buffer is a weight")),
             };
             drop(flush);
-            be.store.restore(out, slot);
+            for (s, (b, _)) in slots.into_iter().zip(outs) {
+                be.store.restore(b, s);
+            }
             result
+        })
+    }
+
+    /// `f(self, x̂)` with x̂ = `x` RMS-normalized by `norm` into a temporary
+    /// buffer (`rows` of `dim`), or `x` itself without a norm.
+    fn normed(
+        &mut self,
+        x: &Buffer,
+        rows: usize,
+        dim: usize,
+        norm: Option<(&Buffer, f32)>,
+        f: impl FnOnce(&mut Self, &Buffer) -> Result<()>,
+    ) -> Result<()> {
+        let Some((nw, eps)) = norm else {
+            return f(self, x);
+        };
+        let n = rows
+            .checked_mul(dim)
+            .ok_or_else(|| Error::op("rms_norm", "rows * dim overflows"))?;
+        let t = self.alloc_temp(n.saturating_mul(4))?;
+        let result = self
+            .rms_norm(x, nw, &t, rows, dim, eps)
+            .and_then(|()| f(self, &t));
+        self.free_temp(t);
+        result
+    }
+
+    /// Every projection of `outs` from `x` (`m` decode rows, one column
+    /// count) in one team job.
+    fn matmul_each(&mut self, x: &Buffer, m: usize, outs: &[Projection]) -> Result<()> {
+        let mut sizes = Vec::with_capacity(outs.len());
+        let mut inputs = vec![x];
+        let mut work = 0usize;
+        for p in outs {
+            let n = m
+                .checked_mul(p.w.rows)
+                .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
+            sizes.push((p.y, n));
+            inputs.push(&p.w.buf);
+            inputs.extend(p.bias);
+            work = work.saturating_add(n.saturating_mul(p.w.cols));
+        }
+        let xn = m
+            .checked_mul(outs.first().map_or(0, |p| p.w.cols))
+            .ok_or_else(|| Error::op("matmul", "m * cols overflows"))?;
+        self.with_outs("matmul_each", &sizes, work, &inputs, |s, dsts, ctx| {
+            let xs = s.f32s("matmul", "x", x, xn)?;
+            let mut parts = Vec::with_capacity(outs.len());
+            for (p, y) in outs.iter().zip(dsts) {
+                let bias = p
+                    .bias
+                    .map(|b| s.f32s("matmul", "bias", b, p.w.rows))
+                    .transpose()?;
+                let w = s.weight("matmul", p.w)?.all();
+                parts.push(matmul::Part { w, bias, y });
+            }
+            matmul::gemv_each(ctx, &mut parts, xs, m, Some((&s.acts, x.id())));
+            Ok(())
+        })
+    }
+
+    /// `out = act(x · Gᵀ) ⊙ (x · Uᵀ)` (`m` decode rows) in one team job.
+    fn matmul_glu(
+        &mut self,
+        act: Activation,
+        gate_up: &Weight,
+        x: &Buffer,
+        out: &Buffer,
+        m: usize,
+    ) -> Result<()> {
+        let n = m
+            .checked_mul(gate_up.rows / 2)
+            .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;
+        let xn = m
+            .checked_mul(gate_up.cols)
+            .ok_or_else(|| Error::op("matmul", "m * cols overflows"))?;
+        let work = n.saturating_mul(2 * gate_up.cols);
+        let inputs = [&gate_up.buf, x];
+        self.with_out("matmul_glu", out, n, work, &inputs, |s, dst, ctx| {
+            let w = s.weight("matmul", gate_up)?.all();
+            let xs = s.f32s("matmul", "x", x, xn)?;
+            matmul::gemv_glu(ctx, act, w, xs, dst, m, Some((&s.acts, x.id())));
+            Ok(())
         })
     }
 
@@ -615,6 +740,24 @@ impl ComputeBackend for CpuBackend {
         })
     }
 
+    fn linear_each(
+        &mut self,
+        x: &Buffer,
+        m: usize,
+        norm: Option<(&Buffer, f32)>,
+        outs: &[Projection],
+    ) -> Result<()> {
+        let cols = outs.first().map_or(0, |p| p.w.cols);
+        let one_job = m <= matmul::GEMV_MAX_M
+            && outs.len() > 1
+            && cols > 0
+            && outs.iter().all(|p| p.w.cols == cols);
+        if !one_job {
+            return linear_apart(self, x, m, norm, outs);
+        }
+        self.normed(x, m, cols, norm, |be, x| be.matmul_each(x, m, outs))
+    }
+
     fn linear_glu(
         &mut self,
         act: Activation,
@@ -625,6 +768,17 @@ impl ComputeBackend for CpuBackend {
         norm: Option<(&Buffer, f32)>,
     ) -> Result<()> {
         let n = gate_up.rows / 2;
+        let one_job = m <= matmul::GEMV_MAX_M
+            && gate_up.cols > 0
+            && match self.store.weight("matmul", gate_up) {
+                Ok(w) => matmul::glu_fits(w.all()),
+                Err(_) => false,
+            };
+        if one_job {
+            return self.normed(x, m, gate_up.cols, norm, |be, x| {
+                be.matmul_glu(act, gate_up, x, out, m)
+            });
+        }
         let total = m
             .checked_mul(gate_up.rows)
             .ok_or_else(|| Error::op("matmul", "m * rows overflows"))?;

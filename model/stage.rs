@@ -4,7 +4,7 @@
 
 use crate::backend::{
     check, AttentionParams, Buffer, ComputeBackend, ExpertsParams, KvPages, LinearOpts, NextWeight,
-    RopeParams, RopeScaling, RopeStyle, RouteParams,
+    Projection, RopeParams, RopeScaling, RopeStyle, RouteParams,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -13,7 +13,7 @@ use crate::model::kv_pages::PageCopy;
 use crate::model::runner::{Want, MAX_DECODE_STEPS};
 use crate::model::source::TensorSource;
 use crate::model::weights::{
-    Experts, ExpertsIn, Ffn, FfnIn, Linear, ModelWeights, Norm, WeightOptions,
+    Experts, ExpertsIn, Ffn, FfnIn, LayerWeights, Linear, ModelWeights, Norm, WeightOptions,
 };
 use std::ops::Range;
 
@@ -332,6 +332,34 @@ impl Stage {
         self.be.add(&y, &t, &y, n)
     }
 
+    /// q, k and v from `h` (folding in the norm `nw`): one op where the
+    /// backend can, unless a projection is scaled (BitNet's).
+    fn qkv(
+        &mut self,
+        c: &ModelConfig,
+        lw: &LayerWeights,
+        h: Buffer,
+        nw: Option<Buffer>,
+        m: usize,
+    ) -> Result<()> {
+        let s = self.s;
+        let qkv = [(&lw.q, s.q), (&lw.k, s.k), (&lw.v, s.v)];
+        if qkv.iter().any(|(l, _)| l.scale.is_some()) {
+            for (l, y) in qkv {
+                self.linear(c, l, h, nw, y, m, false)?;
+            }
+            return Ok(());
+        }
+        let outs = qkv.map(|(l, y)| (l.w, l.b, y));
+        let outs = outs.each_ref().map(|(w, bias, y)| Projection {
+            w,
+            bias: bias.as_ref(),
+            y,
+        });
+        let norm = nw.as_ref().map(|w| (w, c.norm_eps));
+        self.be.linear_each(&h, m, norm, &outs)
+    }
+
     /// The input of projections from `x`: RMS-normed by `n` (`dim` values
     /// per row) unless `n` is `None`, and with [`ModelConfig::round_acts`]
     /// rounded to int8 per row into `out`. Returns the buffer the
@@ -486,9 +514,7 @@ impl Stage {
             } else {
                 self.pre_norm(c, &lw.attn_norm, s.x, s.h, m)?
             };
-            self.linear(c, &lw.q, h, nw, s.q, m, false)?;
-            self.linear(c, &lw.k, h, nw, s.k, m, false)?;
-            self.linear(c, &lw.v, h, nw, s.v, m, false)?;
+            self.qkv(c, &lw, h, nw, m)?;
             let (mut q, mut k) = (s.q, s.k);
             if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
                 self.be

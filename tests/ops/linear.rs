@@ -4,7 +4,7 @@
 use crate::common::{download_f32, pass, rand_f32, upload_f32, weight_bytes};
 use crate::matmul::{activation_bound, matmul_cpu_backends, matmul_vulkan_backends, Rounded};
 use crate::test_device;
-use vkllm::backend::{Activation, ComputeBackend, LinearOpts};
+use vkllm::backend::{Activation, ComputeBackend, LinearOpts, Projection};
 use vkllm::{reference, DType};
 
 fn linear_folds_norm_bias_and_residual_add((name, mut b, acts): Rounded) {
@@ -311,3 +311,131 @@ test_device!(
     linear_glu_matches_separate_projections_cpu: matmul_cpu_backends,
     linear_glu_matches_separate_projections_vulkan: matmul_vulkan_backends
 );
+
+fn linear_each_equals_linear_on_each_weight((name, mut b, _): Rounded) {
+    // q, k and v from one input in one op must equal, bit for bit, each
+    // projection run alone: types mixed as in a Q4_K_M file (Q6_K v),
+    // repacked weights whose rows end inside a 16-row group, a type without
+    // integer dots, decode rows (one job on the CPU) and 5 rows (apart).
+    let eps = 1e-5;
+    let cols = 512;
+    let mixes: [[(DType, usize); 3]; 3] = [
+        [(DType::Q4K, 64), (DType::Q4K, 16), (DType::Q6K, 16)],
+        [(DType::Q4_0, 40), (DType::Q4_1, 21), (DType::F16, 9)],
+        [(DType::Q8_0, 32), (DType::IQ4XS, 24), (DType::Q5K, 37)],
+    ];
+    for mix in mixes {
+        for m in [1, 2, 4, 5] {
+            for (with_norm, with_bias) in [(true, false), (false, true), (true, true)] {
+                let x = rand_f32(m * cols, 101);
+                let (xb, nwb) = (
+                    upload_f32(b.as_mut(), &x),
+                    upload_f32(b.as_mut(), &rand_f32(cols, 102)),
+                );
+                let norm = with_norm.then_some((&nwb, eps));
+                let ws: Vec<_> = mix
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(dtype, rows))| {
+                        let wb = weight_bytes(dtype, rows, cols, 103 + i as u64);
+                        let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                        let bias = upload_f32(b.as_mut(), &rand_f32(rows, 106 + i as u64));
+                        let ys = [0, 1].map(|_| b.alloc(m * rows * 4).unwrap());
+                        (w, bias, ys)
+                    })
+                    .collect();
+                let outs: Vec<_> = ws
+                    .iter()
+                    .map(|(w, bias, ys)| Projection {
+                        w,
+                        bias: with_bias.then_some(bias),
+                        y: &ys[0],
+                    })
+                    .collect();
+                pass(b.as_mut(), |b| b.linear_each(&xb, m, norm, &outs).unwrap());
+                for (i, (w, bias, ys)) in ws.iter().enumerate() {
+                    let opts = LinearOpts {
+                        bias: with_bias.then_some(bias),
+                        norm,
+                        add: false,
+                    };
+                    pass(b.as_mut(), |b| b.linear(w, &xb, &ys[1], m, &opts).unwrap());
+                    let [each, alone] = ys
+                        .each_ref()
+                        .map(|y| download_f32(b.as_mut(), y, m * w.rows));
+                    assert_eq!(
+                        each, alone,
+                        "{name} {:?} projection {i} m={m} norm {with_norm} bias {with_bias}",
+                        mix[i]
+                    );
+                }
+                for (w, _, _) in ws {
+                    b.free_weight(w);
+                }
+            }
+        }
+    }
+}
+test_device!(
+    linear_each_equals_linear_on_each_weight,
+    linear_each_equals_linear_on_each_weight_cpu: matmul_cpu_backends,
+    linear_each_equals_linear_on_each_weight_vulkan: matmul_vulkan_backends
+);
+
+#[test]
+fn linear_glu_is_the_cpu_matmul_then_glu_bit_for_bit() {
+    // The CPU runs decode GLUs as one job whose tasks apply the GLU to the
+    // rows they multiplied; that must change no bit against the product
+    // and the glu op apart (n = 19: a row group split between the halves,
+    // so the product runs apart). (Vulkan's fused GLU kernels round otherwise:
+    // `linear_glu_matches_separate_projections` bounds them.)
+    let cols = 512;
+    for (name, mut b, _) in matmul_cpu_backends() {
+        for (dtype, n) in [
+            (DType::Q4K, 32),
+            (DType::Q6K, 48),
+            (DType::Q4_1, 64),
+            (DType::F16, 20),
+            (DType::F16, 19),
+        ] {
+            for m in [1, 3] {
+                for act in [
+                    Activation::Silu,
+                    Activation::GeluTanh,
+                    Activation::SwigluOai,
+                ] {
+                    let wb = weight_bytes(dtype, 2 * n, cols, 111);
+                    let w = b.upload_weight(dtype, 2 * n, cols, &wb).unwrap();
+                    let x: Vec<f32> = rand_f32(m * cols, 112).iter().map(|v| 4.0 * v).collect();
+                    let (xb, nwb) = (
+                        upload_f32(b.as_mut(), &x),
+                        upload_f32(b.as_mut(), &rand_f32(cols, 113)),
+                    );
+                    let norm = Some((&nwb, 1e-5));
+                    let [out, gu, g, u, apart] =
+                        [n, 2 * n, n, n, n].map(|r| b.alloc(m * r * 4).unwrap());
+                    pass(b.as_mut(), |b| {
+                        b.linear_glu(act, &w, &xb, &out, m, norm).unwrap();
+                        let opts = LinearOpts {
+                            norm,
+                            ..LinearOpts::default()
+                        };
+                        b.linear(&w, &xb, &gu, m, &opts).unwrap();
+                        for i in 0..m {
+                            let (row, half) = (i * 2 * n * 4, n * 4);
+                            b.copy(&gu, row, &g, i * half, half).unwrap();
+                            b.copy(&gu, row + half, &u, i * half, half).unwrap();
+                        }
+                        b.glu(act, &g, Some(&u), &apart, m * n).unwrap();
+                    });
+                    assert_eq!(
+                        download_f32(b.as_mut(), &out, m * n),
+                        download_f32(b.as_mut(), &apart, m * n),
+                        "{name} {dtype} n={n} m={m} {act:?}"
+                    );
+                    b.free_weight(w);
+                }
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! Decode (`m <= GEMV_MAX_M`), and short prefill of the repacked types whose
 //! row dots beat the GEMM there (`packed_dots_max_m`: the ternary ones): each
 //! weight row is read once against each chunk of up to four activation rows;
-//! the team splits the output rows. Rows of the types of
+//! the team splits the output rows (`gemv.rs`). Rows of the types of
 //! `act::supports` (legacy 4/5/8-bit, Q4_K, Q5_K, Q6_K) meet activations
 //! rounded to 16-bit (default) or 8-bit integers per 32-value block in exact
 //! integer dots (`ActivationPrecision`); other types, and
@@ -20,19 +20,16 @@
 //! f32 `[k, NR]` tile that the register-blocked microkernel reuses across all
 //! `m` activation rows; the team splits the panels.
 
-use super::act::{self, ActDigits, ActInt, ActRows, ACT_BLOCK};
+mod gemv;
+
+pub(crate) use gemv::{gemv_each, gemv_glu, glu_fits, ActsMemo, Part, GEMV_MAX_M};
+
+use super::act::{self, ActRows, ACT_BLOCK};
 use super::buffers::WeightRows;
 use super::par::{self, Ctx};
-use super::repack::R;
-use super::simd::{self, ActQuant};
+use super::simd;
 use super::ActivationPrecision;
-use std::sync::{Arc, Mutex, OnceLock};
-
-/// Above this many activation rows the panel GEMM wins over row dots.
-const GEMV_MAX_M: usize = 4;
-
-/// Weight bytes a decode task reads at least.
-const MIN_TASK_BYTES: usize = 16 << 10;
+use gemv::gemv;
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -99,198 +96,6 @@ pub(crate) fn run(
             }
         }
     }
-}
-
-fn gemv(
-    ctx: Ctx,
-    w: WeightRows<'_>,
-    x: &[f32],
-    y: &mut [f32],
-    m: usize,
-    memo: Option<(&ActsMemo, u32)>,
-) {
-    let isa = ctx.isa;
-    let (n, k, rb) = (w.rows, w.cols, w.row_bytes);
-    // Quantized once per input (in chunks of up to 4 rows), shared by every
-    // task and by the next matmuls reading the same buffer (`ActsMemo`).
-    // Decode, and prefill of repacked rows whose kernels serve it (`run`);
-    // not other prefill (instruction sets without a GEMM kernel come here).
-    let quantized = (m <= GEMV_MAX_M || w.packed)
-        && act::supports(w.dtype)
-        && k.is_multiple_of(ACT_BLOCK)
-        && ctx.acts != ActivationPrecision::F32;
-    let prepare = || Prepared {
-        // Rows already on int8 levels (BitNet's) take the 8-bit kernels at
-        // any integer precision: exact, and faster than 16 bits.
-        acts: if let Some(levels) = level_rows(x, m, k) {
-            IntActs::I8(levels)
-        } else if ctx.acts == ActivationPrecision::Q16 {
-            IntActs::I16(quantize_rows(x, m, k))
-        } else {
-            IntActs::I8(quantize_rows(x, m, k))
-        },
-        digits: OnceLock::new(),
-    };
-    let prepared = match memo {
-        Some((memo, id)) if quantized => Some(memo.get(
-            ActsKey {
-                id,
-                m,
-                k,
-                acts: ctx.acts,
-            },
-            prepare,
-        )),
-        _ if quantized => Some(Arc::new(prepare())),
-        _ => None,
-    };
-    let int_acts = prepared.as_deref().map(|p| &p.acts);
-    // Repacked groups (rows below `packed_rows`) take the group kernels,
-    // which read the activations split into bytes.
-    let packed_rows = if w.packed { n / R * R } else { 0 };
-    let digits = match &prepared {
-        Some(p) if packed_rows > 0 => Some(p.digits.get_or_init(|| p.acts.digits())),
-        _ => None,
-    };
-    // At least ~16 KiB of weights a task: smaller ones cost more in
-    // hand-off and in streams the prefetchers never got going on.
-    let min_rows = MIN_TASK_BYTES / rb.max(1);
-    let mut per_task = (n / (par::threads() * 8)).clamp(8, 256).max(min_rows);
-    if w.packed {
-        per_task = per_task.next_multiple_of(R);
-    }
-    let tasks = n.div_ceil(per_task);
-    let yp = OutPtr(y.as_mut_ptr());
-    par::range_init(ctx.par, tasks, Vec::new, |scratch, t| {
-        let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(n));
-        let mut tmp = vec![0f32; (r1 - r0) * 4];
-        for i0 in (0..m).step_by(4) {
-            let mm = (m - i0).min(4);
-            let c = i0 / 4;
-            // r0 is a multiple of R whenever it is below `packed_rows`.
-            let mut r = r0;
-            if let (Some(a), Some(dg)) = (int_acts, digits) {
-                let pr1 = r1.min(packed_rows);
-                if pr1 > r0 {
-                    let (wd, out) = (&w.data[r0 * rb..pr1 * rb], &mut tmp[..(pr1 - r0) * mm]);
-                    simd::dot_rows_packed(isa, w.dtype, wd, rb, a.ds(c), &dg[c], out);
-                    r = pr1;
-                }
-            }
-            if r < r1 {
-                let rows = w.rows_at(r, r1, scratch);
-                let out = &mut tmp[(r - r0) * mm..(r1 - r0) * mm];
-                match int_acts {
-                    Some(a) => simd::dot_rows_int(isa, w.dtype, rows, rb, a.chunk(c), out),
-                    None => {
-                        let xs = &x[i0 * k..(i0 + mm) * k];
-                        simd::dot_rows(isa, w.dtype, rows, rb, k, xs, mm, out)
-                    }
-                }
-            }
-            for r in 0..r1 - r0 {
-                for i in 0..mm {
-                    // SAFETY: (i0 + i, r0 + r) is in bounds of the [m, n] output
-                    // and owned by this task alone (rows r0..r1).
-                    unsafe { *yp.get().add((i0 + i) * n + r0 + r) = tmp[r * mm + i] };
-                }
-            }
-        }
-    });
-}
-
-/// The decode activations last quantized from an input buffer, kept for
-/// the next matmuls that read it unchanged (q, k and v read one input; so
-/// do gate and up where they are apart). The store forgets them when the
-/// buffer is written ([`ActsMemo::forget`]).
-#[derive(Default)]
-pub(crate) struct ActsMemo(Mutex<Option<(ActsKey, Arc<Prepared>)>>);
-
-/// What a memo entry was quantized from and how.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct ActsKey {
-    id: u32,
-    m: usize,
-    k: usize,
-    acts: ActivationPrecision,
-}
-
-/// Decode activations, and (made on first need) their split into bytes
-/// for the repacked kernels.
-struct Prepared {
-    acts: IntActs,
-    digits: OnceLock<Vec<ActDigits>>,
-}
-
-impl ActsMemo {
-    /// Buffer `id` is about to be written: its entry is stale.
-    pub fn forget(&mut self, id: u32) {
-        let memo = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
-        if memo.as_ref().is_some_and(|(key, _)| key.id == id) {
-            *memo = None;
-        }
-    }
-
-    fn get(&self, key: ActsKey, make: impl FnOnce() -> Prepared) -> Arc<Prepared> {
-        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match &*memo {
-            Some((k, p)) if *k == key => Arc::clone(p),
-            _ => {
-                let p = Arc::new(make());
-                *memo = Some((key, Arc::clone(&p)));
-                p
-            }
-        }
-    }
-}
-
-/// Decode activations quantized for the integer kernels, one entry per
-/// chunk of up to 4 rows.
-enum IntActs {
-    I16(Vec<ActRows<i16>>),
-    I8(Vec<ActRows<i8>>),
-}
-
-impl IntActs {
-    fn chunk(&self, c: usize) -> ActQuant<'_> {
-        match self {
-            IntActs::I16(v) => ActQuant::I16(&v[c]),
-            IntActs::I8(v) => ActQuant::I8(&v[c]),
-        }
-    }
-
-    /// Chunk `c`'s per-block scales.
-    fn ds(&self, c: usize) -> &[[f32; 2]] {
-        match self {
-            IntActs::I16(v) => &v[c].ds,
-            IntActs::I8(v) => &v[c].ds,
-        }
-    }
-
-    /// Every chunk split into bytes for the repacked kernels.
-    fn digits(&self) -> Vec<ActDigits> {
-        match self {
-            IntActs::I16(v) => v.iter().map(ActDigits::new).collect(),
-            IntActs::I8(v) => v.iter().map(ActDigits::new).collect(),
-        }
-    }
-}
-
-/// `x` (`[m, k]`) quantized in chunks of up to 4 rows, as `gemv` consumes it.
-fn quantize_rows<T: ActInt>(x: &[f32], m: usize, k: usize) -> Vec<ActRows<T>> {
-    (0..m)
-        .step_by(4)
-        .map(|i0| ActRows::quantize(&x[i0 * k..], (m - i0).min(4), k))
-        .collect()
-}
-
-/// [`quantize_rows`] for rows on int8 levels ([`ActRows::levels`]), or
-/// `None` when any chunk is not.
-fn level_rows(x: &[f32], m: usize, k: usize) -> Option<Vec<ActRows<i8>>> {
-    (0..m)
-        .step_by(4)
-        .map(|i0| ActRows::levels(&x[i0 * k..], (m - i0).min(4), k))
-        .collect()
 }
 
 /// Reduction length above which `k` is split into chunks, so the activation
