@@ -790,8 +790,17 @@ impl ComputeBackend for CpuBackend {
         let result = self.linear(gate_up, x, &t, m, &opts).and_then(|()| {
             self.with_out("glu", out, m * n, m * n * 16, &[&t], |s, dst, ctx| {
                 let gu = s.f32s("glu", "gate_up", &t, total)?;
-                for (row, o) in gu.chunks_exact(2 * n).zip(dst.chunks_exact_mut(n)) {
-                    glu::run(ctx.par, act, &row[..n], Some(&row[n..]), o);
+                let row = |i: usize| gu[i * 2 * n..(i + 1) * 2 * n].split_at(n);
+                if m == 1 {
+                    let (g, u) = row(0);
+                    glu::run(ctx.par, act, g, Some(u), dst);
+                } else {
+                    // A task a row: a job per row kept 14 of 16 threads
+                    // idle through a 1B prefill's GLU (5 ms a layer).
+                    par::chunks(ctx.par, dst, n, |i, o| {
+                        let (g, u) = row(i);
+                        glu::run(false, act, g, Some(u), o);
+                    });
                 }
                 Ok(())
             })
@@ -809,17 +818,17 @@ impl ComputeBackend for CpuBackend {
             .filter(|(_, aliased)| !aliased)
             .map(|(buf, _)| buf)
             .collect();
-        self.with_out("add", out, n, 0, &inputs, |s, dst, _| {
-            let other = match (a_is_out, b_is_out) {
-                (true, true) => None,
-                (true, false) => Some(s.f32s("add", "b", b, n)?),
-                (false, true) => Some(s.f32s("add", "a", a, n)?),
-                (false, false) => {
-                    dst.copy_from_slice(s.f32s("add", "a", a, n)?);
-                    Some(s.f32s("add", "b", b, n)?)
-                }
+        self.with_out("add", out, n, n, &inputs, |s, dst, ctx| {
+            let (first, other) = match (a_is_out, b_is_out) {
+                (true, true) => (None, None),
+                (true, false) => (None, Some(s.f32s("add", "b", b, n)?)),
+                (false, true) => (None, Some(s.f32s("add", "a", a, n)?)),
+                (false, false) => (
+                    Some(s.f32s("add", "a", a, n)?),
+                    Some(s.f32s("add", "b", b, n)?),
+                ),
             };
-            add::add_in_place(dst, other);
+            add::run(ctx.par, dst, first, other);
             Ok(())
         })
     }
@@ -1006,17 +1015,13 @@ impl ComputeBackend for CpuBackend {
         f32_cache("rope_store", kv_dtype)?;
         self.rope(q, positions, p)?;
         self.timed("rope_store", (k.bytes + v.bytes) as u64, |b| {
-            rope_store::store_kv(
-                &mut b.store,
-                k,
-                v,
-                positions,
-                k_cache,
-                v_cache,
-                p,
-                n_kv_heads,
-                pages,
-            )
+            // Prefill's rows roped on the team (decode's one row inline).
+            let (store, team, par) = (&mut b.store, &b.team, b.threads > 1);
+            par::with_team(team, || {
+                rope_store::store_kv(
+                    store, par, k, v, positions, k_cache, v_cache, p, n_kv_heads, pages,
+                )
+            })
         })
     }
 }

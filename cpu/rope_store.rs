@@ -12,6 +12,7 @@ const OP: &str = "rope_store";
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn store_kv(
     store: &mut Store,
+    par: bool,
     k: &Buffer,
     v: &Buffer,
     positions: &Buffer,
@@ -28,7 +29,7 @@ pub(crate) fn store_kv(
     let n = rope::check(&kp)?;
     let pos = store.u32s(OP, "positions", positions, p.rows)?.to_vec();
     let mut roped = store.f32s(OP, "k", k, n)?.to_vec();
-    rope::run(false, &mut roped, &pos, &kp);
+    rope::run(par, &mut roped, &pos, &kp);
     let kvd = n_kv_heads
         .checked_mul(p.head_dim)
         .ok_or_else(|| Error::op(OP, "n_kv_heads * head_dim overflows"))?;
