@@ -2,9 +2,10 @@
 //! aarch64, scalar elsewhere) on a fork-join team (team.rs). Ops run as soon as they
 //! are recorded; `begin_pass`/`end_pass` only keep the bookkeeping honest.
 //!
-//! One file per op, named as its Vulkan encoder in vk/ops/ (matmul.rs also
-//! holds linear and linear_glu's kernels); simd/ holds the instruction-set
-//! kernels, quant/ the GGUF block formats.
+//! One file per op, named as its Vulkan encoder in vk/ops/ (matmul/ also
+//! holds the kernels of linear, linear_each and linear_glu: decode's in
+//! matmul/gemv.rs); simd/ holds the instruction-set kernels, quant/ the
+//! GGUF block formats.
 
 pub mod act;
 mod add;
