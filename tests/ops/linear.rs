@@ -439,3 +439,34 @@ fn linear_glu_is_the_cpu_matmul_then_glu_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn cpu_decode_products_do_not_depend_on_the_thread_count() {
+    // Decode tasks split a weight's rows by the thread count; they start on
+    // whole row groups (four rows that `dot_rows` sums together for one
+    // activation row, sixteen repacked ones), so the split never changes a
+    // bit. Before, f16 rows at a task boundary inside a group were summed
+    // alone, and the last bits moved with the thread count.
+    let (rows, cols) = (300, 512);
+    for dtype in [DType::F16, DType::Q4_1, DType::Q4K, DType::IQ4XS] {
+        let wb = weight_bytes(dtype, rows, cols, 121);
+        for m in 1..=4 {
+            let x = rand_f32(m * cols, 122);
+            let runs: Vec<_> = [1, 2, 3, 5]
+                .into_iter()
+                .map(|threads| {
+                    let mut b = vkllm::cpu::CpuBackend::new(Some(threads));
+                    let w = b.upload_weight(dtype, rows, cols, &wb).unwrap();
+                    let (xb, yb) = (upload_f32(&mut b, &x), b.alloc(m * rows * 4).unwrap());
+                    pass(&mut b, |b| {
+                        b.linear(&w, &xb, &yb, m, &LinearOpts::default()).unwrap()
+                    });
+                    (threads, download_f32(&mut b, &yb, m * rows))
+                })
+                .collect();
+            for (threads, y) in &runs[1..] {
+                assert_eq!(&runs[0].1, y, "{dtype} m={m}: {threads} threads against 1");
+            }
+        }
+    }
+}
