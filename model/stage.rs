@@ -350,10 +350,9 @@ impl Stage {
             }
             return Ok(());
         }
-        let outs = qkv.map(|(l, y)| (l.w, l.b, y));
-        let outs = outs.each_ref().map(|(w, bias, y)| Projection {
-            w,
-            bias: bias.as_ref(),
+        let outs = qkv.each_ref().map(|(l, y)| Projection {
+            w: &l.w,
+            bias: l.b.as_ref(),
             y,
         });
         let norm = nw.as_ref().map(|w| (w, c.norm_eps));
