@@ -274,6 +274,31 @@ pub struct Projection<'a> {
     pub y: &'a Buffer,
 }
 
+/// `f(be, x̂)` with x̂ = `x` (`rows` of `dim`) RMS-normalized by `norm`
+/// into a temporary buffer, or `x` itself without a norm: the input of
+/// projections that fold their norm in.
+pub fn with_normed<B: ComputeBackend + ?Sized>(
+    be: &mut B,
+    x: &Buffer,
+    rows: usize,
+    dim: usize,
+    norm: Option<(&Buffer, f32)>,
+    f: impl FnOnce(&mut B, &Buffer) -> Result<()>,
+) -> Result<()> {
+    let Some((nw, eps)) = norm else {
+        return f(be, x);
+    };
+    let n = rows
+        .checked_mul(dim)
+        .ok_or_else(|| Error::op("matmul", "m * k overflows"))?;
+    let t = be.alloc_temp(n.saturating_mul(4))?;
+    let result = be
+        .rms_norm(x, nw, &t, rows, dim, eps)
+        .and_then(|()| f(be, &t));
+    be.free_temp(t);
+    result
+}
+
 /// [`ComputeBackend::linear_each`] as one `linear` per projection.
 pub fn linear_apart<B: ComputeBackend + ?Sized>(
     be: &mut B,
@@ -585,41 +610,20 @@ pub trait ComputeBackend: Send {
         m: usize,
         o: &LinearOpts,
     ) -> Result<()> {
-        let elems = |cols: usize| {
-            m.checked_mul(cols)
-                .ok_or_else(|| Error::op("matmul", "m * k overflows"))
-        };
-        let normed = match o.norm {
-            Some((nw, eps)) => {
-                let t = self.alloc_temp(elems(w.cols)?.saturating_mul(4))?;
-                let done = self.rms_norm(x, nw, &t, m, w.cols, eps);
-                if let Err(e) = done {
-                    self.free_temp(t);
-                    return Err(e);
-                }
-                Some(t)
+        with_normed(self, x, m, w.cols, o.norm, |be, input| {
+            if !o.add {
+                return be.matmul(w, o.bias, input, y, m);
             }
-            None => None,
-        };
-        let input = normed.as_ref().unwrap_or(x);
-        let result = if o.add {
-            match self.alloc_temp(elems(w.rows)?.saturating_mul(4)) {
-                Ok(t) => {
-                    let r = self
-                        .matmul(w, o.bias, input, &t, m)
-                        .and_then(|()| self.add(y, &t, y, m * w.rows));
-                    self.free_temp(t);
-                    r
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            self.matmul(w, o.bias, input, y, m)
-        };
-        if let Some(t) = normed {
-            self.free_temp(t);
-        }
-        result
+            let n = m
+                .checked_mul(w.rows)
+                .ok_or_else(|| Error::op("matmul", "m * k overflows"))?;
+            let t = be.alloc_temp(n.saturating_mul(4))?;
+            let r = be
+                .matmul(w, o.bias, input, &t, m)
+                .and_then(|()| be.add(y, &t, y, n));
+            be.free_temp(t);
+            r
+        })
     }
     /// Projections of one input, as q, k and v read the attention's: for
     /// each `p` of `outs`, `p.y[m, p.w.rows] = rms_norm(x) · p.wᵀ + p.bias`

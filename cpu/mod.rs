@@ -40,8 +40,8 @@ pub use options::CpuKernelOptions;
 pub use simd::Isa;
 
 use crate::backend::{
-    check, linear_apart, Activation, AttentionParams, Buffer, ComputeBackend, ExpertsParams,
-    KvPages, LinearOpts, Projection, RopeParams, RouteParams, Weight,
+    check, linear_apart, with_normed, Activation, AttentionParams, Buffer, ComputeBackend,
+    ExpertsParams, KvPages, LinearOpts, Projection, RopeParams, RouteParams, Weight,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -316,30 +316,6 @@ impl CpuBackend {
             }
             result
         })
-    }
-
-    /// `f(self, x̂)` with x̂ = `x` RMS-normalized by `norm` into a temporary
-    /// buffer (`rows` of `dim`), or `x` itself without a norm.
-    fn normed(
-        &mut self,
-        x: &Buffer,
-        rows: usize,
-        dim: usize,
-        norm: Option<(&Buffer, f32)>,
-        f: impl FnOnce(&mut Self, &Buffer) -> Result<()>,
-    ) -> Result<()> {
-        let Some((nw, eps)) = norm else {
-            return f(self, x);
-        };
-        let n = rows
-            .checked_mul(dim)
-            .ok_or_else(|| Error::op("rms_norm", "rows * dim overflows"))?;
-        let t = self.alloc_temp(n.saturating_mul(4))?;
-        let result = self
-            .rms_norm(x, nw, &t, rows, dim, eps)
-            .and_then(|()| f(self, &t));
-        self.free_temp(t);
-        result
     }
 
     /// Every projection of `outs` from `x` (`m` decode rows, one column
@@ -756,7 +732,7 @@ impl ComputeBackend for CpuBackend {
         if !one_job {
             return linear_apart(self, x, m, norm, outs);
         }
-        self.normed(x, m, cols, norm, |be, x| be.matmul_each(x, m, outs))
+        with_normed(self, x, m, cols, norm, |be, x| be.matmul_each(x, m, outs))
     }
 
     fn linear_glu(
@@ -776,7 +752,7 @@ impl ComputeBackend for CpuBackend {
                 Err(_) => false,
             };
         if one_job {
-            return self.normed(x, m, gate_up.cols, norm, |be, x| {
+            return with_normed(self, x, m, gate_up.cols, norm, |be, x| {
                 be.matmul_glu(act, gate_up, x, out, m)
             });
         }
