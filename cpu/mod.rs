@@ -48,8 +48,13 @@ use crate::error::{Error, Result};
 use crate::profile::{ProfileEvent, Track};
 use buffers::{CpuWeight, HostBytes, Slot, Store};
 use par::Ctx;
+use smallvec::SmallVec;
 use std::time::Instant;
 use team::Team;
+
+/// The outputs an op writes, writable: on the stack (every op has one or
+/// three), since each op would otherwise allocate for them.
+type Outs<'a> = SmallVec<[&'a mut [f32]; 3]>;
 
 /// What matmuls of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
 /// weights do with the f32 activations: decode (up to 4 activation rows)
@@ -235,7 +240,7 @@ impl CpuBackend {
         outs: &[(&Buffer, usize)],
         work: usize,
         inputs: &[&Buffer],
-        f: impl FnOnce(&Store, Vec<&mut [f32]>, Ctx) -> Result<R> + Send,
+        f: impl FnOnce(&Store, Outs<'_>, Ctx) -> Result<R> + Send,
     ) -> Result<R> {
         let bytes = inputs
             .iter()
@@ -251,7 +256,7 @@ impl CpuBackend {
                 }
                 check::fits(op, "out", out, n)?;
             }
-            let mut slots = Vec::with_capacity(outs.len());
+            let mut slots = SmallVec::<[Slot; 3]>::new();
             for &(out, _) in outs {
                 match be.store.remove(out) {
                     Some(s) => slots.push(s),
@@ -267,7 +272,7 @@ impl CpuBackend {
                 }
             }
             let flush = denormals::FlushDenormals::new();
-            let mut dsts = Vec::with_capacity(outs.len());
+            let mut dsts = Outs::new();
             let mut bad = None;
             for (slot, &(_, n)) in slots.iter_mut().zip(outs) {
                 match slot {
@@ -285,7 +290,10 @@ impl CpuBackend {
                 }
             }
             let result = match bad {
-                Some(why) => Err(Error::op(op, why)),
+                Some(why) => {
+                    drop(dsts);
+                    Err(Error::op(op, why))
+                }
                 None => {
                     // Worth a team at all; then team or inline by their times.
                     let eligible = be.threads > 1 && work >= par::PAR_MIN_WORK;
